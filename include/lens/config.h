@@ -1,0 +1,104 @@
+// Configuration: programmatic options over environment variables.
+//
+// resolve_config() merges TelemetryOptions (set in code; they win) with the
+// environment (MEGATRON_OTEL_* with NEMO_LENS_* as fallback prefix, the
+// standard OTEL_* variables, and LENS_* for what lens adds). An empty
+// variable counts as unset. A value lens cannot accept throws ConfigError
+// naming the variable, the value and the accepted values, so a bad setting
+// fails start-up instead of surfacing mid-run.
+//
+// Variables read (see README for the full table):
+//   MEGATRON_OTEL_ENABLED      1/0, true/false, yes/no, on/off (default off)
+//   MEGATRON_OTEL_SPAN_GROUPS  group spec (default "default")
+//   MEGATRON_OTEL_EXPORTER     file | console | none (default file)
+//   MEGATRON_OTEL_RUN_ID       run id (else SLURM_JOB_ID, else generated)
+//   OTEL_SDK_DISABLED          true/false
+//   OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+//   OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_EXPORT_TIMEOUT (ms),
+//   OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE
+//   OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT (or OTEL_ATTRIBUTE_COUNT_LIMIT),
+//   OTEL_SPAN_EVENT_COUNT_LIMIT, OTEL_SPAN_LINK_COUNT_LIMIT,
+//   OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT, OTEL_LINK_ATTRIBUTE_COUNT_LIMIT
+//   LENS_TRACE_DIR (default lens-traces), LENS_TRACE_FILE (file name pattern)
+//   RANK / WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK / _SIZE (mpirun)
+//
+// Thread safety: pure functions over their arguments.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "lens/attribute.h"
+#include "lens/batch_processor.h"
+#include "lens/exporter.h"
+#include "lens/span_groups.h"
+#include "lens/span_record.h"
+
+namespace lens {
+
+// Looks a variable up; nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
+
+// The process environment (getenv).
+EnvLookup process_environment();
+
+// Settings given in code. Every field that is set overrides the environment.
+struct TelemetryOptions {
+  std::optional<bool> enabled;
+  std::optional<std::string> span_groups;  // a group spec
+  std::optional<std::string> exporter;     // file | console | none
+  std::optional<std::string> run_id;
+  // Overrides OTEL_SERVICE_NAME.
+  std::optional<std::string> service_name;
+  // Used when neither service_name nor OTEL_SERVICE_NAME nor a service.name in
+  // OTEL_RESOURCE_ATTRIBUTES is given.
+  std::string default_service_name = "megatron-lm";
+  // Added to (and overriding) OTEL_RESOURCE_ATTRIBUTES.
+  Attributes resource_attributes;
+  std::optional<int> rank;
+  std::optional<int> world_size;
+  std::optional<std::string> trace_dir;
+  // File name pattern; {rank}, {pid} and {run_id} are replaced.
+  std::optional<std::string> trace_file;
+  std::optional<std::uint32_t> max_queue_size;
+  std::optional<std::uint32_t> max_export_batch_size;
+  std::optional<std::chrono::milliseconds> schedule_delay;
+  std::optional<std::chrono::milliseconds> export_timeout;
+  std::optional<SpanLimits> span_limits;
+  // An exporter to use instead of the configured kind (e.g. InMemoryExporter
+  // in tests).
+  std::shared_ptr<SpanExporter> exporter_instance;
+};
+
+// The outcome of resolving options and environment.
+struct Config {
+  bool enabled = false;
+  SpanGroupSet span_groups;
+  std::string exporter;  // file | console | none | custom
+  std::string run_id;
+  bool run_id_generated = false;
+  std::string service_name;
+  Attributes resource_attributes;  // from OTEL_RESOURCE_ATTRIBUTES and options
+  std::optional<int> rank;
+  std::optional<int> world_size;
+  std::string trace_dir;
+  std::string trace_file;
+  BatchProcessorOptions batch;
+  SpanLimits span_limits;
+  // A warning to print once at start-up (e.g. an OTLP endpoint this build
+  // cannot use yet); empty when there is none.
+  std::string warning;
+};
+
+Config resolve_config(const TelemetryOptions& options, const EnvLookup& env);
+
+// The trace file path for a resolved config: trace_dir/run_id/<pattern>.
+std::string trace_file_path(const Config& config);
+
+// A fresh run id: "YYYYMMDD-HHMMSS-xxxxxx" (UTC time, 6 random hex digits).
+std::string generate_run_id();
+
+}  // namespace lens

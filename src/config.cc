@@ -1,0 +1,282 @@
+#include "lens/config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <ctime>
+
+#include "lens/error.h"
+#include "lens/ids.h"
+#include "lens/resource.h"
+
+namespace lens {
+namespace {
+
+// A variable's value with its name, so errors can name where it came from.
+struct Setting {
+  std::string name;
+  std::string value;
+};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string trimmed(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return std::string(s);
+}
+
+class Env {
+ public:
+  explicit Env(const EnvLookup& lookup) : lookup_(lookup) {}
+
+  // The first of `names` that is set and not empty.
+  std::optional<Setting> get(std::initializer_list<std::string_view> names) const {
+    for (auto name : names) {
+      auto v = lookup_(name);
+      if (v && !trimmed(*v).empty()) return Setting{std::string(name), trimmed(*v)};
+    }
+    return std::nullopt;
+  }
+
+ private:
+  const EnvLookup& lookup_;
+};
+
+[[noreturn]] void fail(const Setting& s, std::string_view accepted) {
+  throw ConfigError(s.name + "='" + s.value + "' is not valid; accepted: " + std::string(accepted));
+}
+
+bool parse_bool(const Setting& s) {
+  const std::string v = lower(s.value);
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  fail(s, "1, true, yes, on, 0, false, no, off (any case)");
+}
+
+std::uint64_t parse_uint(const Setting& s, std::uint64_t min, std::uint64_t max) {
+  std::uint64_t v = 0;
+  const char* first = s.value.data();
+  const char* last = first + s.value.size();
+  auto [ptr, ec] = std::from_chars(first, last, v);
+  if (ec != std::errc() || ptr != last || v < min || v > max) {
+    fail(s, "an integer from " + std::to_string(min) + " to " + std::to_string(max));
+  }
+  return v;
+}
+
+constexpr std::uint64_t kMaxCount = 1u << 24;
+constexpr std::uint64_t kMaxMillis = 24ull * 3600 * 1000;
+
+}  // namespace
+
+EnvLookup process_environment() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const char* v = std::getenv(std::string(name).c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+std::string generate_run_id() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  char suffix[8];
+  std::snprintf(suffix, sizeof suffix, "%06llx",
+                static_cast<unsigned long long>(IdGenerator::next_u64() & 0xffffff));
+  return std::string(buf) + "-" + suffix;
+}
+
+Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) {
+  Env env(lookup);
+  Config c;
+
+  // Enabled: off unless turned on; OTEL_SDK_DISABLED=true wins over both.
+  c.enabled = false;
+  if (options.enabled) {
+    c.enabled = *options.enabled;
+  } else if (auto s = env.get({"MEGATRON_OTEL_ENABLED", "NEMO_LENS_ENABLED"})) {
+    c.enabled = parse_bool(*s);
+  }
+  if (auto s = env.get({"OTEL_SDK_DISABLED"})) {
+    if (parse_bool(*s)) c.enabled = false;
+  }
+
+  if (options.span_groups) {
+    c.span_groups = SpanGroupSet::parse(*options.span_groups, "span_groups option");
+  } else if (auto s = env.get({"MEGATRON_OTEL_SPAN_GROUPS", "NEMO_LENS_SPAN_GROUPS"})) {
+    c.span_groups = SpanGroupSet::parse(s->value, s->name);
+  } else {
+    c.span_groups = SpanGroupSet::default_preset();
+  }
+
+  auto endpoint = env.get({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"});
+  const std::string_view kExporters = "file, console, none";
+  if (options.exporter_instance) {
+    c.exporter = "custom";
+  } else {
+    std::optional<Setting> s;
+    if (options.exporter)
+      s = Setting{"exporter option", lower(*options.exporter)};
+    else
+      s = env.get({"MEGATRON_OTEL_EXPORTER", "NEMO_LENS_EXPORTER"});
+    c.exporter = s ? lower(s->value) : "file";
+    if (c.exporter == "otlp") {
+      throw ConfigError(s->name + "='" + s->value +
+                        "': this build of lens has no OTLP/HTTP exporter yet; accepted: " +
+                        std::string(kExporters) +
+                        " (write files, then replay them with the OpenTelemetry Collector's "
+                        "otlpjsonfile receiver)");
+    }
+    if (c.exporter != "file" && c.exporter != "console" && c.exporter != "none")
+      fail(*s, kExporters);
+    if (endpoint && !s) {
+      c.warning = endpoint->name + " is set, but this build of lens has no OTLP/HTTP exporter "
+                  "yet; spans are written to files instead";
+    }
+  }
+
+  // Run id: configured, else the scheduler's job id, else generated.
+  if (options.run_id && !options.run_id->empty()) {
+    c.run_id = *options.run_id;
+  } else if (auto s = env.get({"MEGATRON_OTEL_RUN_ID", "NEMO_LENS_RUN_ID", "SLURM_JOB_ID"})) {
+    c.run_id = s->value;
+  } else {
+    c.run_id = generate_run_id();
+    c.run_id_generated = true;
+  }
+  // The run id names a directory: keep it to a safe character set.
+  for (char ch : c.run_id) {
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
+      throw ConfigError("run id '" + c.run_id +
+                        "' is not valid; accepted: letters, digits, '-', '_' and '.'");
+    }
+  }
+  if (c.run_id == "." || c.run_id == "..") {
+    throw ConfigError("run id '" + c.run_id + "' is not valid; accepted: a name, not . or ..");
+  }
+
+  if (auto s = env.get({"OTEL_RESOURCE_ATTRIBUTES"})) {
+    c.resource_attributes = parse_resource_attributes(s->value, s->name);
+  }
+  for (const auto& a : options.resource_attributes) {
+    auto it = std::find_if(c.resource_attributes.begin(), c.resource_attributes.end(),
+                           [&](const Attribute& x) { return x.key == a.key; });
+    if (it != c.resource_attributes.end())
+      it->value = a.value;
+    else
+      c.resource_attributes.push_back(a);
+  }
+  if (options.service_name) {
+    c.service_name = *options.service_name;
+  } else if (auto s = env.get({"OTEL_SERVICE_NAME"})) {
+    c.service_name = s->value;
+  } else if (const auto* v = find_attribute(c.resource_attributes, "service.name");
+             v && std::holds_alternative<std::string>(*v)) {
+    c.service_name = std::get<std::string>(*v);
+  } else {
+    c.service_name = options.default_service_name;
+  }
+
+  if (options.rank) {
+    c.rank = *options.rank;
+  } else if (auto s = env.get({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})) {
+    c.rank = static_cast<int>(parse_uint(*s, 0, 1u << 30));
+  }
+  if (options.world_size) {
+    c.world_size = *options.world_size;
+  } else if (auto s = env.get({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})) {
+    c.world_size = static_cast<int>(parse_uint(*s, 1, 1u << 30));
+  }
+  if (c.rank && c.world_size && *c.rank >= *c.world_size) {
+    throw ConfigError("rank " + std::to_string(*c.rank) + " is not below world size " +
+                      std::to_string(*c.world_size) +
+                      " (RANK/WORLD_SIZE or OMPI_COMM_WORLD_RANK/_SIZE); accepted: 0 <= rank < "
+                      "world size");
+  }
+
+  if (options.trace_dir)
+    c.trace_dir = *options.trace_dir;
+  else if (auto s = env.get({"LENS_TRACE_DIR"}))
+    c.trace_dir = s->value;
+  else
+    c.trace_dir = "lens-traces";
+  if (options.trace_file) {
+    c.trace_file = *options.trace_file;
+  } else if (auto s = env.get({"LENS_TRACE_FILE"})) {
+    c.trace_file = s->value;
+  } else {
+    c.trace_file = c.rank ? "rank-{rank}.otlp.jsonl" : "process-{pid}.otlp.jsonl";
+  }
+  if (c.trace_file.find('/') != std::string::npos || c.trace_file == "." ||
+      c.trace_file == "..") {
+    throw ConfigError("LENS_TRACE_FILE='" + c.trace_file +
+                      "' is not valid; accepted: a file name (no '/'), with {rank}, {pid} and "
+                      "{run_id} placeholders");
+  }
+
+  auto& b = c.batch;
+  if (options.max_queue_size)
+    b.max_queue_size = *options.max_queue_size;
+  else if (auto s = env.get({"OTEL_BSP_MAX_QUEUE_SIZE"}))
+    b.max_queue_size = static_cast<std::uint32_t>(parse_uint(*s, 1, kMaxCount));
+  if (options.max_export_batch_size)
+    b.max_export_batch_size = *options.max_export_batch_size;
+  else if (auto s = env.get({"OTEL_BSP_MAX_EXPORT_BATCH_SIZE"}))
+    b.max_export_batch_size = static_cast<std::uint32_t>(parse_uint(*s, 1, kMaxCount));
+  if (b.max_export_batch_size > b.max_queue_size) {
+    throw ConfigError("OTEL_BSP_MAX_EXPORT_BATCH_SIZE=" + std::to_string(b.max_export_batch_size) +
+                      " exceeds OTEL_BSP_MAX_QUEUE_SIZE=" + std::to_string(b.max_queue_size) +
+                      "; accepted: a batch size no larger than the queue size");
+  }
+  if (options.schedule_delay)
+    b.schedule_delay = *options.schedule_delay;
+  else if (auto s = env.get({"OTEL_BSP_SCHEDULE_DELAY"}))
+    b.schedule_delay = std::chrono::milliseconds(parse_uint(*s, 0, kMaxMillis));
+  if (options.export_timeout)
+    b.export_timeout = *options.export_timeout;
+  else if (auto s = env.get({"OTEL_BSP_EXPORT_TIMEOUT"}))
+    b.export_timeout = std::chrono::milliseconds(parse_uint(*s, 0, kMaxMillis));
+
+  if (options.span_limits) {
+    c.span_limits = *options.span_limits;
+  } else {
+    auto& l = c.span_limits;
+    auto limit = [&](std::initializer_list<std::string_view> names, std::uint32_t& field) {
+      if (auto s = env.get(names)) field = static_cast<std::uint32_t>(parse_uint(*s, 0, kMaxCount));
+    };
+    limit({"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"}, l.attribute_count);
+    limit({"OTEL_SPAN_EVENT_COUNT_LIMIT"}, l.event_count);
+    limit({"OTEL_SPAN_LINK_COUNT_LIMIT"}, l.link_count);
+    limit({"OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"},
+          l.attribute_per_event_count);
+    limit({"OTEL_LINK_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"},
+          l.attribute_per_link_count);
+  }
+  return c;
+}
+
+std::string trace_file_path(const Config& config) {
+  std::string name = config.trace_file;
+  auto replace_all = [&](std::string_view token, const std::string& with) {
+    for (std::size_t at = name.find(token); at != std::string::npos;
+         at = name.find(token, at + with.size()))
+      name.replace(at, token.size(), with);
+  };
+  replace_all("{rank}", config.rank ? std::to_string(*config.rank) : std::string("0"));
+  replace_all("{pid}", std::to_string(::getpid()));
+  replace_all("{run_id}", config.run_id);
+  return config.trace_dir + "/" + config.run_id + "/" + name;
+}
+
+}  // namespace lens

@@ -1,0 +1,37 @@
+// LiveSpan: a span record while it is open, plus the bookkeeping lens needs
+// around it. Internal header.
+//
+// Records are recycled through a process-wide pool (record_pool.cc) so that a
+// span in steady state allocates nothing: vectors keep their capacity.
+#pragma once
+
+#include <cstdint>
+
+#include "lens/span_record.h"
+
+namespace lens::detail {
+
+class TelemetryCore;
+
+struct LiveSpan : SpanRecord {
+  // The telemetry this span reports to; null once that telemetry has shut
+  // down and ended the span itself (the handle then only frees the record).
+  // Guarded by open_spans_lock().
+  TelemetryCore* core = nullptr;
+  // Intrusive list of the core's open spans, guarded by open_spans_lock().
+  LiveSpan* prev = nullptr;
+  LiveSpan* next = nullptr;
+  // Monotonic clock at start: end and event times are start + elapsed.
+  std::int64_t start_steady_ns = 0;
+
+  // Clears the record for reuse, keeping container capacity.
+  void reset();
+};
+
+// Takes a cleared record from this thread's cache or the global pool.
+LiveSpan* acquire_record();
+// Returns records to the pool (freed if the pool is full).
+void release_record(LiveSpan* span);
+void release_records(LiveSpan* const* spans, std::size_t count);
+
+}  // namespace lens::detail

@@ -1,0 +1,185 @@
+#include "lens/telemetry.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <deque>
+#include <mutex>
+
+#include "clock.h"
+#include "lens/error.h"
+#include "lens/file_exporter.h"
+#include "telemetry_core.h"
+
+namespace lens {
+namespace {
+
+// Accepts spans and discards them: for ranks that take part in the step
+// protocol but do not export.
+class DiscardExporter : public SpanExporter {
+ public:
+  ExportResult export_spans(const Resource&, std::span<const SpanRecord* const>) override {
+    return ExportResult::kSuccess;
+  }
+};
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+Resource build_resource(const Config& c) {
+  Resource r;
+  r.set("host.name", host_name());
+  r.set("process.pid", static_cast<std::int64_t>(::getpid()));
+  r.set("telemetry.sdk.name", std::string("lens"));
+  r.set("telemetry.sdk.language", std::string("cpp"));
+  r.set("telemetry.sdk.version", std::string(kLensVersion));
+  for (const auto& a : c.resource_attributes) r.set(a.key, a.value);
+  r.set("service.name", c.service_name);
+  r.set("nemo.run.id", c.run_id);
+  if (c.rank) {
+    r.set("dl.rank", static_cast<std::int64_t>(*c.rank));
+    r.set("service.instance.id", c.run_id + "-rank" + std::to_string(*c.rank));
+  } else {
+    r.set("service.instance.id", c.run_id + "-pid" + std::to_string(::getpid()));
+  }
+  if (c.world_size) r.set("dl.world_size", static_cast<std::int64_t>(*c.world_size));
+  return r;
+}
+
+}  // namespace
+
+struct Telemetry::Impl {
+  Config config;
+  Resource resource;
+  std::string trace_file;
+  std::shared_ptr<SpanExporter> exporter;
+  detail::TelemetryCore core;
+  std::mutex scopes_mu;
+  std::deque<InstrumentationScope> scopes;  // stable addresses
+  bool shut_down = false;
+  std::mutex shutdown_mu;
+};
+
+std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
+                                             const EnvLookup& env) {
+  Config config = resolve_config(options, env);
+  if (!config.enabled) return nullptr;
+  if (!config.warning.empty()) std::fprintf(stderr, "lens: warning: %s\n", config.warning.c_str());
+
+  auto impl = std::make_unique<Impl>();
+  impl->config = std::move(config);
+  const Config& c = impl->config;
+  impl->resource = build_resource(c);
+  if (options.exporter_instance) {
+    impl->exporter = options.exporter_instance;
+  } else if (c.exporter == "file") {
+    impl->trace_file = trace_file_path(c);
+    impl->exporter = std::make_shared<OtlpJsonFileExporter>(impl->trace_file);
+  } else if (c.exporter == "console") {
+    impl->exporter = OtlpJsonFileExporter::for_descriptor(STDOUT_FILENO, "stdout");
+  } else {
+    impl->exporter = std::make_shared<DiscardExporter>();
+  }
+  detail::refresh_clock_offset();
+  impl->core.limits = c.span_limits;
+  impl->core.switches.bits.store(c.span_groups.bits(), std::memory_order_relaxed);
+  impl->core.processor =
+      std::make_unique<BatchProcessor>(impl->exporter, impl->resource, c.batch);
+  return std::unique_ptr<Telemetry>(new Telemetry(std::move(impl)));
+}
+
+Telemetry::Telemetry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Telemetry::~Telemetry() { shutdown(impl_->config.batch.export_timeout); }
+
+Tracer Telemetry::tracer(std::string_view name, std::string_view version) {
+  std::lock_guard<std::mutex> lock(impl_->scopes_mu);
+  for (const auto& s : impl_->scopes)
+    if (s.name == name && s.version == version) return Tracer(&impl_->core, &impl_->core.switches, &s);
+  impl_->scopes.push_back({std::string(name), std::string(version)});
+  return Tracer(&impl_->core, &impl_->core.switches, &impl_->scopes.back());
+}
+
+bool Telemetry::enabled(SpanGroup group) const {
+  return SpanGroupSet(impl_->core.switches.bits.load(std::memory_order_relaxed)).contains(group);
+}
+
+SpanGroupSet Telemetry::span_groups() const {
+  return SpanGroupSet(impl_->core.switches.bits.load(std::memory_order_relaxed));
+}
+
+void Telemetry::set_span_groups(SpanGroupSet groups) {
+  impl_->core.switches.bits.store(groups.bits(), std::memory_order_relaxed);
+}
+
+const Config& Telemetry::config() const { return impl_->config; }
+const Resource& Telemetry::resource() const { return impl_->resource; }
+const std::string& Telemetry::trace_file() const { return impl_->trace_file; }
+
+bool Telemetry::flush(std::chrono::milliseconds timeout) {
+  return impl_->core.processor->force_flush(timeout);
+}
+
+bool Telemetry::shutdown(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
+  if (impl_->shut_down) return true;
+  impl_->shut_down = true;
+  // New spans from here on are not recorded.
+  impl_->core.switches.bits.store(0, std::memory_order_relaxed);
+  impl_->core.truncate_open_spans();
+  const bool in_time = impl_->core.processor->shutdown(timeout);
+  const TelemetryStats s = stats();
+  const auto& p = s.processor;
+  if (p.dropped_queue_full || p.export_failed || p.dropped_at_shutdown || s.spans_truncated) {
+    std::fprintf(stderr,
+                 "lens: shutdown: %llu spans exported, %llu dropped (queue full), %llu failed "
+                 "to export, %llu not exported before the shutdown timeout, %llu ended by "
+                 "shutdown (truncated)\n",
+                 static_cast<unsigned long long>(p.exported),
+                 static_cast<unsigned long long>(p.dropped_queue_full),
+                 static_cast<unsigned long long>(p.export_failed),
+                 static_cast<unsigned long long>(p.dropped_at_shutdown),
+                 static_cast<unsigned long long>(s.spans_truncated));
+  }
+  return in_time;
+}
+
+TelemetryStats Telemetry::stats() const {
+  TelemetryStats s;
+  s.processor = impl_->core.processor->stats();
+  s.spans_truncated = impl_->core.spans_truncated.load(std::memory_order_relaxed);
+  return s;
+}
+
+namespace {
+std::mutex g_global_mu;
+std::unique_ptr<Telemetry> g_global;
+std::atomic<Telemetry*> g_global_ptr{nullptr};
+}  // namespace
+
+Telemetry* init(const TelemetryOptions& options) {
+  std::lock_guard<std::mutex> lock(g_global_mu);
+  if (g_global) {
+    g_global_ptr.store(nullptr);
+    g_global.reset();
+  }
+  g_global = Telemetry::create(options);
+  g_global_ptr.store(g_global.get());
+  return g_global.get();
+}
+
+Telemetry* get_telemetry() { return g_global_ptr.load(std::memory_order_acquire); }
+
+bool shutdown_telemetry(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(g_global_mu);
+  if (!g_global) return true;
+  g_global_ptr.store(nullptr);
+  bool ok = g_global->shutdown(timeout);
+  g_global.reset();
+  return ok;
+}
+
+}  // namespace lens

@@ -1,0 +1,62 @@
+// TelemetryCore: the state a Tracer and a Span reach on the hot path.
+// Internal header.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "lens/batch_processor.h"
+#include "lens/span_record.h"
+#include "lens/tracer.h"
+#include "live_span.h"
+
+namespace lens::detail {
+
+// Guards every TelemetryCore's open-span list and each LiveSpan's `core`
+// pointer. It is process-wide (not per core) so that a span ending on one
+// thread and its Telemetry shutting down on another agree on who ends it,
+// even while that Telemetry is being destroyed. Critical sections are a few
+// pointer writes plus a queue push.
+class SpinLock {
+ public:
+  void lock() noexcept {
+    for (int spins = 0; locked_.exchange(true, std::memory_order_acquire); ++spins) {
+      while (locked_.load(std::memory_order_relaxed)) {
+        if (spins > 64) std::this_thread::yield();
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      }
+    }
+  }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
+SpinLock& open_spans_lock();
+
+class TelemetryCore {
+ public:
+  TelemetryCore() { open_head.prev = open_head.next = &open_head; }
+
+  GroupSwitches switches;
+  SpanLimits limits;
+  std::unique_ptr<BatchProcessor> processor;
+  LiveSpan open_head;  // sentinel of the circular open-span list
+  std::atomic<std::uint64_t> spans_truncated{0};
+
+  // Links s into the open list and marks it as this core's. Takes the lock.
+  void register_open(LiveSpan* s);
+  // Ends every open span: exports a copy marked nemo.span.truncated=true and
+  // detaches the original from this core. Returns how many.
+  std::uint64_t truncate_open_spans();
+};
+
+// Ends a span's recording: timestamps it and queues it (or frees it if its
+// telemetry already ended it).
+void finish_span(LiveSpan* s);
+
+}  // namespace lens::detail
