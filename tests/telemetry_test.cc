@@ -1,0 +1,157 @@
+#include "lens/telemetry.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "lens/error.h"
+#include "memory_telemetry.h"
+
+namespace lens {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::fake_env;
+using testing::MemoryTelemetry;
+
+TEST(Telemetry, DisabledGivesNull) {
+  EXPECT_EQ(Telemetry::create({}, fake_env({})), nullptr);
+  EXPECT_EQ(Telemetry::create({}, fake_env({{"MEGATRON_OTEL_ENABLED", "0"}})), nullptr);
+  EXPECT_EQ(Telemetry::create({}, fake_env({{"MEGATRON_OTEL_ENABLED", "1"},
+                                            {"OTEL_SDK_DISABLED", "true"}})),
+            nullptr);
+}
+
+TEST(Telemetry, InvalidConfigurationFailsCreate) {
+  EXPECT_THROW(Telemetry::create({}, fake_env({{"MEGATRON_OTEL_ENABLED", "1"},
+                                               {"MEGATRON_OTEL_SPAN_GROUPS", "nope"}})),
+               ConfigError);
+}
+
+TEST(Telemetry, ResourceCarriesServiceRunAndRank) {
+  TelemetryOptions opts;
+  opts.rank = 1;
+  opts.world_size = 4;
+  MemoryTelemetry mt(opts, {{"OTEL_RESOURCE_ATTRIBUTES", "team=infra,host.name=override"}});
+  const Resource& r = mt.telemetry->resource();
+  EXPECT_EQ(r.find_string("service.name"), "megatron-lm");
+  EXPECT_EQ(r.find_string("nemo.run.id"), "test-run");
+  EXPECT_EQ(std::get<std::int64_t>(*r.find("dl.rank")), 1);
+  EXPECT_EQ(std::get<std::int64_t>(*r.find("dl.world_size")), 4);
+  EXPECT_EQ(r.find_string("service.instance.id"), "test-run-rank1");
+  EXPECT_EQ(r.find_string("team"), "infra");
+  EXPECT_EQ(r.find_string("host.name"), "override");
+  EXPECT_EQ(r.find_string("telemetry.sdk.name"), "lens");
+  mt.telemetry->tracer().start_span(SpanGroup::kJob, "x").end();
+  mt.spans();
+  EXPECT_EQ(mt.exporter->resource().find_string("nemo.run.id"), "test-run");
+}
+
+TEST(Telemetry, OpenSpansAreTruncatedAtShutdown) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  Span open_job = tracer.start_span(SpanGroup::kJob, "job");
+  open_job.set_attribute("k", 1);
+  Span open_step;
+  {
+    Scope scope(open_job);
+    open_step = tracer.start_span(SpanGroup::kStep, "step");
+  }
+  tracer.start_span(SpanGroup::kStep, "finished").end();
+  ASSERT_TRUE(mt.telemetry->shutdown(10s));
+  EXPECT_EQ(mt.telemetry->stats().spans_truncated, 2u);
+  // Using and ending the handles after shutdown is harmless and exports nothing more.
+  open_job.set_attribute("after", 2);
+  open_job.end();
+  open_step.end();
+  auto spans = mt.exporter->spans();
+  ASSERT_EQ(spans.size(), 3u);
+  int truncated = 0;
+  for (const auto& s : spans) {
+    const auto* flag = find_attribute(s.attributes, "nemo.span.truncated");
+    if (s.name == "finished") {
+      EXPECT_EQ(flag, nullptr);
+      continue;
+    }
+    ASSERT_NE(flag, nullptr) << s.name;
+    EXPECT_TRUE(std::get<bool>(*flag));
+    EXPECT_GE(s.end_time_unix_ns, s.start_time_unix_ns);
+    ++truncated;
+  }
+  EXPECT_EQ(truncated, 2);
+}
+
+TEST(Telemetry, SpansAfterShutdownAreNotRecorded) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  mt.telemetry->shutdown(10s);
+  Span s = tracer.start_span(SpanGroup::kJob, "late");
+  EXPECT_FALSE(s.recording());
+}
+
+TEST(Telemetry, SpanGroupsCanChangeAtRuntime) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  EXPECT_TRUE(tracer.enabled(SpanGroup::kLayer));
+  mt.telemetry->set_span_groups(SpanGroupSet::default_preset());
+  EXPECT_FALSE(tracer.enabled(SpanGroup::kLayer));
+  EXPECT_FALSE(mt.telemetry->enabled(SpanGroup::kLayer));
+  EXPECT_TRUE(mt.telemetry->enabled(SpanGroup::kJob));
+}
+
+TEST(Telemetry, SameScopeNameGivesSameScope) {
+  MemoryTelemetry mt;
+  EXPECT_EQ(mt.telemetry->tracer("a").scope(), mt.telemetry->tracer("a").scope());
+  EXPECT_NE(mt.telemetry->tracer("a").scope(), mt.telemetry->tracer("b").scope());
+}
+
+TEST(Telemetry, GlobalInitAndShutdown) {
+  EXPECT_EQ(get_telemetry(), nullptr);
+  TelemetryOptions opts;
+  opts.enabled = true;
+  opts.exporter = "none";
+  Telemetry* t = init(opts);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(get_telemetry(), t);
+  EXPECT_TRUE(shutdown_telemetry(5s));
+  EXPECT_EQ(get_telemetry(), nullptr);
+}
+
+TEST(Telemetry, DefaultFileExporterWritesUnderTraceDirAndRunId) {
+  auto dir = std::filesystem::temp_directory_path() / ("lens-telemetry-test-" +
+                                                       std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  {
+    auto t = Telemetry::create({}, fake_env({{"MEGATRON_OTEL_ENABLED", "1"},
+                                             {"MEGATRON_OTEL_RUN_ID", "run7"},
+                                             {"LENS_TRACE_DIR", dir.string()},
+                                             {"RANK", "3"},
+                                             {"WORLD_SIZE", "4"}}));
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->trace_file(), (dir / "run7" / "rank-3.otlp.jsonl").string());
+    t->tracer().start_span(SpanGroup::kJob, "job").end();
+  }
+  std::ifstream in(dir / "run7" / "rank-3.otlp.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_NE(line.find("\"name\":\"job\""), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Telemetry, UnwritableTraceDirFailsAtStartup) {
+  auto file = std::filesystem::temp_directory_path() / ("lens-not-a-dir-" +
+                                                        std::to_string(::getpid()));
+  std::ofstream(file) << "x";
+  try {
+    Telemetry::create({}, fake_env({{"MEGATRON_OTEL_ENABLED", "1"},
+                                    {"LENS_TRACE_DIR", file.string()}}));
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(file);
+}
+
+}  // namespace
+}  // namespace lens
