@@ -1,24 +1,31 @@
 #include "lens/batch_processor.h"
 
 #include <condition_variable>
-#include <cstdio>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "clock.h"
 #include "live_span.h"
+#include "spin_lock.h"
 
 namespace lens {
 
+// Two locks: `queue` (a spin lock) guards every field below it and is the
+// only lock the span hot path takes; `wait_mu` exists for the condition
+// variables. Whoever changes a field that a waiter's predicate reads takes
+// wait_mu before notifying, so no wake-up is lost; producers do so only when
+// the queue reaches a full batch.
 struct BatchProcessor::State {
   std::shared_ptr<SpanExporter> exporter;
   Resource resource;
   BatchProcessorOptions options;
 
-  mutable std::mutex mu;
+  std::mutex wait_mu;
   std::condition_variable work_cv;  // wakes the export thread
   std::condition_variable done_cv;  // wakes flush/shutdown waiters
+
+  mutable detail::SpinLock queue;
   std::vector<detail::LiveSpan*> ring;
   std::size_t head = 0;  // next to take
   std::size_t size = 0;
@@ -30,8 +37,19 @@ struct BatchProcessor::State {
   std::uint64_t handled = 0;       // records whose export call returned
   ProcessorStats stats;
 
+  template <typename F>
+  auto locked(F&& f) const {
+    std::lock_guard<detail::SpinLock> lock(queue);
+    return f();
+  }
+  void wake(std::condition_variable& cv) {
+    { std::lock_guard<std::mutex> lock(wait_mu); }
+    cv.notify_all();
+  }
+  bool work_ready() const {
+    return stop || size >= options.max_export_batch_size || flush_target > taken;
+  }
   void run();
-  bool flush_wanted() const { return flush_target > taken; }
 };
 
 void BatchProcessor::State::run() {
@@ -41,30 +59,33 @@ void BatchProcessor::State::run() {
   view.reserve(options.max_export_batch_size);
   auto next_export = std::chrono::steady_clock::now() + options.schedule_delay;
 
-  std::unique_lock<std::mutex> lock(mu);
   for (;;) {
-    work_cv.wait_until(lock, next_export, [&] {
-      return stop || size >= options.max_export_batch_size || flush_wanted();
-    });
+    {
+      std::unique_lock<std::mutex> lock(wait_mu);
+      work_cv.wait_until(lock, next_export, [&] { return locked([&] { return work_ready(); }); });
+    }
     const auto now = std::chrono::steady_clock::now();
     const bool timer = now >= next_export;
-    if (size == 0) {
-      if (stop) break;
-      if (timer) next_export = now + options.schedule_delay;
-      continue;
-    }
-    if (!(stop || timer || flush_wanted() || size >= options.max_export_batch_size)) continue;
-
-    const std::size_t n = std::min<std::size_t>(size, options.max_export_batch_size);
     batch.clear();
-    for (std::size_t i = 0; i < n; ++i) {
-      batch.push_back(ring[head]);
-      head = (head + 1) % ring.size();
+    bool finished = false;
+    {
+      std::lock_guard<detail::SpinLock> lock(queue);
+      if (size == 0) {
+        finished = stop;
+      } else if (timer || work_ready()) {
+        const std::size_t n = std::min<std::size_t>(size, options.max_export_batch_size);
+        for (std::size_t i = 0; i < n; ++i) {
+          batch.push_back(ring[head]);
+          head = (head + 1) % ring.size();
+        }
+        size -= n;
+        taken += n;
+      }
+      if (timer || size < options.max_export_batch_size)
+        next_export = now + options.schedule_delay;
     }
-    size -= n;
-    taken += n;
-    if (size < options.max_export_batch_size) next_export = now + options.schedule_delay;
-    lock.unlock();
+    if (finished) break;
+    if (batch.empty()) continue;
 
     detail::refresh_clock_offset();
     view.assign(batch.begin(), batch.end());
@@ -75,17 +96,15 @@ void BatchProcessor::State::run() {
       // Exporters must not throw; if one does, the batch counts as failed.
     }
     detail::release_records(batch.data(), batch.size());
-
-    lock.lock();
-    handled += n;
-    if (result == ExportResult::kSuccess)
-      stats.exported += n;
-    else
-      stats.export_failed += n;
-    done_cv.notify_all();
+    locked([&] {
+      handled += batch.size();
+      (result == ExportResult::kSuccess ? stats.exported : stats.export_failed) += batch.size();
+      return 0;
+    });
+    wake(done_cv);
   }
-  thread_done = true;
-  done_cv.notify_all();
+  locked([&] { return thread_done = true; });
+  wake(done_cv);
 }
 
 BatchProcessor::BatchProcessor(std::shared_ptr<SpanExporter> exporter, Resource resource,
@@ -108,59 +127,70 @@ BatchProcessor::~BatchProcessor() { shutdown(options_.export_timeout); }
 
 bool BatchProcessor::enqueue(detail::LiveSpan* span) noexcept {
   State& s = *state_;
+  bool accepted = false;
   bool wake = false;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (!s.accepting || s.size == s.ring.size()) {
-      ++s.stats.dropped_queue_full;
-    } else {
+    std::lock_guard<detail::SpinLock> lock(s.queue);
+    if (s.accepting && s.size < s.ring.size()) {
       s.ring[(s.head + s.size) % s.ring.size()] = span;
       ++s.size;
       ++s.stats.queued;
+      accepted = true;
       wake = s.size == s.options.max_export_batch_size;
-      span = nullptr;
+    } else {
+      ++s.stats.dropped_queue_full;
     }
   }
-  if (wake) s.work_cv.notify_one();
-  if (span != nullptr) {
-    detail::release_record(span);
-    return false;
-  }
-  return true;
+  if (wake) s.wake(s.work_cv);
+  if (!accepted) detail::release_record(span);
+  return accepted;
 }
 
 bool BatchProcessor::force_flush(std::chrono::milliseconds timeout) {
   State& s = *state_;
-  std::unique_lock<std::mutex> lock(s.mu);
-  const std::uint64_t target = s.taken + s.size;
-  s.flush_target = std::max(s.flush_target, target);
-  s.work_cv.notify_one();
-  bool done = s.done_cv.wait_for(lock, timeout, [&] { return s.handled >= target || s.thread_done; });
-  lock.unlock();
+  const std::uint64_t target = s.locked([&] {
+    const std::uint64_t t = s.taken + s.size;
+    s.flush_target = std::max(s.flush_target, t);
+    return t;
+  });
+  s.wake(s.work_cv);
+  bool done;
+  {
+    std::unique_lock<std::mutex> lock(s.wait_mu);
+    done = s.done_cv.wait_for(lock, timeout, [&] {
+      return s.locked([&] { return s.handled >= target || s.thread_done; });
+    });
+  }
   return done && s.exporter->force_flush(timeout);
 }
 
 bool BatchProcessor::shutdown(std::chrono::milliseconds timeout) {
   State& s = *state_;
-  std::unique_lock<std::mutex> lock(s.mu);
-  if (s.stop) return s.thread_done;
-  s.accepting = false;
-  s.stop = true;
-  s.work_cv.notify_one();
-  bool done = s.done_cv.wait_for(lock, timeout, [&] { return s.thread_done; });
+  const bool already = s.locked([&] {
+    const bool was = s.stop;
+    s.accepting = false;
+    s.stop = true;
+    return was;
+  });
+  if (already) return s.locked([&] { return s.thread_done; });
+  s.wake(s.work_cv);
+  bool done;
+  {
+    std::unique_lock<std::mutex> lock(s.wait_mu);
+    done = s.done_cv.wait_for(lock, timeout,
+                              [&] { return s.locked([&] { return s.thread_done; }); });
+  }
   if (!done) {
     // The exporter is stuck. What is still queued will not go out in time.
-    s.stats.dropped_at_shutdown += s.size;
+    s.locked([&] { return s.stats.dropped_at_shutdown += s.size; });
     return false;
   }
-  lock.unlock();
   s.exporter->shutdown(timeout);
   return true;
 }
 
 ProcessorStats BatchProcessor::stats() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->stats;
+  return state_->locked([&] { return state_->stats; });
 }
 
 }  // namespace lens

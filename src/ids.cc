@@ -13,11 +13,10 @@
 namespace lens {
 
 TraceId TraceId::from_words(std::uint64_t high, std::uint64_t low) {
-  std::array<std::uint8_t, kSize> b{};
-  for (int i = 0; i < 8; ++i) {
-    b[i] = static_cast<std::uint8_t>(high >> (56 - 8 * i));
-    b[8 + i] = static_cast<std::uint8_t>(low >> (56 - 8 * i));
-  }
+  // Big-endian, as the id is written in hex: high word first.
+  const std::uint64_t words[2] = {__builtin_bswap64(high), __builtin_bswap64(low)};
+  std::array<std::uint8_t, kSize> b;
+  std::memcpy(b.data(), words, kSize);
   return TraceId(b);
 }
 
@@ -28,9 +27,9 @@ std::optional<TraceId> TraceId::from_hex(std::string_view hex) {
 }
 
 bool TraceId::valid() const {
-  for (auto byte : bytes_)
-    if (byte != 0) return true;
-  return false;
+  std::uint64_t words[2];
+  std::memcpy(words, bytes_.data(), kSize);
+  return (words[0] | words[1]) != 0;
 }
 
 void TraceId::write_hex(char* out) const { detail::encode_lower_hex(bytes_.data(), kSize, out); }
@@ -42,8 +41,9 @@ std::string TraceId::to_hex() const {
 }
 
 SpanId SpanId::from_word(std::uint64_t word) {
-  std::array<std::uint8_t, kSize> b{};
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<std::uint8_t>(word >> (56 - 8 * i));
+  const std::uint64_t big_endian = __builtin_bswap64(word);
+  std::array<std::uint8_t, kSize> b;
+  std::memcpy(b.data(), &big_endian, kSize);
   return SpanId(b);
 }
 
@@ -56,9 +56,9 @@ std::optional<SpanId> SpanId::from_hex(std::string_view hex) {
 bool SpanId::valid() const { return to_word() != 0; }
 
 std::uint64_t SpanId::to_word() const {
-  std::uint64_t w = 0;
-  for (auto byte : bytes_) w = (w << 8) | byte;
-  return w;
+  std::uint64_t big_endian;
+  std::memcpy(&big_endian, bytes_.data(), kSize);
+  return __builtin_bswap64(big_endian);
 }
 
 void SpanId::write_hex(char* out) const { detail::encode_lower_hex(bytes_.data(), kSize, out); }

@@ -23,6 +23,17 @@ struct LiveSpan : SpanRecord {
   LiveSpan* next = nullptr;
   // Monotonic clock at start: end and event times are start + elapsed.
   std::int64_t start_steady_ns = 0;
+  // Attributes of earlier uses of this record, kept so their strings' heap
+  // buffers are reused instead of freed and allocated again.
+  Attributes spare_attributes;
+
+  // An attribute slot for a new key, reusing a spare one when there is one.
+  Attribute& new_attribute() {
+    if (spare_attributes.empty()) return attributes.emplace_back();
+    Attribute& a = attributes.emplace_back(std::move(spare_attributes.back()));
+    spare_attributes.pop_back();
+    return a;
+  }
 
   // Clears the record for reuse, keeping container capacity.
   void reset();

@@ -5,15 +5,16 @@
 #include <vector>
 
 #include "live_span.h"
+#include "spin_lock.h"
 
 namespace lens::detail {
 namespace {
 
-constexpr std::size_t kThreadCacheBatch = 32;
+constexpr std::size_t kThreadCacheBatch = 64;
 constexpr std::size_t kGlobalPoolLimit = 16384;
 
 struct GlobalPool {
-  std::mutex mu;
+  SpinLock mu;
   std::vector<LiveSpan*> free;
 };
 
@@ -27,7 +28,7 @@ void release_to_global(LiveSpan* const* spans, std::size_t count) {
   auto& pool = global_pool();
   std::size_t kept = 0;
   {
-    std::lock_guard<std::mutex> lock(pool.mu);
+    std::lock_guard<SpinLock> lock(pool.mu);
     while (kept < count && pool.free.size() < kGlobalPoolLimit) pool.free.push_back(spans[kept++]);
   }
   for (std::size_t i = kept; i < count; ++i) delete spans[i];
@@ -51,6 +52,7 @@ void LiveSpan::reset() {
   parent_span_id = SpanId();
   parent_remote = false;
   name.clear();
+  for (auto& a : attributes) spare_attributes.push_back(std::move(a));
   attributes.clear();
   dropped_attributes_count = 0;
   events.clear();
@@ -67,7 +69,7 @@ LiveSpan* acquire_record() {
   auto& cache = thread_cache();
   if (cache.spans.empty()) {
     auto& pool = global_pool();
-    std::lock_guard<std::mutex> lock(pool.mu);
+    std::lock_guard<SpinLock> lock(pool.mu);
     std::size_t take = std::min(kThreadCacheBatch, pool.free.size());
     cache.spans.insert(cache.spans.end(), pool.free.end() - static_cast<std::ptrdiff_t>(take),
                        pool.free.end());
@@ -76,13 +78,16 @@ LiveSpan* acquire_record() {
   if (cache.spans.empty()) return new LiveSpan;
   LiveSpan* span = cache.spans.back();
   cache.spans.pop_back();
+  // Cleared here, on the thread that will fill it, rather than on the export
+  // thread that returned it: the exporter then only reads records, and the
+  // cache lines it shares with this thread are never left modified on its core.
+  span->reset();
   return span;
 }
 
 void release_record(LiveSpan* span) { release_records(&span, 1); }
 
 void release_records(LiveSpan* const* spans, std::size_t count) {
-  for (std::size_t i = 0; i < count; ++i) spans[i]->reset();
   release_to_global(spans, count);
 }
 

@@ -98,7 +98,7 @@ Attribute* attribute_slot(LiveSpan* s, std::string_view key) {
     ++s->dropped_attributes_count;
     return nullptr;
   }
-  Attribute& a = s->attributes.emplace_back();
+  Attribute& a = s->new_attribute();
   a.key.assign(key);
   return &a;
 }

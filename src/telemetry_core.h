@@ -4,12 +4,12 @@
 
 #include <atomic>
 #include <memory>
-#include <thread>
 
 #include "lens/batch_processor.h"
 #include "lens/span_record.h"
 #include "lens/tracer.h"
 #include "live_span.h"
+#include "spin_lock.h"
 
 namespace lens::detail {
 
@@ -18,24 +18,6 @@ namespace lens::detail {
 // thread and its Telemetry shutting down on another agree on who ends it,
 // even while that Telemetry is being destroyed. Critical sections are a few
 // pointer writes plus a queue push.
-class SpinLock {
- public:
-  void lock() noexcept {
-    for (int spins = 0; locked_.exchange(true, std::memory_order_acquire); ++spins) {
-      while (locked_.load(std::memory_order_relaxed)) {
-        if (spins > 64) std::this_thread::yield();
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-      }
-    }
-  }
-  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
-
- private:
-  std::atomic<bool> locked_{false};
-};
-
 SpinLock& open_spans_lock();
 
 class TelemetryCore {

@@ -1,0 +1,34 @@
+// SpinLock: a test-and-test-and-set lock for critical sections of a few
+// dozen instructions on the span hot path, where a futex-based mutex would
+// make the training thread sleep in the kernel whenever the export thread
+// holds it. Internal header.
+#pragma once
+
+#include <atomic>
+#include <thread>
+
+namespace lens::detail {
+
+class SpinLock {
+ public:
+  void lock() noexcept {
+    int spins = 0;
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      while (locked_.load(std::memory_order_relaxed)) {
+        if (++spins > 64) {
+          std::this_thread::yield();
+        } else {
+#if defined(__x86_64__)
+          __builtin_ia32_pause();
+#endif
+        }
+      }
+    }
+  }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
+}  // namespace lens::detail
