@@ -263,6 +263,44 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
     limit({"OTEL_LINK_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"},
           l.attribute_per_link_count);
   }
+  if (options.sampler) {
+    c.sampler = *options.sampler;
+  } else {
+    const std::string_view kSamplers =
+        "always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, "
+        "parentbased_traceidratio";
+    std::string name = "parentbased_always_on";
+    auto s = env.get({"OTEL_TRACES_SAMPLER"});
+    if (s) name = lower(s->value);
+    std::string_view base = name;
+    c.sampler.parent_based = base.starts_with("parentbased_");
+    if (c.sampler.parent_based) base.remove_prefix(std::string_view("parentbased_").size());
+    if (base == "always_on") {
+      c.sampler.kind = Sampler::Kind::kAlwaysOn;
+    } else if (base == "always_off") {
+      c.sampler.kind = Sampler::Kind::kAlwaysOff;
+    } else if (base == "traceidratio") {
+      c.sampler.kind = Sampler::Kind::kTraceIdRatio;
+      c.sampler.ratio = 1.0;
+      if (auto arg = env.get({"OTEL_TRACES_SAMPLER_ARG"})) {
+        double ratio = -1;
+        auto [ptr, ec] = std::from_chars(arg->value.data(), arg->value.data() + arg->value.size(),
+                                         ratio);
+        if (ec != std::errc() || ptr != arg->value.data() + arg->value.size() || !(ratio >= 0) ||
+            ratio > 1)
+          fail(*arg, "a number from 0 to 1");
+        c.sampler.ratio = ratio;
+      }
+    } else {
+      fail(*s, kSamplers);
+    }
+  }
+
+  if (options.collective_timeout) {
+    c.collective_timeout = *options.collective_timeout;
+  } else if (auto s = env.get({"LENS_COLLECTIVE_TIMEOUT_MS"})) {
+    c.collective_timeout = std::chrono::milliseconds(parse_uint(*s, 1, kMaxMillis));
+  }
   return c;
 }
 

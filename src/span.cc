@@ -130,21 +130,29 @@ LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
     auto& cur = detail::current();
     if (cur.has) parent = &cur.context;
   }
+  const Sampler& sampler = core_->sampler;
   if (parent != nullptr) {
     s->context.trace_id = parent->trace_id;
     s->context.trace_flags = parent->trace_flags;
     s->context.tracestate = parent->tracestate;
     s->parent_span_id = parent->span_id;
     s->parent_remote = parent->remote;
-  } else if (options) {
-    s->context.trace_id = options->trace_id && options->trace_id->valid()
+    if (!sampler.parent_based) {
+      s->context.trace_flags = sampler.should_sample_root(s->context.trace_id)
+                                   ? (parent->trace_flags | TraceFlags::kSampled)
+                                   : (parent->trace_flags & ~TraceFlags::kSampled);
+    }
+  } else {
+    s->context.trace_id = options && options->trace_id && options->trace_id->valid()
                               ? *options->trace_id
                               : IdGenerator::new_trace_id();
-    s->context.trace_flags = options->trace_flags;
-    s->context.tracestate = options->tracestate;
-  } else {
-    s->context.trace_id = IdGenerator::new_trace_id();
-    s->context.trace_flags = TraceFlags::kSampled;
+    if (options && options->trace_flags) {
+      s->context.trace_flags = *options->trace_flags;
+    } else {
+      s->context.trace_flags =
+          sampler.should_sample_root(s->context.trace_id) ? TraceFlags::kSampled : 0;
+    }
+    if (options) s->context.tracestate = options->tracestate;
   }
   s->context.span_id = options && options->span_id && options->span_id->valid()
                            ? *options->span_id

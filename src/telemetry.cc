@@ -85,6 +85,7 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
   }
   detail::refresh_clock_offset();
   impl->core.limits = c.span_limits;
+  impl->core.sampler = c.sampler;
   impl->core.switches.bits.store(c.span_groups.bits(), std::memory_order_relaxed);
   impl->core.processor =
       std::make_unique<BatchProcessor>(impl->exporter, impl->resource, c.batch);

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "lens/batch_processor.h"
+#include "lens/sampler.h"
 #include "lens/span_record.h"
 #include "lens/tracer.h"
 #include "live_span.h"
@@ -26,6 +27,7 @@ class TelemetryCore {
 
   GroupSwitches switches;
   SpanLimits limits;
+  Sampler sampler;
   std::unique_ptr<BatchProcessor> processor;
   LiveSpan open_head;  // sentinel of the circular open-span list
   std::atomic<std::uint64_t> spans_truncated{0};

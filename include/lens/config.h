@@ -13,6 +13,8 @@
 //   MEGATRON_OTEL_EXPORTER     file | console | none (default file)
 //   MEGATRON_OTEL_RUN_ID       run id (else SLURM_JOB_ID, else generated)
 //   OTEL_SDK_DISABLED          true/false
+//   OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG (see sampler.h)
+//   LENS_COLLECTIVE_TIMEOUT_MS (default 300000): step-protocol collectives
 //   OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
 //   OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_EXPORT_TIMEOUT (ms),
 //   OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE
@@ -34,6 +36,7 @@
 #include "lens/attribute.h"
 #include "lens/batch_processor.h"
 #include "lens/exporter.h"
+#include "lens/sampler.h"
 #include "lens/span_groups.h"
 #include "lens/span_record.h"
 
@@ -68,6 +71,8 @@ struct TelemetryOptions {
   std::optional<std::chrono::milliseconds> schedule_delay;
   std::optional<std::chrono::milliseconds> export_timeout;
   std::optional<SpanLimits> span_limits;
+  std::optional<Sampler> sampler;
+  std::optional<std::chrono::milliseconds> collective_timeout;
   // An exporter to use instead of the configured kind (e.g. InMemoryExporter
   // in tests).
   std::shared_ptr<SpanExporter> exporter_instance;
@@ -88,6 +93,8 @@ struct Config {
   std::string trace_file;
   BatchProcessorOptions batch;
   SpanLimits span_limits;
+  Sampler sampler;
+  std::chrono::milliseconds collective_timeout{300000};
   // A warning to print once at start-up (e.g. an OTLP endpoint this build
   // cannot use yet); empty when there is none.
   std::string warning;

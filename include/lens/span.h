@@ -45,8 +45,9 @@ struct StartOptions {
   std::optional<TraceId> trace_id;
   // Use this span id (reserved earlier, e.g. broadcast before the span opens).
   std::optional<SpanId> span_id;
-  // Trace flags of a root span; a child inherits its parent's flags.
-  std::uint8_t trace_flags = TraceFlags::kSampled;
+  // Trace flags of a root span; unset: the telemetry's sampler decides. A
+  // child inherits its parent's flags (with a parent-based sampler).
+  std::optional<std::uint8_t> trace_flags;
   // Tracestate of a root span; a child inherits its parent's.
   std::string tracestate;
   // Links known at start (the sampler of a later version may read them).

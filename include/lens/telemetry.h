@@ -54,6 +54,7 @@ class Telemetry {
   void set_span_groups(SpanGroupSet groups);
 
   const Config& config() const;
+  const Sampler& sampler() const { return config().sampler; }
   const Resource& resource() const;
   // The trace file this process writes, or empty if it writes none.
   const std::string& trace_file() const;

@@ -1,0 +1,80 @@
+// The carrier frame: one step's trace context, as broadcast between ranks.
+//
+// The frame has a fixed size so that ONE broadcast per step carries it (no
+// separate length broadcast). All integers are little-endian.
+//
+//   offset size  field
+//   0      4     magic "LNS1" (0x4c 0x4e 0x53 0x31)
+//   4      2     version (1)
+//   6      2     frame size in bytes (320)
+//   8      4     flags: bit 0 = a context is present (else "no context")
+//   12     1     W3C trace flags (bit 0: sampled: the source's one sampling
+//                decision for the step)
+//   13     1     reserved, 0
+//   14     2     tracestate length in bytes (0..256)
+//   16     16    trace id
+//   32     8     span id (the id the source's step span has)
+//   40     8     step number
+//   48     4     checksum: FNV-1a 32 over the whole frame with this field 0
+//   52     12    reserved, 0 (room for later fields of version 1)
+//   64     256   tracestate (W3C serialised), zero padded
+//
+// Decoding checks every length and field. Anything malformed yields "no
+// context" with the reason; it never reads past the buffer. A tracestate
+// longer than 256 bytes is shortened on encoding by dropping list members
+// from the right, as W3C Trace Context allows.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "lens/span_context.h"
+
+namespace lens {
+
+// What the step protocol broadcasts: the source rank's step span context
+// (already holding the span id the step span will have) and the step number.
+struct StepCarrier {
+  SpanContext context;
+  std::uint64_t step = 0;
+
+  friend bool operator==(const StepCarrier&, const StepCarrier&) = default;
+};
+
+inline constexpr std::size_t kCarrierFrameBytes = 320;
+inline constexpr std::size_t kCarrierMaxTracestateBytes = 256;
+inline constexpr std::uint16_t kCarrierFrameVersion = 1;
+
+using CarrierFrame = std::array<std::uint8_t, kCarrierFrameBytes>;
+
+// Encodes a carrier, or a "no context" frame for nullopt or an invalid context.
+CarrierFrame encode_carrier(const std::optional<StepCarrier>& carrier);
+
+enum class FrameStatus {
+  kOk,             // a context was decoded
+  kNoContext,      // a well-formed frame that says "no context"
+  kWrongSize,      // buffer is not exactly kCarrierFrameBytes
+  kBadMagic,
+  kBadVersion,
+  kBadSizeField,
+  kBadChecksum,
+  kBadTracestateLength,
+  kInvalidIds,     // all-zero trace or span id
+  kReservedNotZero,
+};
+
+std::string_view frame_status_name(FrameStatus status);
+
+struct DecodedCarrier {
+  FrameStatus status = FrameStatus::kNoContext;
+  std::optional<StepCarrier> carrier;  // set only when status == kOk
+};
+
+DecodedCarrier decode_carrier(std::span<const std::uint8_t> frame);
+
+}  // namespace lens

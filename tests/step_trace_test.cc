@@ -1,0 +1,324 @@
+// The step protocol over the in-process communicator: ranks are threads,
+// each with its own Telemetry writing to memory.
+#include "lens/step_trace.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "lens/carrier_slot.h"
+#include "lens/error.h"
+#include "lens/in_process_communicator.h"
+#include "lens/linked_span.h"
+#include "lens/pipeline_stats.h"
+#include "lens/startup_agreement.h"
+#include "memory_telemetry.h"
+
+namespace lens {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct RankResult {
+  std::vector<SpanRecord> spans;
+  std::vector<std::optional<StepCarrier>> carriers;
+};
+
+struct RunOptions {
+  int ranks = 4;
+  int steps = 3;
+  int microbatches = 2;
+  std::string groups = "all";
+  bool telemetry = true;
+  std::map<std::string, std::string> env;
+};
+
+// Runs `steps` steps on `ranks` threads. Non-first stages open a linked span
+// around each of `microbatches` warmup receives.
+std::vector<RankResult> run_pipeline(const RunOptions& o, std::uint64_t* collectives = nullptr) {
+  InProcessGroup group(o.ranks);
+  std::vector<RankResult> results(static_cast<std::size_t>(o.ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < o.ranks; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = group.communicator(r);
+      TelemetryOptions opts;
+      opts.rank = r;
+      opts.world_size = o.ranks;
+      opts.span_groups = o.groups;
+      std::optional<testing::MemoryTelemetry> mt;
+      if (o.telemetry) mt.emplace(opts, o.env);
+      StepTrace trace(mt ? mt->telemetry.get() : nullptr, comm.get());
+      for (int step = 0; step < o.steps; ++step) {
+        StepScope scope(trace, static_cast<std::uint64_t>(step));
+        results[static_cast<std::size_t>(r)].carriers.push_back(scope.carrier());
+        for (int mb = 0; mb < o.microbatches; ++mb) {
+          Span link = trace.recv_forward_linked(mb);
+          Span recv = trace.tracer().start_span(SpanGroup::kCommunication, "megatron.p2p.recv_forward");
+        }
+      }
+      if (mt) results[static_cast<std::size_t>(r)].spans = mt->spans();
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (collectives) *collectives = group.collectives();
+  return results;
+}
+
+std::vector<const SpanRecord*> named(const RankResult& r, std::string_view name) {
+  std::vector<const SpanRecord*> out;
+  for (const auto& s : r.spans)
+    if (s.name == name) out.push_back(&s);
+  return out;
+}
+
+std::int64_t int_attr(const SpanRecord& s, std::string_view key) {
+  const auto* v = find_attribute(s.attributes, key);
+  return v ? std::get<std::int64_t>(*v) : -1;
+}
+
+class StepProtocol : public ::testing::TestWithParam<int> {};
+
+TEST_P(StepProtocol, EveryRankSharesTheTraceAndLinksResolveToRankZeroStepSpan) {
+  RunOptions o;
+  o.ranks = GetParam();
+  std::uint64_t collectives = 0;
+  auto results = run_pipeline(o, &collectives);
+  EXPECT_EQ(collectives, o.ranks > 1 ? static_cast<std::uint64_t>(o.steps) : 0u);
+
+  auto rank0_steps = named(results[0], "megatron.train_step");
+  ASSERT_EQ(rank0_steps.size(), static_cast<std::size_t>(o.steps));
+  std::set<TraceId> step_traces;
+  for (int step = 0; step < o.steps; ++step) {
+    const SpanRecord* root = nullptr;
+    for (auto* s : rank0_steps)
+      if (int_attr(*s, "dl.step") == step) root = s;
+    ASSERT_NE(root, nullptr);
+    step_traces.insert(root->context.trace_id);
+    if (o.ranks > 1) {
+      // Every rank decoded the same carrier, naming rank 0's step span.
+      for (const auto& r : results) {
+        const auto& c = r.carriers[static_cast<std::size_t>(step)];
+        ASSERT_TRUE(c);
+        EXPECT_EQ(c->context.trace_id, root->context.trace_id);
+        EXPECT_EQ(c->context.span_id, root->context.span_id);
+        EXPECT_EQ(c->step, static_cast<std::uint64_t>(step));
+      }
+    }
+    for (int rank = 0; rank < o.ranks; ++rank) {
+      const auto& res = results[static_cast<std::size_t>(rank)];
+      const SpanRecord* mine = nullptr;
+      for (auto* s : named(res, "megatron.train_step"))
+        if (int_attr(*s, "dl.step") == step) mine = s;
+      ASSERT_NE(mine, nullptr) << "rank " << rank << " step " << step;
+      EXPECT_FALSE(mine->has_parent());
+      EXPECT_EQ(int_attr(*mine, "dl.rank"), rank);
+      if (o.ranks > 1) EXPECT_EQ(mine->context.trace_id, root->context.trace_id);
+      auto linked = named(res, "megatron.pp.recv_forward.linked");
+      std::size_t in_step = 0;
+      for (auto* l : linked) {
+        if (l->parent_span_id != mine->context.span_id) continue;
+        ++in_step;
+        EXPECT_EQ(l->context.trace_id, root->context.trace_id);
+        ASSERT_EQ(l->links.size(), 1u);
+        EXPECT_EQ(l->links[0].context.trace_id, root->context.trace_id);
+        EXPECT_EQ(l->links[0].context.span_id, root->context.span_id);
+        EXPECT_EQ(int_attr(*l, "dl.pipeline_parallel.rank"), rank);
+      }
+      const std::size_t expected = (rank == 0 || o.ranks == 1) ? 0u : 2u;
+      EXPECT_EQ(in_step, expected) << "rank " << rank << " step " << step;
+    }
+  }
+  EXPECT_EQ(step_traces.size(), static_cast<std::size_t>(o.steps));  // a new trace per step
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, StepProtocol, ::testing::Values(1, 2, 4, 8),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+TEST(StepProtocolGates, DefaultGroupsKeepTheBroadcastAndDropLinkedSpans) {
+  RunOptions o;
+  o.groups = "default";
+  std::uint64_t collectives = 0;
+  auto results = run_pipeline(o, &collectives);
+  EXPECT_EQ(collectives, 3u);  // ids stay shared
+  for (const auto& r : results) {
+    EXPECT_TRUE(named(r, "megatron.pp.recv_forward.linked").empty());
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_TRUE(r.carriers[static_cast<std::size_t>(step)]);
+      EXPECT_EQ(r.carriers[static_cast<std::size_t>(step)]->context.trace_id,
+                results[0].carriers[static_cast<std::size_t>(step)]->context.trace_id);
+    }
+  }
+}
+
+TEST(StepProtocolGates, NoTelemetryMeansNoCollectiveAndNoSpans) {
+  RunOptions o;
+  o.telemetry = false;
+  std::uint64_t collectives = 1;
+  auto results = run_pipeline(o, &collectives);
+  EXPECT_EQ(collectives, 0u);
+  for (const auto& r : results) {
+    EXPECT_TRUE(r.spans.empty());
+    for (const auto& c : r.carriers) EXPECT_FALSE(c);
+  }
+}
+
+TEST(StepProtocolGates, CommunicationWithoutStepGroupStillJoinsTheSharedTrace) {
+  RunOptions o;
+  o.groups = "communication";
+  auto results = run_pipeline(o);
+  for (int rank = 1; rank < o.ranks; ++rank) {
+    auto linked = named(results[static_cast<std::size_t>(rank)], "megatron.pp.recv_forward.linked");
+    ASSERT_EQ(linked.size(), 6u);
+    for (auto* l : linked) {
+      ASSERT_EQ(l->links.size(), 1u);
+      EXPECT_EQ(l->context.trace_id, l->links[0].context.trace_id);
+    }
+  }
+}
+
+TEST(StepProtocolSampling, EveryRankKeepsOrDropsTheSameSteps) {
+  RunOptions o;
+  o.steps = 40;
+  o.microbatches = 1;
+  o.env = {{"OTEL_TRACES_SAMPLER", "traceidratio"}, {"OTEL_TRACES_SAMPLER_ARG", "0.5"}};
+  auto results = run_pipeline(o);
+  std::set<std::int64_t> kept_by_rank0;
+  for (auto* s : named(results[0], "megatron.train_step")) kept_by_rank0.insert(int_attr(*s, "dl.step"));
+  EXPECT_GT(kept_by_rank0.size(), 5u);
+  EXPECT_LT(kept_by_rank0.size(), 35u);
+  for (const auto& r : results) {
+    std::set<std::int64_t> kept;
+    for (auto* s : named(r, "megatron.train_step")) kept.insert(int_attr(*s, "dl.step"));
+    EXPECT_EQ(kept, kept_by_rank0);
+  }
+}
+
+TEST(LinkedSpan, InvalidRemoteGivesSpanWithoutLinkAndIsCounted) {
+  testing::MemoryTelemetry mt;
+  reset_pipeline_stats();
+  Tracer tracer = mt.telemetry->tracer();
+  {
+    Span a = create_linked_span(tracer, "no-remote", std::optional<StepCarrier>());
+    Span b = create_linked_span(tracer, "invalid-remote", std::optional<SpanContext>(SpanContext()));
+    EXPECT_TRUE(a.recording());
+    EXPECT_TRUE(b.recording());
+  }
+  auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), 2u);
+  for (const auto& s : spans) EXPECT_TRUE(s.links.empty());
+  EXPECT_EQ(pipeline_stats().linked_spans_without_link, 2u);
+}
+
+TEST(LinkedSpan, DisabledCommunicationGroupCreatesNothing) {
+  TelemetryOptions opts;
+  opts.span_groups = "per_step";
+  testing::MemoryTelemetry mt(opts);
+  mt.telemetry->set_span_groups(SpanGroupSet::parse("step"));
+  Span s = create_linked_span(mt.telemetry->tracer(), "x", get_pp_trace_carrier());
+  EXPECT_FALSE(s.recording());
+}
+
+// Runs create_distributed_telemetry on `ranks` threads with per-rank env.
+std::vector<std::string> startup(int ranks,
+                                 std::function<std::map<std::string, std::string>(int)> env_of,
+                                 std::vector<std::string>* run_ids = nullptr) {
+  InProcessGroup group(ranks);
+  std::vector<std::string> errors(static_cast<std::size_t>(ranks));
+  if (run_ids) run_ids->assign(static_cast<std::size_t>(ranks), "");
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = group.communicator(r);
+      TelemetryOptions opts;
+      opts.exporter_instance = std::make_shared<InMemoryExporter>();
+      try {
+        auto t = create_distributed_telemetry(*comm, ranks, opts, testing::fake_env(env_of(r)));
+        if (t && run_ids) (*run_ids)[static_cast<std::size_t>(r)] = t->config().run_id;
+      } catch (const ConfigError& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST(StartupAgreement, RanksTakeRankZeroRunId) {
+  std::vector<std::string> run_ids;
+  auto errors = startup(4, [](int) {
+    return std::map<std::string, std::string>{{"MEGATRON_OTEL_ENABLED", "1"}};
+  }, &run_ids);
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  for (const auto& id : run_ids) EXPECT_EQ(id, run_ids[0]);
+  EXPECT_FALSE(run_ids[0].empty());
+}
+
+TEST(StartupAgreement, MismatchedSpanGroupsFailEveryRankNamingTheSetting) {
+  auto errors = startup(4, [](int r) {
+    return std::map<std::string, std::string>{
+        {"MEGATRON_OTEL_ENABLED", "1"}, {"MEGATRON_OTEL_SPAN_GROUPS", r == 2 ? "all" : "default"}};
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("MEGATRON_OTEL_SPAN_GROUPS differs"), std::string::npos) << e;
+    EXPECT_NE(e.find("rank(s) 2"), std::string::npos) << e;
+  }
+}
+
+TEST(StartupAgreement, MismatchedEnabledFailsEveryRankIncludingDisabledOnes) {
+  auto errors = startup(3, [](int r) {
+    return std::map<std::string, std::string>{{"MEGATRON_OTEL_ENABLED", r == 1 ? "0" : "1"}};
+  });
+  for (const auto& e : errors) EXPECT_NE(e.find("MEGATRON_OTEL_ENABLED differs"), std::string::npos) << e;
+}
+
+TEST(StartupAgreement, OneRankWithBadConfigurationFailsAllWithoutWaiting) {
+  auto errors = startup(4, [](int r) {
+    return std::map<std::string, std::string>{
+        {"MEGATRON_OTEL_ENABLED", "1"}, {"MEGATRON_OTEL_SPAN_GROUPS", r == 3 ? "bogus" : "default"}};
+  });
+  EXPECT_NE(errors[3].find("unknown span group 'bogus'"), std::string::npos) << errors[3];
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(errors[static_cast<std::size_t>(r)].find("rank(s) 3 could not read"), std::string::npos)
+        << errors[static_cast<std::size_t>(r)];
+}
+
+TEST(InProcessCommunicator, MismatchedCollectivesAndTimeoutsThrow) {
+  InProcessGroup group(2);
+  auto c0 = group.communicator(0);
+  auto c1 = group.communicator(1);
+  std::string e0, e1;
+  std::thread t([&] {
+    std::array<std::uint8_t, 4> b{};
+    try {
+      c1->broadcast(b, 1, 2s);
+    } catch (const CommError& e) {
+      e1 = e.what();
+    }
+  });
+  std::array<std::uint8_t, 4> b{};
+  try {
+    c0->broadcast(b, 0, 2s);
+  } catch (const CommError& e) {
+    e0 = e.what();
+  }
+  t.join();
+  EXPECT_NE(e0 + e1, "");
+  EXPECT_NE((e0 + e1).find("different collectives"), std::string::npos) << e0 << e1;
+
+  InProcessGroup lonely(2);
+  auto only = lonely.communicator(0);
+  std::array<std::uint8_t, 4> x{};
+  try {
+    only->broadcast(x, 0, 50ms);
+    ADD_FAILURE() << "expected a timeout";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("broadcast failed on rank 0 of 2"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace lens
