@@ -1,0 +1,74 @@
+#include "lens/mpi_communicator.h"
+
+#include <chrono>
+#include <thread>
+
+namespace lens {
+namespace {
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) throw CommError("lens: MpiCommunicator needs MPI to be initialised first");
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+void MpiCommunicator::wait(MPI_Request& request, std::string_view what,
+                           std::chrono::milliseconds timeout) {
+  // Spin briefly (a shared-memory broadcast completes in about a microsecond),
+  // then poll with growing sleeps up to 1 ms so a slow peer costs no CPU.
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout;
+  auto pause = std::chrono::microseconds(0);
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    const int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) throw CommError(describe_failure(what, mpi_error_text(rc)));
+    if (done) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      throw CommError(describe_failure(
+          what, "did not complete within " + std::to_string(timeout.count()) +
+                    " ms (a peer is missing or stuck); the communicator is unusable now"));
+    }
+    if (now - start > std::chrono::microseconds(200)) {
+      pause = std::min(std::chrono::microseconds(1000),
+                       pause + std::chrono::microseconds(polls < 1000 ? 10 : 100));
+      std::this_thread::sleep_for(pause);
+    }
+  }
+}
+
+void MpiCommunicator::broadcast(std::span<std::uint8_t> data, int root,
+                                std::chrono::milliseconds timeout) {
+  MPI_Request request;
+  const int rc = MPI_Ibcast(data.data(), static_cast<int>(data.size()), MPI_BYTE, root, comm_,
+                            &request);
+  if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Ibcast", mpi_error_text(rc)));
+  wait(request, "broadcast (MPI_Ibcast)", timeout);
+}
+
+void MpiCommunicator::all_gather(std::span<const std::uint8_t> input,
+                                 std::span<std::uint8_t> output,
+                                 std::chrono::milliseconds timeout) {
+  if (output.size() != input.size() * static_cast<std::size_t>(size_))
+    throw CommError(describe_failure("all_gather", "output size is not size() * input size"));
+  MPI_Request request;
+  const int rc = MPI_Iallgather(input.data(), static_cast<int>(input.size()), MPI_BYTE,
+                                output.data(), static_cast<int>(input.size()), MPI_BYTE, comm_,
+                                &request);
+  if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Iallgather", mpi_error_text(rc)));
+  wait(request, "all_gather (MPI_Iallgather)", timeout);
+}
+
+}  // namespace lens

@@ -1,0 +1,39 @@
+// Reading a run's OTLP-JSON-lines files back, and checking the step
+// protocol's invariants across ranks. Shared by the multi-process tests.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lens::testing {
+
+struct ExportedSpan {
+  std::string file;
+  std::string trace_id, span_id, parent_span_id, name;
+  std::int64_t start_ns = 0, end_ns = 0;
+  std::map<std::string, std::string> attributes;  // scalars as text
+  std::map<std::string, std::string> resource;
+  std::vector<std::pair<std::string, std::string>> links;  // (trace id, span id)
+  std::int64_t int_attr(const std::string& key) const;
+};
+
+// Every span of every *.otlp.jsonl file under dir. Throws std::runtime_error
+// naming file and line on malformed input.
+std::vector<ExportedSpan> read_run(const std::filesystem::path& dir);
+
+struct CorrelationExpectation {
+  int ranks = 0;
+  int steps = 0;
+  // Expected linked spans per step on a rank of stage s (0 for stage 0).
+  std::function<int(int stage)> linked_per_step;
+};
+
+// Violations in plain words; empty when all invariants hold.
+std::vector<std::string> check_correlation(const std::vector<ExportedSpan>& spans,
+                                           const CorrelationExpectation& expect);
+
+}  // namespace lens::testing
