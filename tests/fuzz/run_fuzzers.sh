@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a
+# bounded time over its kept corpus in tests/fuzz/corpus/<target>.
+#   run_fuzzers.sh SOURCE_DIR BUILD_DIR SECONDS_PER_TARGET
+set -euo pipefail
+src=$1
+out=$2/fuzz
+seconds=${3:-20}
+mkdir -p "$out"
+clang=$(command -v clang++ || command -v clang++-14)
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+       -I"$src/include" -I"$src/src")
+declare -A sources=(
+  [carrier]="src/carrier.cc src/trace_context.cc src/ids.cc"
+  [trace_context]="src/trace_context.cc src/ids.cc"
+)
+for target in carrier trace_context; do
+  files=()
+  for f in ${sources[$target]}; do files+=("$src/$f"); done
+  "$clang" "${flags[@]}" "$src/tests/fuzz/${target}_fuzzer.cc" "${files[@]}" -o "$out/${target}_fuzzer"
+  work="$out/corpus-$target"
+  rm -rf "$work"
+  cp -r "$src/tests/fuzz/corpus/$target" "$work"
+  echo "fuzzing $target for ${seconds}s"
+  "$out/${target}_fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 \
+    "$work" 2>&1 | tail -n 12
+done
+echo "fuzzing finished without a crash"
