@@ -211,3 +211,56 @@ TEST(Config, OtlpEndpointWithoutExporterWarns) {
 
 }  // namespace
 }  // namespace lens
+
+namespace lens {
+namespace {
+
+TEST(ConfigSampler, DefaultIsParentBasedAlwaysOn) {
+  auto c = resolve_config({}, testing::fake_env({}));
+  EXPECT_TRUE(c.sampler.parent_based);
+  EXPECT_EQ(c.sampler.kind, Sampler::Kind::kAlwaysOn);
+}
+
+TEST(ConfigSampler, ParsesKindsAndRatio) {
+  auto c = resolve_config({}, testing::fake_env({{"OTEL_TRACES_SAMPLER", "traceidratio"},
+                                                 {"OTEL_TRACES_SAMPLER_ARG", "0.25"}}));
+  EXPECT_FALSE(c.sampler.parent_based);
+  EXPECT_EQ(c.sampler.kind, Sampler::Kind::kTraceIdRatio);
+  EXPECT_DOUBLE_EQ(c.sampler.ratio, 0.25);
+  c = resolve_config({}, testing::fake_env({{"OTEL_TRACES_SAMPLER", "ParentBased_Always_Off"}}));
+  EXPECT_TRUE(c.sampler.parent_based);
+  EXPECT_EQ(c.sampler.kind, Sampler::Kind::kAlwaysOff);
+}
+
+TEST(ConfigSampler, BadValuesNameTheVariable) {
+  std::string msg = config_error({}, {{"OTEL_TRACES_SAMPLER", "sometimes"}});
+  EXPECT_NE(msg.find("OTEL_TRACES_SAMPLER='sometimes'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("parentbased_traceidratio"), std::string::npos) << msg;
+  msg = config_error({}, {{"OTEL_TRACES_SAMPLER", "traceidratio"}, {"OTEL_TRACES_SAMPLER_ARG", "1.5"}});
+  EXPECT_NE(msg.find("OTEL_TRACES_SAMPLER_ARG='1.5'"), std::string::npos) << msg;
+  msg = config_error({}, {{"OTEL_TRACES_SAMPLER", "traceidratio"}, {"OTEL_TRACES_SAMPLER_ARG", "half"}});
+  EXPECT_NE(msg.find("a number from 0 to 1"), std::string::npos) << msg;
+  msg = config_error({}, {{"LENS_COLLECTIVE_TIMEOUT_MS", "0"}});
+  EXPECT_NE(msg.find("LENS_COLLECTIVE_TIMEOUT_MS"), std::string::npos) << msg;
+}
+
+TEST(ConfigSampler, RatioDecisionIsDeterministicAndNearTheRatio) {
+  Sampler s;
+  s.kind = Sampler::Kind::kTraceIdRatio;
+  s.ratio = 0.3;
+  int kept = 0;
+  for (int i = 0; i < 20000; ++i) {
+    TraceId t = IdGenerator::new_trace_id();
+    const bool a = s.should_sample_root(t);
+    EXPECT_EQ(a, s.should_sample_root(t));
+    kept += a;
+  }
+  EXPECT_NEAR(kept / 20000.0, 0.3, 0.02);
+  s.ratio = 0;
+  EXPECT_FALSE(s.should_sample_root(IdGenerator::new_trace_id()));
+  s.ratio = 1;
+  EXPECT_TRUE(s.should_sample_root(IdGenerator::new_trace_id()));
+}
+
+}  // namespace
+}  // namespace lens
