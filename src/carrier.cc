@@ -39,10 +39,13 @@ std::uint64_t get_u64(const std::uint8_t* p) {
   return v;
 }
 
-// FNV-1a over the frame, reading the checksum field as zero.
-std::uint32_t frame_checksum(const std::uint8_t* frame) {
+// FNV-1a over the header (checksum field read as zero) and the used part of
+// the tracestate; the padding after it must be zero, which decoding checks
+// separately.
+std::uint32_t frame_checksum(const std::uint8_t* frame, std::size_t tracestate_len) {
   std::uint32_t h = 2166136261u;
-  for (std::size_t i = 0; i < kCarrierFrameBytes; ++i) {
+  const std::size_t end = kTracestateAt + tracestate_len;
+  for (std::size_t i = 0; i < end; ++i) {
     const std::uint8_t byte = (i >= kChecksumAt && i < kChecksumAt + 4) ? 0 : frame[i];
     h = (h ^ byte) * 16777619u;
   }
@@ -76,7 +79,7 @@ CarrierFrame encode_carrier(const std::optional<StepCarrier>& carrier) {
     put_u64(f.data() + kStepAt, carrier->step);
     std::memcpy(f.data() + kTracestateAt, tracestate.data(), tracestate.size());
   }
-  put_u32(f.data() + kChecksumAt, frame_checksum(f.data()));
+  put_u32(f.data() + kChecksumAt, frame_checksum(f.data(), get_u16(f.data() + kTracestateLenAt)));
   return f;
 }
 
@@ -103,15 +106,18 @@ DecodedCarrier decode_carrier(std::span<const std::uint8_t> frame) {
   if (std::memcmp(f, kMagic, 4) != 0) return fail(FrameStatus::kBadMagic);
   if (get_u16(f + kVersionAt) != kCarrierFrameVersion) return fail(FrameStatus::kBadVersion);
   if (get_u16(f + kSizeAt) != kCarrierFrameBytes) return fail(FrameStatus::kBadSizeField);
-  if (get_u32(f + kChecksumAt) != frame_checksum(f)) return fail(FrameStatus::kBadChecksum);
+  const std::uint16_t tracestate_len = get_u16(f + kTracestateLenAt);
+  if (tracestate_len > kCarrierMaxTracestateBytes) return fail(FrameStatus::kBadTracestateLength);
+  if (get_u32(f + kChecksumAt) != frame_checksum(f, tracestate_len))
+    return fail(FrameStatus::kBadChecksum);
+  for (std::size_t i = kTracestateAt + tracestate_len; i < kCarrierFrameBytes; ++i)
+    if (f[i] != 0) return fail(FrameStatus::kReservedNotZero);
   if (f[kReserved1At] != 0) return fail(FrameStatus::kReservedNotZero);
   for (std::size_t i = 0; i < kReserved2Bytes; ++i)
     if (f[kReserved2At + i] != 0) return fail(FrameStatus::kReservedNotZero);
   const std::uint32_t flags = get_u32(f + kFlagsAt);
   if ((flags & ~kFlagHasContext) != 0) return fail(FrameStatus::kReservedNotZero);
   if ((flags & kFlagHasContext) == 0) return fail(FrameStatus::kNoContext);
-  const std::uint16_t tracestate_len = get_u16(f + kTracestateLenAt);
-  if (tracestate_len > kCarrierMaxTracestateBytes) return fail(FrameStatus::kBadTracestateLength);
 
   StepCarrier c;
   std::array<std::uint8_t, TraceId::kSize> trace{};

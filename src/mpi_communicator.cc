@@ -15,7 +15,7 @@ std::string mpi_error_text(int code) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, Wait wait) : comm_(comm), wait_mode_(wait) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) throw CommError("lens: MpiCommunicator needs MPI to be initialised first");
@@ -51,6 +51,11 @@ void MpiCommunicator::wait(MPI_Request& request, std::string_view what,
 
 void MpiCommunicator::broadcast(std::span<std::uint8_t> data, int root,
                                 std::chrono::milliseconds timeout) {
+  if (wait_mode_ == Wait::kBlocking) {
+    const int rc = MPI_Bcast(data.data(), static_cast<int>(data.size()), MPI_BYTE, root, comm_);
+    if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Bcast", mpi_error_text(rc)));
+    return;
+  }
   MPI_Request request;
   const int rc = MPI_Ibcast(data.data(), static_cast<int>(data.size()), MPI_BYTE, root, comm_,
                             &request);
@@ -63,6 +68,12 @@ void MpiCommunicator::all_gather(std::span<const std::uint8_t> input,
                                  std::chrono::milliseconds timeout) {
   if (output.size() != input.size() * static_cast<std::size_t>(size_))
     throw CommError(describe_failure("all_gather", "output size is not size() * input size"));
+  if (wait_mode_ == Wait::kBlocking) {
+    const int rc = MPI_Allgather(input.data(), static_cast<int>(input.size()), MPI_BYTE,
+                                 output.data(), static_cast<int>(input.size()), MPI_BYTE, comm_);
+    if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Allgather", mpi_error_text(rc)));
+    return;
+  }
   MPI_Request request;
   const int rc = MPI_Iallgather(input.data(), static_cast<int>(input.size()), MPI_BYTE,
                                 output.data(), static_cast<int>(input.size()), MPI_BYTE, comm_,

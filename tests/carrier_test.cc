@@ -65,7 +65,8 @@ TEST(Carrier, LongTracestateIsShortenedFromTheRight) {
 // field check behind it.
 void reseal(CarrierFrame& f) {
   std::uint32_t h = 2166136261u;
-  for (std::size_t i = 0; i < f.size(); ++i) {
+  const std::size_t used = 64 + std::min<std::size_t>(f[14] | (f[15] << 8), 256);
+  for (std::size_t i = 0; i < used; ++i) {
     const std::uint8_t b = (i >= 48 && i < 52) ? 0 : f[i];
     h = (h ^ b) * 16777619u;
   }
@@ -99,6 +100,10 @@ TEST(Carrier, MalformedFramesGiveNoContext) {
   f[15] = 0x01;  // tracestate length 257
   reseal(f);
   EXPECT_EQ(decode_carrier(f).status, FrameStatus::kBadTracestateLength);
+  f = good;
+  f[kCarrierFrameBytes - 1] = 1;  // padding after the tracestate
+  reseal(f);
+  EXPECT_EQ(decode_carrier(f).status, FrameStatus::kReservedNotZero);
   f = good;
   std::fill(f.begin() + 16, f.begin() + 32, 0);
   reseal(f);

@@ -15,9 +15,10 @@
 //   16     16    trace id
 //   32     8     span id (the id the source's step span has)
 //   40     8     step number
-//   48     4     checksum: FNV-1a 32 over the whole frame with this field 0
+//   48     4     checksum: FNV-1a 32 over bytes 0..63 (this field read as 0)
+//                and the tracestate's used bytes
 //   52     12    reserved, 0 (room for later fields of version 1)
-//   64     256   tracestate (W3C serialised), zero padded
+//   64     256   tracestate (W3C serialised), then zero padding (checked)
 //
 // Decoding checks every length and field. Anything malformed yields "no
 // context" with the reason; it never reads past the buffer. A tracestate
