@@ -1,0 +1,223 @@
+// End to end: runs build/bin/lens-train in small configurations and checks,
+// from the files it writes, that every stage of a step shares one trace and
+// that the linked spans are exactly where the reference page puts them.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "trace_files.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct TrainerRun {
+  int pp = 2, dp = 1, microbatches = 2, steps = 3;
+  std::string env;    // extra "K=V " assignments
+  std::string flags;  // extra trainer flags
+};
+
+struct RunOutput {
+  int exit_code = -1;
+  std::string output;
+  std::vector<json> reports;  // by rank
+  fs::path trace_dir;
+  std::string run_id;
+};
+
+// The reference page's count of linked spans per step on stage s.
+int expected_linked(int pp, int stage, int microbatches) {
+  if (stage == 0) return 0;
+  const int warmup = std::min(pp - stage - 1, microbatches);
+  return warmup + (microbatches > warmup ? 1 : 0);
+}
+
+RunOutput run_trainer(const TrainerRun& r, const std::string& name) {
+  RunOutput out;
+  const fs::path base = fs::temp_directory_path() / ("lens-e2e-" + std::to_string(getpid())) / name;
+  fs::remove_all(base);
+  fs::create_directories(base / "reports");
+  out.trace_dir = base / "traces";
+  const std::string command =
+      "env " + r.env + " " LENS_TRAIN_BIN " --pp " + std::to_string(r.pp) + " --dp " +
+      std::to_string(r.dp) + " --microbatches " + std::to_string(r.microbatches) + " --steps " +
+      std::to_string(r.steps) + " --layers 4 --hidden 32 --microbatch-size 32 --lr 0.01 --timeout-s 60" +
+      " --trace-dir " + out.trace_dir.string() + " --report-dir " + (base / "reports").string() +
+      " " + r.flags + " > " + (base / "output.txt").string() + " 2>&1";
+  const int status = std::system(command.c_str());
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  std::ifstream in(base / "output.txt");
+  out.output.assign(std::istreambuf_iterator<char>(in), {});
+  for (int rank = 0; rank < r.pp * r.dp; ++rank) {
+    std::ifstream rep(base / "reports" / ("rank-" + std::to_string(rank) + ".json"));
+    if (!rep) break;
+    out.reports.push_back(json::parse(rep));
+  }
+  if (!out.reports.empty()) out.run_id = out.reports[0]["run_id"];
+  return out;
+}
+
+// Linked spans per step on each rank, from the trace files.
+std::map<int, int> linked_per_step_by_rank(const std::vector<lens::testing::ExportedSpan>& spans,
+                                           int steps) {
+  std::map<int, int> count;
+  for (const auto& s : spans)
+    if (s.name == "megatron.pp.recv_forward.linked") ++count[std::stoi(s.resource.at("dl.rank"))];
+  for (auto& [rank, n] : count) n /= steps;
+  return count;
+}
+
+void expect_loss_decreases(const RunOutput& out, int pp) {
+  for (const auto& rep : out.reports) {
+    if (rep["stage"] != pp - 1) continue;
+    const auto& steps = rep["steps"];
+    ASSERT_FALSE(steps.front()["loss"].is_null());
+    EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>())
+        << "rank " << rep["rank"];
+  }
+}
+
+class Correlation : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(Correlation, EveryStepIsOneTraceWithLinksWhereTheReferenceSays) {
+  const auto [pp, microbatches, dp] = GetParam();
+  TrainerRun r;
+  r.pp = pp;
+  r.dp = dp;
+  r.microbatches = microbatches;
+  r.flags = "--otel-enabled=true --otel-span-groups per_step,microbatch";
+  const std::string name =
+      "p" + std::to_string(pp) + "m" + std::to_string(microbatches) + "d" + std::to_string(dp);
+  RunOutput out = run_trainer(r, name);
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  ASSERT_EQ(out.reports.size(), static_cast<std::size_t>(pp * dp)) << out.output;
+  EXPECT_NE(out.output.find("loss"), std::string::npos) << out.output;
+
+  auto spans = lens::testing::read_run(out.trace_dir / out.run_id);
+  lens::testing::CorrelationExpectation expect;
+  expect.ranks = pp * dp;
+  expect.steps = r.steps;
+  expect.linked_per_step = [&, pp = pp, m = microbatches](int stage) {
+    return expected_linked(pp, stage, m);
+  };
+  for (const auto& problem : lens::testing::check_correlation(spans, expect))
+    ADD_FAILURE() << problem;
+
+  // Per rank: no linked span on stage 0; p2p and microbatch spans are there.
+  std::set<std::string> names;
+  for (const auto& s : spans) {
+    names.insert(s.name);
+    if (s.name == "megatron.pp.recv_forward.linked")
+      EXPECT_NE(s.int_attr("dl.pipeline_parallel.rank"), 0);
+    EXPECT_EQ(s.resource.at("service.name"), "megatron-lm");
+    EXPECT_EQ(s.resource.at("nemo.run.id"), out.run_id);
+  }
+  for (const char* expected : {"megatron.train_step", "megatron.microbatch.forward",
+                               "megatron.microbatch.backward", "megatron.optimizer.step",
+                               "megatron.p2p.send_forward", "megatron.p2p.recv_backward"})
+    EXPECT_TRUE(names.count(expected)) << expected;
+  expect_loss_decreases(out, pp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Correlation,
+                         ::testing::Values(std::make_tuple(2, 1, 1), std::make_tuple(2, 4, 1),
+                                           std::make_tuple(4, 2, 1), std::make_tuple(4, 8, 1),
+                                           std::make_tuple(2, 3, 2)),
+                         [](const auto& info) {
+                           return "pp" + std::to_string(std::get<0>(info.param)) + "_m" +
+                                  std::to_string(std::get<1>(info.param)) + "_dp" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
+
+TEST(TrainerGates, LinkedSpanCountDoesNotGrowWithMicrobatches) {
+  TrainerRun a;
+  a.pp = 4;
+  a.microbatches = 4;
+  a.steps = 2;
+  a.flags = "--otel-enabled=true --otel-span-groups per_step";
+  TrainerRun b = a;
+  b.microbatches = 12;
+  RunOutput ra = run_trainer(a, "m4"), rb = run_trainer(b, "m12");
+  ASSERT_EQ(ra.exit_code, 0) << ra.output;
+  ASSERT_EQ(rb.exit_code, 0) << rb.output;
+  auto ca = linked_per_step_by_rank(lens::testing::read_run(ra.trace_dir / ra.run_id), 2);
+  auto cb = linked_per_step_by_rank(lens::testing::read_run(rb.trace_dir / rb.run_id), 2);
+  EXPECT_EQ(ca, cb);
+  EXPECT_EQ(ca, (std::map<int, int>{{1, 3}, {2, 2}, {3, 1}}));
+}
+
+TEST(TrainerGates, DefaultGroupsDropLinkedSpansButIdsStayShared) {
+  TrainerRun r;
+  r.env = "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default";
+  r.pp = 4;
+  RunOutput out = run_trainer(r, "default-groups");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  auto spans = lens::testing::read_run(out.trace_dir / out.run_id);
+  for (const auto& s : spans) EXPECT_NE(s.name, "megatron.pp.recv_forward.linked");
+  ASSERT_EQ(out.reports.size(), 4u);
+  for (const auto& rep : out.reports) {
+    EXPECT_EQ(rep["broadcasts"], r.steps);
+    for (int step = 0; step < r.steps; ++step) {
+      const std::string id = rep["steps"][step]["trace_id"];
+      EXPECT_EQ(id.size(), 32u);
+      EXPECT_EQ(id, out.reports[0]["steps"][step]["trace_id"].get<std::string>());
+    }
+  }
+}
+
+TEST(TrainerGates, DisabledMeansNoSpansAndNoBroadcast) {
+  TrainerRun r;
+  r.env = "MEGATRON_OTEL_ENABLED=0";
+  RunOutput out = run_trainer(r, "disabled");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_FALSE(fs::exists(out.trace_dir));
+  for (const auto& rep : out.reports) {
+    EXPECT_EQ(rep["broadcasts"], 0);
+    EXPECT_EQ(rep["tracing"], false);
+  }
+  EXPECT_NE(out.output.find("tracing       off"), std::string::npos) << out.output;
+  expect_loss_decreases(out, r.pp);
+}
+
+TEST(TrainerGates, SingleStageMeansNoBroadcast) {
+  TrainerRun r;
+  r.pp = 1;
+  r.flags = "--otel-enabled=true --otel-span-groups per_step";
+  RunOutput out = run_trainer(r, "pp1");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  ASSERT_EQ(out.reports.size(), 1u);
+  EXPECT_EQ(out.reports[0]["broadcasts"], 0);
+  auto spans = lens::testing::read_run(out.trace_dir / out.run_id);
+  int steps = 0;
+  for (const auto& s : spans) steps += s.name == "megatron.train_step";
+  EXPECT_EQ(steps, r.steps);
+  expect_loss_decreases(out, 1);
+}
+
+TEST(TrainerGates, CliOverridesEnvironment) {
+  TrainerRun r;
+  r.env = "MEGATRON_OTEL_ENABLED=0 OTEL_SERVICE_NAME=from-env";
+  r.flags = "--otel-enabled=true --otel-service-name from-cli";
+  RunOutput out = run_trainer(r, "cli-override");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  auto spans = lens::testing::read_run(out.trace_dir / out.run_id);
+  ASSERT_FALSE(spans.empty());
+  EXPECT_EQ(spans[0].resource.at("service.name"), "from-cli");
+}
+
+TEST(TrainerErrors, BadFlagNamesTheFlag) {
+  TrainerRun r;
+  r.flags = "--otel-span-groups nonsense --otel-enabled=true";
+  RunOutput out = run_trainer(r, "bad-groups");
+  EXPECT_NE(out.exit_code, 0);
+  EXPECT_NE(out.output.find("unknown span group 'nonsense'"), std::string::npos) << out.output;
+}
+
+}  // namespace

@@ -1,0 +1,106 @@
+#include "p2p_communicator.h"
+
+#include <stdexcept>
+
+namespace lens::train {
+namespace {
+
+constexpr int kForwardTag = 0;   // activations, stage s -> s+1
+constexpr int kBackwardTag = 1;  // gradients, stage s+1 -> s
+
+}  // namespace
+
+P2PCommunicator::P2PCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> pp_group, int stage,
+                                 int stages, std::vector<std::int64_t> activation_shape,
+                                 std::chrono::milliseconds timeout, Tracer tracer)
+    : group_(std::move(pp_group)),
+      stage_(stage),
+      stages_(stages),
+      shape_(std::move(activation_shape)),
+      timeout_(timeout),
+      tracer_(tracer) {}
+
+c10::intrusive_ptr<c10d::Work> P2PCommunicator::post_send(const torch::Tensor& t, int peer,
+                                                         int tag) {
+  std::vector<torch::Tensor> tensors{t.detach().contiguous()};
+  keep_alive_.push_back(tensors[0]);
+  return group_->send(tensors, peer, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> P2PCommunicator::post_recv(torch::Tensor& t, int peer, int tag) {
+  t = torch::empty(shape_, torch::kFloat32);
+  std::vector<torch::Tensor> tensors{t};
+  return group_->recv(tensors, peer, tag);
+}
+
+void P2PCommunicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* op, int peer) {
+  try {
+    if (!work->wait(timeout_)) throw std::runtime_error("timed out");
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string(op) + " with pipeline stage " + std::to_string(peer) +
+                             " failed on stage " + std::to_string(stage_) + " after up to " +
+                             std::to_string(timeout_.count()) + " ms: " + e.what());
+  }
+}
+
+torch::Tensor P2PCommunicator::recv_forward() {
+  if (first_stage()) return {};
+  Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.recv_forward");
+  torch::Tensor t;
+  auto work = post_recv(t, stage_ - 1, kForwardTag);
+  wait(work, "recv_forward", stage_ - 1);
+  return t;
+}
+
+void P2PCommunicator::send_forward(const torch::Tensor& output) {
+  if (last_stage()) return;
+  Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_forward");
+  auto work = post_send(output, stage_ + 1, kForwardTag);
+  wait(work, "send_forward", stage_ + 1);
+  keep_alive_.clear();
+}
+
+torch::Tensor P2PCommunicator::recv_backward() {
+  if (last_stage()) return {};
+  Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.recv_backward");
+  torch::Tensor t;
+  auto work = post_recv(t, stage_ + 1, kBackwardTag);
+  wait(work, "recv_backward", stage_ + 1);
+  return t;
+}
+
+void P2PCommunicator::send_backward(const torch::Tensor& input_grad) {
+  if (first_stage()) return;
+  Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_backward");
+  auto work = post_send(input_grad, stage_ - 1, kBackwardTag);
+  wait(work, "send_backward", stage_ - 1);
+  keep_alive_.clear();
+}
+
+torch::Tensor P2PCommunicator::send_forward_recv_backward(const torch::Tensor& output) {
+  if (last_stage()) return {};
+  Span span =
+      tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_forward_recv_backward");
+  torch::Tensor grad;
+  auto sent = post_send(output, stage_ + 1, kForwardTag);
+  auto received = post_recv(grad, stage_ + 1, kBackwardTag);
+  wait(sent, "send_forward", stage_ + 1);
+  wait(received, "recv_backward", stage_ + 1);
+  keep_alive_.clear();
+  return grad;
+}
+
+torch::Tensor P2PCommunicator::send_backward_recv_forward(const torch::Tensor& input_grad) {
+  if (first_stage()) return {};
+  Span span =
+      tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_backward_recv_forward");
+  torch::Tensor input;
+  auto sent = post_send(input_grad, stage_ - 1, kBackwardTag);
+  auto received = post_recv(input, stage_ - 1, kForwardTag);
+  wait(sent, "send_backward", stage_ - 1);
+  wait(received, "recv_forward", stage_ - 1);
+  keep_alive_.clear();
+  return input;
+}
+
+}  // namespace lens::train

@@ -1,0 +1,57 @@
+// Point-to-point transfers between neighbouring pipeline stages over a c10d
+// process group (ProcessGroupGloo send/recv), with Megatron's operation
+// names. Operations that have nothing to do on the first or last stage are
+// no-ops there (recv_forward on the first stage returns an undefined tensor).
+// Combined operations post the send and the receive together and wait for
+// both, so neighbours exchanging in opposite directions never deadlock.
+//
+// Each transfer that happens is traced as megatron.p2p.<operation> in the
+// `communication` group. Failures and timeouts throw, naming the operation
+// and the peer stage.
+//
+// Thread safety: one per rank, used by the training thread.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <vector>
+
+#include "lens/tracer.h"
+
+namespace lens::train {
+
+class P2PCommunicator {
+ public:
+  P2PCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> pp_group, int stage, int stages,
+                  std::vector<std::int64_t> activation_shape, std::chrono::milliseconds timeout,
+                  Tracer tracer);
+
+  torch::Tensor recv_forward();
+  void send_forward(const torch::Tensor& output);
+  torch::Tensor recv_backward();
+  void send_backward(const torch::Tensor& input_grad);
+  torch::Tensor send_forward_recv_backward(const torch::Tensor& output);
+  torch::Tensor send_backward_recv_forward(const torch::Tensor& input_grad);
+
+  int stage() const { return stage_; }
+  int stages() const { return stages_; }
+  bool first_stage() const { return stage_ == 0; }
+  bool last_stage() const { return stage_ == stages_ - 1; }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> post_send(const torch::Tensor& t, int peer, int tag);
+  c10::intrusive_ptr<c10d::Work> post_recv(torch::Tensor& t, int peer, int tag);
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* op, int peer);
+
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  int stage_;
+  int stages_;
+  std::vector<std::int64_t> shape_;
+  std::chrono::milliseconds timeout_;
+  Tracer tracer_;
+  std::vector<torch::Tensor> keep_alive_;  // send buffers until their work completes
+};
+
+}  // namespace lens::train

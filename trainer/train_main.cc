@@ -1,0 +1,242 @@
+// lens-train: a real pipeline-parallel trainer on libtorch running
+// Megatron's 1F1B schedule, traced with lens. See README, "The demo".
+//
+// Without RANK in the environment it is the launcher: it runs a TCPStore on
+// a free 127.0.0.1 port, starts pp x dp ranks of itself, waits for them
+// (a rank that dies makes the others stop), and prints a summary. With
+// torchrun's variables set (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) it
+// runs as that one rank.
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "lens/broadcast_trace_context.h"
+#include "lens/c10d_communicator.h"
+#include "lens/error.h"
+#include "lens/local_launcher.h"
+#include "lens/pipeline_stats.h"
+#include "lens/startup_agreement.h"
+#include "lens/step_trace.h"
+#include "pipeline_schedule.h"
+#include "train_options.h"
+#include "train_report.h"
+
+namespace lens::train {
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > (1 << 30)) {
+    std::fprintf(stderr, "lens-train: %s='%s' is not valid; accepted: a non-negative integer\n",
+                 name, v);
+    std::exit(2);
+  }
+  return static_cast<int>(x);
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> subgroup(const c10::intrusive_ptr<c10d::Store>& store,
+                                                const std::string& name, int rank, int size,
+                                                std::chrono::milliseconds timeout,
+                                                const std::string& addr) {
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
+  return make_gloo_process_group(prefixed, rank, size, timeout, addr);
+}
+
+// Sums the gradients of the data-parallel replicas (one all-reduce of all
+// gradients flattened together) and averages them.
+void all_reduce_gradients(StageModel& model, c10d::ProcessGroup& dp_group, int dp,
+                          std::chrono::milliseconds timeout) {
+  std::vector<torch::Tensor> grads;
+  for (auto& p : model->parameters())
+    if (p.grad().defined()) grads.push_back(p.grad().view(-1));
+  if (grads.empty()) return;
+  std::vector<torch::Tensor> flat{torch::cat(grads)};
+  if (!dp_group.allreduce(flat)->wait(timeout)) throw std::runtime_error("gradient all-reduce timed out");
+  flat[0].div_(dp);
+  std::int64_t offset = 0;
+  for (auto& g : grads) {
+    g.copy_(flat[0].slice(0, offset, offset + g.numel()));
+    offset += g.numel();
+  }
+}
+
+int run_rank(const TrainOptions& o) {
+  const int rank = env_int("RANK", 0);
+  const int world = env_int("WORLD_SIZE", 1);
+  if (world != o.pp * o.dp) {
+    std::fprintf(stderr,
+                 "lens-train: WORLD_SIZE=%d but --pp %d x --dp %d = %d; accepted: WORLD_SIZE "
+                 "equal to pp x dp\n",
+                 world, o.pp, o.dp, o.pp * o.dp);
+    return 2;
+  }
+  const std::string addr = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1";
+  const int port = env_int("MASTER_PORT", 29500);
+  const std::chrono::milliseconds timeout(static_cast<std::int64_t>(o.timeout_s) * 1000);
+  // Megatron's rank order with tensor parallelism 1: data-parallel fastest.
+  const int stage = rank / o.dp;
+  const int replica = rank % o.dp;
+  torch::set_num_threads(1);
+
+  auto store = connect_tcp_store(addr, static_cast<std::uint16_t>(port), world, timeout);
+  auto world_group = subgroup(store, "world/", rank, world, timeout, addr);
+  auto pp_group = subgroup(store, "pp" + std::to_string(replica) + "/", stage, o.pp, timeout, addr);
+  c10::intrusive_ptr<c10d::ProcessGroup> dp_group;
+  if (o.dp > 1) dp_group = subgroup(store, "dp" + std::to_string(stage) + "/", replica, o.dp, timeout, addr);
+  C10dCommunicator world_comm(world_group);
+
+  TelemetryOptions topts;
+  topts.enabled = o.otel_enabled;
+  topts.span_groups = o.otel_span_groups;
+  topts.service_name = o.otel_service_name;
+  topts.trace_dir = o.trace_dir;
+  topts.collective_timeout = timeout;
+  std::unique_ptr<Telemetry> telemetry;
+  try {
+    telemetry = create_distributed_telemetry(world_comm, o.pp, topts);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "lens-train: rank %d: %s\n", rank, e.what());
+    return 2;
+  }
+  StepTraceOptions sopts;
+  sopts.pipeline_parallel_size = o.pp;
+  sopts.pipeline_rank = stage;
+  StepTrace step_trace(telemetry.get(), &world_comm, sopts);
+  Tracer tracer = step_trace.tracer();
+
+  const int per_stage = o.layers / o.pp;
+  const int extra = o.layers % o.pp;  // the first `extra` stages get one more block
+  const int first_layer = stage * per_stage + std::min(stage, extra);
+  StageModel model(first_layer, per_stage + (stage < extra ? 1 : 0), o.hidden, stage == o.pp - 1,
+                   o.seed);
+  SyntheticData data(o.hidden, o.microbatch_size, o.seed);
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(o.lr));
+  P2PCommunicator p2p(pp_group, stage, o.pp, {o.microbatch_size, o.hidden}, timeout, tracer);
+  ScheduleContext ctx{model, &data, &p2p, &step_trace, tracer, o.microbatches, replica};
+
+  RankReport report;
+  report.rank = rank;
+  report.stage = stage;
+  report.replica = replica;
+  {
+    Span job = tracer.start_span(SpanGroup::kJob, "megatron.job");
+    job.set_attribute("dl.pipeline_parallel.size", o.pp);
+    job.set_attribute("dl.data_parallel.size", o.dp);
+    job.set_attribute("dl.num_microbatches", o.microbatches);
+    for (int step = 0; step < o.steps; ++step) {
+      const auto start = std::chrono::steady_clock::now();
+      StepReport sr;
+      sr.step = step;
+      {
+        StepScope step_scope(step_trace, static_cast<std::uint64_t>(step));
+        if (step_scope.carrier()) sr.trace_id = step_scope.carrier()->context.trace_id.to_hex();
+        optimizer.zero_grad();
+        double loss;
+        {
+          Span fb = tracer.start_span(SpanGroup::kForwardBackward, "megatron.forward_backward");
+          fb.set_attribute("dl.num_microbatches", o.microbatches);
+          loss = forward_backward_1f1b(ctx, step);
+        }
+        if (dp_group) {
+          Span ar = tracer.start_span(SpanGroup::kCommunication, "megatron.grads.all_reduce");
+          all_reduce_gradients(model, *dp_group, o.dp, timeout);
+        }
+        {
+          Span opt = tracer.start_span(SpanGroup::kOptimizer, "megatron.optimizer.step");
+          optimizer.step();
+        }
+        if (!std::isnan(loss)) {
+          sr.loss = loss;
+          step_scope.span().set_attribute("dl.loss", loss);
+        }
+      }
+      sr.milliseconds =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      report.steps.push_back(sr);
+    }
+  }
+
+  report.broadcasts = pipeline_stats().broadcasts;
+  if (telemetry) {
+    report.tracing = true;
+    report.span_groups = telemetry->span_groups().to_string();
+    report.run_id = telemetry->config().run_id;
+    report.trace_file = telemetry->trace_file();
+    telemetry->shutdown(std::chrono::seconds(30));
+    const auto stats = telemetry->stats().processor;
+    report.spans_exported = stats.exported;
+    report.spans_dropped = stats.dropped_queue_full + stats.export_failed + stats.dropped_at_shutdown;
+  }
+  // Every rank finishes its collectives before any tears its groups down.
+  world_group->barrier()->wait(timeout);
+  if (!o.report_dir.empty()) {
+    write_report(report, o.report_dir + "/rank-" + std::to_string(rank) + ".json");
+  } else {
+    const auto& last = report.steps.back();
+    std::printf("lens-train rank %d (stage %d, replica %d): %zu steps, last step %.1f ms%s\n", rank,
+                stage, replica, report.steps.size(), last.milliseconds,
+                last.loss ? (", loss " + std::to_string(*last.loss)).c_str() : "");
+  }
+  return 0;
+}
+
+int launch(const TrainOptions& o) {
+  std::string report_dir = o.report_dir;
+  bool temporary = false;
+  if (report_dir.empty()) {
+    char pattern[] = "/tmp/lens-train-XXXXXX";
+    if (mkdtemp(pattern) == nullptr) {
+      std::perror("lens-train: cannot create a report directory");
+      return 1;
+    }
+    report_dir = pattern;
+    temporary = true;
+  }
+  std::filesystem::create_directories(report_dir);
+  TcpStoreServer server(std::chrono::seconds(o.timeout_s));
+  LaunchOptions launch;
+  launch.world_size = o.pp * o.dp;
+  launch.argv.push_back(std::filesystem::canonical("/proc/self/exe").string());
+  launch.argv.insert(launch.argv.end(), o.args.begin(), o.args.end());
+  if (o.report_dir.empty()) {
+    launch.argv.push_back("--report-dir");
+    launch.argv.push_back(report_dir);
+  }
+  launch.master_port = server.port();
+  launch.grace = std::chrono::seconds(std::min(o.timeout_s, 60));
+  std::fprintf(stderr, "lens-train: starting %d ranks (pp=%d x dp=%d) on 127.0.0.1:%d\n",
+               launch.world_size, o.pp, o.dp, launch.master_port);
+  LaunchResult result = launch_local_ranks(launch);
+  if (result.exit_code != 0) {
+    std::fprintf(stderr, "lens-train: failed: %s\n", result.message.c_str());
+    return 1;
+  }
+  std::vector<RankReport> reports;
+  for (int r = 0; r < launch.world_size; ++r)
+    reports.push_back(read_report(report_dir + "/rank-" + std::to_string(r) + ".json"));
+  std::fputs(summarize(reports, o.pp, o.dp, o.microbatches).c_str(), stdout);
+  if (temporary) std::filesystem::remove_all(report_dir);
+  return 0;
+}
+
+}  // namespace
+}  // namespace lens::train
+
+int main(int argc, char** argv) {
+  const lens::train::TrainOptions options = lens::train::parse_train_options(argc, argv);
+  try {
+    if (std::getenv("RANK") == nullptr) return lens::train::launch(options);
+    return lens::train::run_rank(options);
+  } catch (const std::exception& e) {
+    const char* rank = std::getenv("RANK");
+    std::fprintf(stderr, "lens-train: rank %s: error: %s\n", rank ? rank : "-", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,52 @@
+#include "train_options.h"
+
+#include <CLI/CLI.hpp>
+
+namespace lens::train {
+
+TrainOptions parse_train_options(int argc, char** argv) {
+  TrainOptions o;
+  CLI::App app{
+      "lens-train: a pipeline-parallel trainer on libtorch (Megatron's 1F1B schedule), traced "
+      "with lens.\nWithout RANK in the environment it starts its own pp x dp ranks on this "
+      "machine; under torchrun it runs as the one rank torchrun says."};
+  app.add_option("--pp", o.pp, "pipeline-parallel stages")->check(CLI::Range(1, 64));
+  app.add_option("--dp", o.dp, "data-parallel replicas")->check(CLI::Range(1, 64));
+  app.add_option("--microbatches", o.microbatches, "microbatches per step")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--steps", o.steps, "training steps")->check(CLI::Range(1, 10000000));
+  app.add_option("--layers", o.layers, "Linear+GELU blocks in the model (at least --pp)")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--hidden", o.hidden, "hidden size")->check(CLI::Range(1, 65536));
+  app.add_option("--microbatch-size", o.microbatch_size, "samples per microbatch")
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--lr", o.lr, "Adam learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "seed of the synthetic data and the initial weights");
+  app.add_option("--timeout-s", o.timeout_s, "timeout of every collective and p2p transfer")
+      ->check(CLI::Range(1, 86400));
+  app.add_option("--otel-enabled", o.otel_enabled,
+                 "trace (true/false); default: MEGATRON_OTEL_ENABLED, else off");
+  app.add_option("--otel-span-groups", o.otel_span_groups,
+                 "span groups, e.g. per_step or default,microbatch; default: "
+                 "MEGATRON_OTEL_SPAN_GROUPS, else default");
+  app.add_option("--otel-service-name", o.otel_service_name,
+                 "service.name; default: OTEL_SERVICE_NAME, else megatron-lm");
+  app.add_option("--trace-dir", o.trace_dir,
+                 "where rank-<r>.otlp.jsonl files go (under <dir>/<run-id>/); default: "
+                 "LENS_TRACE_DIR, else lens-traces");
+  app.add_option("--report-dir", o.report_dir, "(set by the launcher) where ranks write reports");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
+  }
+  if (o.layers < o.pp) {
+    std::fprintf(stderr, "lens-train: --layers %d is less than --pp %d; accepted: layers >= pp\n",
+                 o.layers, o.pp);
+    std::exit(2);
+  }
+  for (int i = 1; i < argc; ++i) o.args.emplace_back(argv[i]);
+  return o;
+}
+
+}  // namespace lens::train

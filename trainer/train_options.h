@@ -1,0 +1,39 @@
+// lens-train's command line: the run's shape (pipeline stages, data-parallel
+// replicas, microbatches, model size) and Megatron's tracing flags.
+//
+// Thread safety: a value type.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lens::train {
+
+struct TrainOptions {
+  int pp = 2;             // pipeline-parallel stages
+  int dp = 1;             // data-parallel replicas
+  int microbatches = 4;   // per step and replica
+  int steps = 10;
+  int layers = 8;         // Linear+GELU blocks, split evenly over the stages
+  int hidden = 64;
+  int microbatch_size = 16;
+  double lr = 3e-3;
+  std::uint64_t seed = 1234;
+  int timeout_s = 120;    // for every collective and p2p transfer
+  // Megatron's flags; unset falls back to MEGATRON_OTEL_* in the environment.
+  std::optional<bool> otel_enabled;
+  std::optional<std::string> otel_span_groups;
+  std::optional<std::string> otel_service_name;
+  std::optional<std::string> trace_dir;
+  // Where each rank writes its JSON report (set by the local launcher).
+  std::string report_dir;
+  // The arguments as given, for relaunching ranks.
+  std::vector<std::string> args;
+};
+
+// Parses argv; on --help or a bad value prints the message and exits (0 for
+// help, 2 for an error), naming the flag and what is accepted.
+TrainOptions parse_train_options(int argc, char** argv);
+
+}  // namespace lens::train

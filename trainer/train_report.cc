@@ -1,0 +1,113 @@
+#include "train_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace lens::train {
+
+using json = nlohmann::json;
+
+void write_report(const RankReport& r, const std::string& path) {
+  json steps = json::array();
+  for (const auto& s : r.steps) {
+    steps.push_back({{"step", s.step},
+                     {"loss", s.loss ? json(*s.loss) : json(nullptr)},
+                     {"milliseconds", s.milliseconds},
+                     {"trace_id", s.trace_id}});
+  }
+  json j = {{"rank", r.rank},         {"stage", r.stage},
+            {"replica", r.replica},   {"tracing", r.tracing},
+            {"span_groups", r.span_groups}, {"run_id", r.run_id},
+            {"trace_file", r.trace_file}, {"spans_exported", r.spans_exported},
+            {"spans_dropped", r.spans_dropped}, {"broadcasts", r.broadcasts},
+            {"steps", steps}};
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << j.dump(1) << "\n";
+  std::filesystem::rename(tmp, path);
+}
+
+RankReport read_report(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read rank report " + path);
+  json j = json::parse(in);
+  RankReport r;
+  r.rank = j.at("rank");
+  r.stage = j.at("stage");
+  r.replica = j.at("replica");
+  r.tracing = j.at("tracing");
+  r.span_groups = j.at("span_groups");
+  r.run_id = j.at("run_id");
+  r.trace_file = j.at("trace_file");
+  r.spans_exported = j.at("spans_exported");
+  r.spans_dropped = j.at("spans_dropped");
+  r.broadcasts = j.at("broadcasts");
+  for (const auto& s : j.at("steps")) {
+    StepReport sr;
+    sr.step = s.at("step");
+    if (!s.at("loss").is_null()) sr.loss = s.at("loss").get<double>();
+    sr.milliseconds = s.at("milliseconds");
+    sr.trace_id = s.at("trace_id");
+    r.steps.push_back(sr);
+  }
+  return r;
+}
+
+std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int microbatches) {
+  std::ostringstream out;
+  char line[512];
+  const RankReport* last = nullptr;  // last stage of replica 0 reports the loss
+  const RankReport* first = nullptr;
+  std::uint64_t spans = 0, dropped = 0;
+  for (const auto& r : ranks) {
+    if (r.stage == pp - 1 && r.replica == 0) last = &r;
+    if (r.rank == 0) first = &r;
+    spans += r.spans_exported;
+    dropped += r.spans_dropped;
+  }
+  const std::size_t steps = first ? first->steps.size() : 0;
+  std::snprintf(line, sizeof line,
+                "lens-train: %zu steps, pp=%d dp=%d microbatches=%d (%zu ranks)\n", steps, pp, dp,
+                microbatches, ranks.size());
+  out << line;
+  if (last && !last->steps.empty() && last->steps.front().loss && last->steps.back().loss) {
+    std::snprintf(line, sizeof line, "  loss          %.4f -> %.4f (last stage, replica 0)\n",
+                  *last->steps.front().loss, *last->steps.back().loss);
+    out << line;
+  }
+  if (first && !first->steps.empty()) {
+    std::vector<double> ms;
+    for (const auto& s : first->steps) ms.push_back(s.milliseconds);
+    std::sort(ms.begin(), ms.end());
+    std::snprintf(line, sizeof line, "  step time     %.1f ms median (rank 0; first step %.1f ms)\n",
+                  ms[ms.size() / 2], first->steps.front().milliseconds);
+    out << line;
+  }
+  if (first && first->tracing) {
+    const std::string dir = std::filesystem::path(first->trace_file).parent_path().string();
+    std::snprintf(line, sizeof line, "  tracing       on, span groups %s, run id %s\n",
+                  first->span_groups.c_str(), first->run_id.c_str());
+    out << line;
+    std::snprintf(line, sizeof line,
+                  "  spans         %llu written (%llu dropped), %llu trace-context broadcasts per "
+                  "rank\n",
+                  static_cast<unsigned long long>(spans), static_cast<unsigned long long>(dropped),
+                  static_cast<unsigned long long>(first->broadcasts));
+    out << line;
+    out << "  traces        " << dir << "/rank-*.otlp.jsonl (OTLP JSON lines, one file per rank)\n";
+    out << "  look at them  replay into Jaeger with the OpenTelemetry Collector's otlpjsonfile\n"
+           "                receiver (see README, \"Viewing the traces\"), then search\n"
+           "                service.name=megatron-lm, tag nemo.run.id="
+        << first->run_id << "\n";
+  } else {
+    out << "  tracing       off (pass --otel-enabled=true or set MEGATRON_OTEL_ENABLED=1)\n";
+  }
+  return out.str();
+}
+
+}  // namespace lens::train

@@ -1,0 +1,41 @@
+// What each rank reports at the end of a run, and the launcher's summary of
+// all ranks' reports.
+//
+// Thread safety: plain functions; call from one thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lens::train {
+
+struct StepReport {
+  std::int64_t step = 0;
+  std::optional<double> loss;  // on the last stage
+  double milliseconds = 0;
+  std::string trace_id;  // of the step's broadcast context; empty without one
+};
+
+struct RankReport {
+  int rank = 0;
+  int stage = 0;
+  int replica = 0;
+  bool tracing = false;
+  std::string span_groups;
+  std::string run_id;
+  std::string trace_file;
+  std::uint64_t spans_exported = 0;
+  std::uint64_t spans_dropped = 0;
+  std::uint64_t broadcasts = 0;
+  std::vector<StepReport> steps;
+};
+
+void write_report(const RankReport& report, const std::string& path);
+RankReport read_report(const std::string& path);
+
+// The human summary the launcher prints.
+std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int microbatches);
+
+}  // namespace lens::train
