@@ -1,5 +1,7 @@
 #include "train_report.h"
 
+#include "lens/span_groups.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -58,6 +60,18 @@ RankReport read_report(const std::string& path) {
   return r;
 }
 
+namespace {
+
+// "per_step" rather than its eleven groups, when the set is exactly a preset.
+std::string groups_spec(const std::string& groups) {
+  for (const char* preset : {"default", "per_step", "all"}) {
+    if (SpanGroupSet::parse(preset).to_string() == groups) return preset;
+  }
+  return groups;
+}
+
+}  // namespace
+
 std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int microbatches) {
   std::ostringstream out;
   char line[512];
@@ -91,7 +105,7 @@ std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int 
   if (first && first->tracing) {
     const std::string dir = std::filesystem::path(first->trace_file).parent_path().string();
     std::snprintf(line, sizeof line, "  tracing       on, span groups %s, run id %s\n",
-                  first->span_groups.c_str(), first->run_id.c_str());
+                  groups_spec(first->span_groups).c_str(), first->run_id.c_str());
     out << line;
     std::snprintf(line, sizeof line,
                   "  spans         %llu written (%llu dropped), %llu trace-context broadcasts per "
