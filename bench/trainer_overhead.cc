@@ -1,0 +1,80 @@
+// The cost of tracing on a real pipeline-parallel run: lens-train untraced
+// (MEGATRON_OTEL_ENABLED=0), traced with all span groups, and traced with the
+// default groups, run alternately in one session; prints each mode's median
+// step time and the ratios to untraced.
+//
+//   lens_trainer_overhead [rounds] [steps]   (run from the build directory's bin/)
+//
+// The configuration (P = 2 so both ranks fit the 2 cores, 8 microbatches,
+// hidden 128) gives steps of ~50 ms; the first 3 steps of every run are
+// warm-up and not counted.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "train_report.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<double> run(const std::string& trainer, const std::string& env, int steps,
+                        const fs::path& dir) {
+  fs::remove_all(dir);
+  fs::create_directories(dir / "reports");
+  const std::string cmd = "env " + env + " " + trainer +
+                          " --pp 2 --microbatches 8 --hidden 128 --layers 8 --microbatch-size 32 "
+                          "--steps " + std::to_string(steps) + " --trace-dir " +
+                          (dir / "traces").string() + " --report-dir " +
+                          (dir / "reports").string() + " > " + (dir / "out.txt").string() + " 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    std::fprintf(stderr, "lens-train failed; see %s\n", (dir / "out.txt").c_str());
+    std::exit(1);
+  }
+  std::vector<double> ms;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto report = lens::train::read_report((dir / "reports" / ("rank-" + std::to_string(rank) + ".json")).string());
+    for (std::size_t i = 3; i < report.steps.size(); ++i) ms.push_back(report.steps[i].milliseconds);
+  }
+  return ms;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 5;
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 40;
+  const std::string trainer = (fs::canonical("/proc/self/exe").parent_path() / "lens-train").string();
+  const fs::path dir = fs::temp_directory_path() / "lens-trainer-overhead";
+  struct Mode {
+    const char* name;
+    const char* env;
+    std::vector<double> ms;
+  } modes[] = {
+      {"untraced", "MEGATRON_OTEL_ENABLED=0", {}},
+      {"traced, all groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all", {}},
+      {"traced, default groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default", {}},
+  };
+  for (int r = 0; r < rounds; ++r) {
+    for (int k = 0; k < 3; ++k) {
+      Mode& m = modes[(r + k) % 3];  // rotate which mode runs first
+      auto ms = run(trainer, m.env, steps, dir);
+      m.ms.insert(m.ms.end(), ms.begin(), ms.end());
+    }
+  }
+  const double base = median(modes[0].ms);
+  for (const auto& m : modes) {
+    std::printf("%-24s median step %7.2f ms over %zu steps   ratio to untraced %.3f\n", m.name,
+                median(m.ms), m.ms.size(), median(m.ms) / base);
+  }
+  fs::remove_all(dir);
+  return 0;
+}
