@@ -65,7 +65,7 @@ TEST(Carrier, LongTracestateIsShortenedFromTheRight) {
 // field check behind it.
 void reseal(CarrierFrame& f) {
   std::uint32_t h = 2166136261u;
-  const std::size_t used = 64 + std::min<std::size_t>(f[14] | (f[15] << 8), 256);
+  const std::size_t used = 64 + std::min<std::size_t>(f[14] | (f[15] << 8), kCarrierMaxTracestateBytes);
   for (std::size_t i = 0; i < used; ++i) {
     const std::uint8_t b = (i >= 48 && i < 52) ? 0 : f[i];
     h = (h ^ b) * 16777619u;
@@ -96,8 +96,8 @@ TEST(Carrier, MalformedFramesGiveNoContext) {
   f[20] ^= 0x01;  // a flipped trace id bit without a new checksum
   EXPECT_EQ(decode_carrier(f).status, FrameStatus::kBadChecksum);
   f = good;
-  f[14] = 0x01;
-  f[15] = 0x01;  // tracestate length 257
+  f[14] = static_cast<std::uint8_t>(kCarrierMaxTracestateBytes + 1);
+  f[15] = 0;  // tracestate length one past the maximum
   reseal(f);
   EXPECT_EQ(decode_carrier(f).status, FrameStatus::kBadTracestateLength);
   f = good;
