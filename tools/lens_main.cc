@@ -1,0 +1,138 @@
+// lens: look at a pipeline-parallel run's traces.
+//
+//   lens check RUN_DIR                 correlation invariants; exit 0 ok, 1 violated, 2 bad input
+//   lens summary RUN_DIR [--json]      time per step and stage, bubble, slowest stage
+//   lens timeline RUN_DIR -o wave.html [--steps A-B]
+//   lens export RUN_DIR --perfetto out.json | --jaeger out.json
+//
+// RUN_DIR is a directory of rank-<r>.otlp.jsonl files (lens-traces/<run-id>).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+
+#include "check.h"
+#include "run_reader.h"
+#include "summary.h"
+#include "timeline.h"
+#include "viewer_export.h"
+
+namespace {
+
+using namespace lens::tools;
+
+constexpr int kOk = 0, kViolations = 1, kBadInput = 2;
+
+Run load(const std::string& dir) {
+  const bool tty = isatty(STDERR_FILENO);
+  Run run = read_run(dir, [&](std::size_t done, std::size_t total) {
+    if (tty && total > 1) std::fprintf(stderr, "\rreading %zu/%zu files", done, total);
+  });
+  if (tty && run.files.size() > 1) std::fprintf(stderr, "\r\033[K");
+  for (const auto& f : run.files)
+    for (const auto& w : f.warnings) std::fprintf(stderr, "lens: warning: %s\n", w.c_str());
+  return run;
+}
+
+bool write_file(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+  if (!out) {
+    std::fprintf(stderr, "lens: cannot write %s\n", path.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"lens: check, summarise and draw a pipeline-parallel run's traces"};
+  app.require_subcommand(1);
+  std::string dir;
+
+  auto* check = app.add_subcommand("check", "verify the run's cross-rank correlation");
+  check->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+
+  bool as_json = false;
+  auto* summary = app.add_subcommand("summary", "time per step and stage, bubble, slowest stage");
+  summary->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+  summary->add_flag("--json", as_json, "machine-readable output");
+
+  std::string output, steps = "0-2";
+  auto* timeline = app.add_subcommand("timeline", "draw the pipeline wave as a self-contained HTML file");
+  timeline->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+  timeline->add_option("-o,--output", output, "HTML file to write")->required();
+  timeline->add_option("--steps", steps, "steps to draw, A-B or A")->capture_default_str();
+
+  std::string perfetto, jaeger;
+  auto* exp = app.add_subcommand("export", "write the run in a viewer's format");
+  exp->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+  exp->add_option("--perfetto", perfetto, "Chrome trace-event JSON for Perfetto UI");
+  exp->add_option("--jaeger", jaeger, "JSON for Jaeger UI's file upload");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kOk : kBadInput;
+  }
+
+  Run run;
+  try {
+    run = load(dir);
+  } catch (const ReadError& e) {
+    std::fprintf(stderr, "lens: %s\n", e.what());
+    return kBadInput;
+  }
+  const PipelineView view = build_view(run);
+
+  if (check->parsed()) {
+    auto violations = check_run(run, view);
+    for (const auto& v : violations) std::printf("FAIL %s\n", format_violation(v).c_str());
+    std::printf("%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), run.files.size(),
+                view.steps.size(), run.span_count(),
+                violations.empty() ? "every step is one trace; every link resolves"
+                                   : (std::to_string(violations.size()) + " violations").c_str());
+    return violations.empty() ? kOk : kViolations;
+  }
+  if (summary->parsed()) {
+    const Summary s = summarize_run(view);
+    std::fputs((as_json ? format_json(s) : format_table(s)).c_str(), stdout);
+    return kOk;
+  }
+  if (timeline->parsed()) {
+    TimelineOptions o;
+    auto dash = steps.find('-');
+    try {
+      o.first_step = std::stoll(steps.substr(0, dash));
+      o.last_step = dash == std::string::npos ? o.first_step : std::stoll(steps.substr(dash + 1));
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "lens: --steps '%s' is not valid; accepted: A-B or A (step numbers)\n",
+                   steps.c_str());
+      return kBadInput;
+    }
+    o.title = "lens timeline: " + dir + ", steps " + std::to_string(o.first_step) + "-" +
+              std::to_string(o.last_step);
+    if (!write_file(output, render_timeline(view, o))) return kBadInput;
+    std::printf("wrote %s (%zu ranks, steps %lld-%lld)\n", output.c_str(), run.files.size(),
+                static_cast<long long>(o.first_step), static_cast<long long>(o.last_step));
+    return kOk;
+  }
+  if (exp->parsed()) {
+    if (perfetto.empty() && jaeger.empty()) {
+      std::fprintf(stderr, "lens: export needs --perfetto FILE or --jaeger FILE\n");
+      return kBadInput;
+    }
+    if (!perfetto.empty()) {
+      if (!write_file(perfetto, export_perfetto(run))) return kBadInput;
+      std::printf("wrote %s (open it in ui.perfetto.dev or chrome://tracing)\n", perfetto.c_str());
+    }
+    if (!jaeger.empty()) {
+      if (!write_file(jaeger, export_jaeger(run))) return kBadInput;
+      std::printf("wrote %s (load it in Jaeger UI: Search -> JSON File)\n", jaeger.c_str());
+    }
+    return kOk;
+  }
+  return kOk;
+}

@@ -1,0 +1,97 @@
+#include "pipeline_view.h"
+
+#include <algorithm>
+
+namespace lens::tools {
+
+SpanKind kind_of(const SpanRow& s) {
+  const std::string& n = s.name;
+  if (n == "megatron.train_step") return SpanKind::kStep;
+  if (n == "megatron.forward_backward") return SpanKind::kForwardBackward;
+  if (n.ends_with(".linked")) return SpanKind::kLinked;
+  if (n.starts_with("megatron.p2p.")) return SpanKind::kP2p;
+  if (n == "megatron.microbatch.forward") return SpanKind::kForward;
+  if (n == "megatron.microbatch.backward") return SpanKind::kBackward;
+  if (n.starts_with("megatron.optimizer")) return SpanKind::kOptimizer;
+  return SpanKind::kOther;
+}
+
+const char* kind_name(SpanKind kind) {
+  switch (kind) {
+    case SpanKind::kStep: return "step";
+    case SpanKind::kForwardBackward: return "forward_backward";
+    case SpanKind::kForward: return "forward";
+    case SpanKind::kBackward: return "backward";
+    case SpanKind::kP2p: return "p2p";
+    case SpanKind::kLinked: return "linked";
+    case SpanKind::kOptimizer: return "optimizer";
+    case SpanKind::kOther: return "other";
+  }
+  return "other";
+}
+
+int lane_row(SpanKind k) {
+  switch (k) {
+    case SpanKind::kStep:
+    case SpanKind::kForwardBackward: return 0;
+    case SpanKind::kForward:
+    case SpanKind::kBackward:
+    case SpanKind::kOptimizer: return 1;
+    case SpanKind::kLinked: return 3;
+    default: return 2;
+  }
+}
+
+PipelineView build_view(const Run& run) {
+  PipelineView view;
+  std::map<std::int64_t, StepView> steps;
+  // (rank, trace id) -> step number
+  std::map<std::pair<int, std::string>, std::int64_t> step_of_trace;
+  int max_stage = -1;
+  for (const auto& f : run.files) {
+    view.ranks.push_back(f.rank);
+    for (const auto& s : f.spans) {
+      view.by_span_id[s.span_id] = &s;
+      if (s.has("dl.pipeline_parallel.size"))
+        view.pipeline_stages = std::max<int>(view.pipeline_stages,
+                                             static_cast<int>(s.int_attr("dl.pipeline_parallel.size")));
+      if (s.has("dl.num_microbatches"))
+        view.microbatches = std::max<int>(view.microbatches,
+                                          static_cast<int>(s.int_attr("dl.num_microbatches")));
+      if (kind_of(s) != SpanKind::kStep || !s.has("dl.step")) continue;
+      const std::int64_t step = s.int_attr("dl.step");
+      StepOnRank& sr = steps[step].ranks[s.rank];
+      steps[step].step = step;
+      sr.rank = s.rank;
+      sr.stage = static_cast<int>(s.int_attr("dl.pipeline_parallel.rank", s.rank));
+      sr.step_span = &s;
+      max_stage = std::max(max_stage, sr.stage);
+      step_of_trace[{s.rank, s.trace_id}] = step;
+    }
+  }
+  for (const auto& f : run.files) {
+    for (const auto& s : f.spans) {
+      auto it = step_of_trace.find({s.rank, s.trace_id});
+      if (it == step_of_trace.end()) continue;
+      steps[it->second].ranks[s.rank].spans.push_back(&s);
+    }
+  }
+  if (view.pipeline_stages == 0) view.pipeline_stages = max_stage + 1;
+  for (auto& [step, sv] : steps) {
+    for (auto& [rank, sr] : sv.ranks)
+      std::sort(sr.spans.begin(), sr.spans.end(),
+                [](const SpanRow* a, const SpanRow* b) { return a->start_ns < b->start_ns; });
+    view.steps.push_back(std::move(sv));
+  }
+  if (view.microbatches == 0 && !view.steps.empty()) {
+    for (const auto& [rank, sr] : view.steps.front().ranks) {
+      if (sr.stage != 0) continue;
+      int forwards = 0;
+      for (const auto* s : sr.spans) forwards += kind_of(*s) == SpanKind::kForward;
+      view.microbatches = std::max(view.microbatches, forwards);
+    }
+  }
+  return view;
+}
+
+}  // namespace lens::tools

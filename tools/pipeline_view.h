@@ -1,0 +1,50 @@
+// PipelineView: a run's spans arranged by step and rank, with each span's
+// kind (forward, backward, p2p, linked, optimizer, ...), for the `lens`
+// command's check, summary, timeline and exports.
+//
+// A span belongs to step s on rank r when it is on rank r and in the trace
+// of rank r's megatron.train_step span for step s (dl.step).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "run_reader.h"
+
+namespace lens::tools {
+
+enum class SpanKind { kStep, kForwardBackward, kForward, kBackward, kP2p, kLinked, kOptimizer, kOther };
+
+SpanKind kind_of(const SpanRow& span);
+const char* kind_name(SpanKind kind);
+// The row a span of this kind is drawn in within its rank's lane:
+// 0 step and forward_backward, 1 compute (forward, backward, optimizer),
+// 2 p2p and anything else, 3 linked receives (they overlap the p2p receive
+// they wrap, so they get a row of their own).
+inline constexpr int kLaneRows = 4;
+int lane_row(SpanKind kind);
+
+struct StepOnRank {
+  int rank = -1;
+  int stage = -1;
+  const SpanRow* step_span = nullptr;
+  std::vector<const SpanRow*> spans;  // the step's spans on this rank, step span included
+};
+
+struct StepView {
+  std::int64_t step = 0;
+  std::map<int, StepOnRank> ranks;  // by rank
+};
+
+struct PipelineView {
+  int pipeline_stages = 0;  // from dl.pipeline_parallel.size, else the largest stage + 1
+  int microbatches = 0;     // from dl.num_microbatches, else forward spans per step on stage 0
+  std::vector<int> ranks;   // ranks with a file
+  std::vector<StepView> steps;  // by step number
+  std::map<std::string, const SpanRow*> by_span_id;
+};
+
+PipelineView build_view(const Run& run);
+
+}  // namespace lens::tools

@@ -1,0 +1,63 @@
+// Reading a run's OTLP-JSON-lines files (one per rank, as lens writes them)
+// into plain span rows for the `lens` command.
+//
+// Every line must be an OTLP/JSON ExportTraceServiceRequest. A line that does
+// not parse is an error naming the file and line, except an unterminated
+// last line (a process killed mid-write), which is skipped with a warning.
+//
+// Thread safety: plain functions and values.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lens::tools {
+
+struct SpanRow {
+  int rank = -1;  // dl.rank of the file's resource
+  std::string trace_id, span_id, parent_span_id, name;
+  std::int64_t start_ns = 0, end_ns = 0;
+  std::map<std::string, std::string> attributes;  // scalar values as text
+  std::vector<std::pair<std::string, std::string>> links;  // (trace id, span id)
+
+  std::int64_t int_attr(const std::string& key, std::int64_t fallback = -1) const;
+  bool has(const std::string& key) const { return attributes.count(key) != 0; }
+};
+
+struct RankFile {
+  std::filesystem::path path;
+  int rank = -1;
+  int world_size = -1;
+  std::string run_id;
+  std::string service_name;
+  std::vector<SpanRow> spans;
+  std::size_t lines = 0;
+  std::vector<std::string> warnings;
+};
+
+struct Run {
+  std::filesystem::path dir;
+  std::vector<RankFile> files;  // sorted by rank
+
+  std::size_t span_count() const;
+  // The world size the files' resources declare (the largest seen), or -1.
+  int declared_world_size() const;
+};
+
+// A malformed input: names the file and line.
+class ReadError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Reads every *.otlp.jsonl file directly in `dir` (or the one file `dir`
+// names). `progress` is called after each file with (files done, files).
+Run read_run(const std::filesystem::path& dir,
+             const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+}  // namespace lens::tools

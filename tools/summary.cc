@@ -1,0 +1,121 @@
+#include "summary.h"
+
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+namespace lens::tools {
+
+namespace {
+double ms(const SpanRow& s) { return static_cast<double>(s.end_ns - s.start_ns) / 1e6; }
+}  // namespace
+
+Summary summarize_run(const PipelineView& view) {
+  Summary out;
+  out.pipeline_stages = view.pipeline_stages;
+  out.microbatches = view.microbatches;
+  if (out.pipeline_stages > 0 && out.microbatches > 0)
+    out.theoretical_bubble = static_cast<double>(out.pipeline_stages - 1) /
+                             (out.microbatches + out.pipeline_stages - 1);
+  std::map<int, std::pair<double, int>> compute_by_stage;  // total ms, rows
+  double bubble_sum = 0;
+  int bubble_rows = 0;
+  for (const auto& sv : view.steps) {
+    for (const auto& [rank, sr] : sv.ranks) {
+      StageStep row;
+      row.step = sv.step;
+      row.rank = rank;
+      row.stage = sr.stage;
+      row.step_ms = ms(*sr.step_span);
+      double window = 0;
+      for (const SpanRow* s : sr.spans) {
+        switch (kind_of(*s)) {
+          case SpanKind::kForward: row.forward_ms += ms(*s); break;
+          case SpanKind::kBackward: row.backward_ms += ms(*s); break;
+          case SpanKind::kP2p: row.p2p_ms += ms(*s); break;
+          case SpanKind::kOptimizer: row.optimizer_ms += ms(*s); break;
+          case SpanKind::kForwardBackward: window += ms(*s); break;
+          default: break;
+        }
+      }
+      row.idle_ms = std::max(0.0, row.step_ms - row.forward_ms - row.backward_ms - row.p2p_ms -
+                                      row.optimizer_ms);
+      const double compute = row.forward_ms + row.backward_ms;
+      if (window > 0 && compute > 0) {
+        row.bubble = std::max(0.0, 1.0 - compute / window);
+        bubble_sum += row.bubble;
+        ++bubble_rows;
+      }
+      compute_by_stage[row.stage].first += compute;
+      compute_by_stage[row.stage].second += 1;
+      out.rows.push_back(row);
+    }
+  }
+  if (bubble_rows > 0) out.measured_bubble = bubble_sum / bubble_rows;
+  for (const auto& [stage, c] : compute_by_stage) {
+    const double per_step = c.first / c.second;
+    if (per_step > out.slowest_stage_compute_ms) {
+      out.slowest_stage_compute_ms = per_step;
+      out.slowest_stage = stage;
+    }
+  }
+  return out;
+}
+
+std::string format_table(const Summary& s) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%6s %5s %5s %9s %9s %9s %9s %9s %9s %7s\n", "step", "rank",
+                "stage", "step ms", "fwd ms", "bwd ms", "p2p ms", "opt ms", "idle ms", "bubble");
+  out += line;
+  for (const auto& r : s.rows) {
+    char bubble[16] = "n/a";
+    if (r.bubble >= 0) std::snprintf(bubble, sizeof bubble, "%.2f", r.bubble);
+    std::snprintf(line, sizeof line, "%6lld %5d %5d %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %7s\n",
+                  static_cast<long long>(r.step), r.rank, r.stage, r.step_ms, r.forward_ms,
+                  r.backward_ms, r.p2p_ms, r.optimizer_ms, r.idle_ms, bubble);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "pipeline: %d stages, %d microbatches per step\n",
+                s.pipeline_stages, s.microbatches);
+  out += line;
+  if (s.measured_bubble >= 0) {
+    std::snprintf(line, sizeof line,
+                  "bubble: measured %.3f (mean over steps and ranks), theoretical (P-1)/(M+P-1) "
+                  "= %.3f\n",
+                  s.measured_bubble, s.theoretical_bubble);
+  } else {
+    std::snprintf(line, sizeof line,
+                  "bubble: not measurable (needs the forward_backward and microbatch span "
+                  "groups); theoretical (P-1)/(M+P-1) = %.3f\n",
+                  s.theoretical_bubble);
+  }
+  out += line;
+  if (s.slowest_stage >= 0 && s.slowest_stage_compute_ms > 0) {
+    std::snprintf(line, sizeof line, "slowest stage: %d (%.2f ms of forward+backward per step)\n",
+                  s.slowest_stage, s.slowest_stage_compute_ms);
+    out += line;
+  }
+  return out;
+}
+
+std::string format_json(const Summary& s) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : s.rows) {
+    rows.push_back({{"step", r.step}, {"rank", r.rank}, {"stage", r.stage},
+                    {"step_ms", r.step_ms}, {"forward_ms", r.forward_ms},
+                    {"backward_ms", r.backward_ms}, {"p2p_ms", r.p2p_ms},
+                    {"optimizer_ms", r.optimizer_ms}, {"idle_ms", r.idle_ms},
+                    {"bubble", r.bubble >= 0 ? nlohmann::json(r.bubble) : nlohmann::json(nullptr)}});
+  }
+  nlohmann::json j = {
+      {"pipeline_stages", s.pipeline_stages},
+      {"microbatches", s.microbatches},
+      {"measured_bubble", s.measured_bubble >= 0 ? nlohmann::json(s.measured_bubble) : nlohmann::json(nullptr)},
+      {"theoretical_bubble", s.theoretical_bubble >= 0 ? nlohmann::json(s.theoretical_bubble) : nlohmann::json(nullptr)},
+      {"slowest_stage", s.slowest_stage},
+      {"rows", rows}};
+  return j.dump(1) + "\n";
+}
+
+}  // namespace lens::tools

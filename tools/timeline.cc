@@ -1,0 +1,178 @@
+#include "timeline.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <map>
+
+namespace lens::tools {
+namespace {
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+constexpr int kLeft = 110, kWidth = 1300, kRowHeight = 16, kLaneGap = 14, kTop = 40;
+
+}  // namespace
+
+std::string render_timeline(const PipelineView& view, const TimelineOptions& o) {
+  // The time window: every span of the chosen steps.
+  std::int64_t t0 = std::numeric_limits<std::int64_t>::max(), t1 = 0;
+  std::vector<const StepView*> steps;
+  for (const auto& sv : view.steps) {
+    if (sv.step < o.first_step || sv.step > o.last_step) continue;
+    steps.push_back(&sv);
+    for (const auto& [rank, sr] : sv.ranks)
+      for (const SpanRow* s : sr.spans) {
+        t0 = std::min(t0, s->start_ns);
+        t1 = std::max(t1, s->end_ns);
+      }
+  }
+  if (t1 <= t0) t1 = t0 + 1;
+  const double scale = static_cast<double>(kWidth) / static_cast<double>(t1 - t0);
+  auto x_of = [&](std::int64_t t) { return kLeft + (t - t0) * scale; };
+
+  // Lanes ordered by stage, then rank.
+  std::map<int, int> stage_of;
+  for (const auto* sv : steps)
+    for (const auto& [rank, sr] : sv->ranks) stage_of[rank] = sr.stage;
+  std::vector<int> lanes(view.ranks.begin(), view.ranks.end());
+  std::sort(lanes.begin(), lanes.end(), [&](int a, int b) {
+    return std::make_pair(stage_of.count(a) ? stage_of[a] : 1 << 30, a) <
+           std::make_pair(stage_of.count(b) ? stage_of[b] : 1 << 30, b);
+  });
+  std::map<int, int> lane_y;
+  const int lane_height = kLaneRows * kRowHeight + kLaneGap;
+  for (std::size_t i = 0; i < lanes.size(); ++i)
+    lane_y[lanes[i]] = kTop + static_cast<int>(i) * lane_height;
+  const int height = kTop + static_cast<int>(lanes.size()) * lane_height + 40;
+
+  std::string svg;
+  char buf[1024];
+  for (int rank : lanes) {
+    std::snprintf(buf, sizeof buf,
+                  "<g class=\"lane\" data-rank=\"%d\"><rect class=\"lane-bg\" x=\"0\" y=\"%d\" "
+                  "width=\"%d\" height=\"%d\"/><text x=\"6\" y=\"%d\">rank %d%s</text></g>\n",
+                  rank, lane_y[rank] - 4, kLeft + kWidth + 10, kLaneRows * kRowHeight + 8,
+                  lane_y[rank] + 2 * kRowHeight + 4, rank,
+                  stage_of.count(rank) ? (" · stage " + std::to_string(stage_of[rank])).c_str()
+                                       : "");
+    svg += buf;
+  }
+  // Spans.
+  std::size_t links = 0;
+  std::string arrows;
+  for (const auto* sv : steps) {
+    const StepOnRank* source = nullptr;
+    for (const auto& [rank, sr] : sv->ranks)
+      if (!source || sr.rank < source->rank) source = &sr;
+    for (const auto& [rank, sr] : sv->ranks) {
+      for (const SpanRow* s : sr.spans) {
+        const SpanKind k = kind_of(*s);
+        const double x = x_of(s->start_ns);
+        const double w = std::max(1.0, (s->end_ns - s->start_ns) * scale);
+        const int y = lane_y[rank] + lane_row(k) * kRowHeight;
+        std::string detail = s->name + " | rank " + std::to_string(rank) + " | step " +
+                             std::to_string(sv->step);
+        std::snprintf(buf, sizeof buf, " | %.3f ms", (s->end_ns - s->start_ns) / 1e6);
+        detail += buf;
+        if (s->has("dl.microbatch_id")) detail += " | microbatch " + s->attributes.at("dl.microbatch_id");
+        std::snprintf(buf, sizeof buf,
+                      "<rect class=\"span %s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
+                      "data-detail=\"%s\"><title>%s</title></rect>\n",
+                      kind_name(k), x, y, w, kRowHeight - 3, escape(detail).c_str(),
+                      escape(detail).c_str());
+        svg += buf;
+        if (k == SpanKind::kLinked && source && s->links.size() == 1) {
+          const SpanRow* target = view.by_span_id.count(s->links[0].second)
+                                      ? view.by_span_id.at(s->links[0].second)
+                                      : nullptr;
+          if (target && lane_y.count(target->rank)) {
+            std::snprintf(buf, sizeof buf,
+                          "<path class=\"link\" d=\"M %.2f %d C %.2f %d, %.2f %d, %.2f %d\" "
+                          "marker-end=\"url(#arrow)\"><title>link from %s (rank %d) to rank %d's "
+                          "step span</title></path>\n",
+                          x_of(target->start_ns), lane_y[target->rank] + kRowHeight / 2,
+                          x_of(target->start_ns) + 30, lane_y[target->rank] + kRowHeight,
+                          x - 30, y, x, y + (kRowHeight - 3) / 2, escape(s->name).c_str(), rank,
+                          target->rank);
+            arrows += buf;
+            ++links;
+          }
+        }
+      }
+    }
+  }
+  // Time axis.
+  std::string axis;
+  const double total_ms = (t1 - t0) / 1e6;
+  for (int i = 0; i <= 10; ++i) {
+    const double x = kLeft + kWidth * i / 10.0;
+    std::snprintf(buf, sizeof buf,
+                  "<line class=\"tick\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/><text "
+                  "class=\"axis\" x=\"%.1f\" y=\"%d\">%.1f ms</text>\n",
+                  x, kTop - 10, x, height - 30, x - 12, kTop - 14, total_ms * i / 10.0);
+    axis += buf;
+  }
+
+  std::string html = R"(<!doctype html>
+<html><head><meta charset="utf-8"><title>)" + escape(o.title) + R"(</title>
+<style>
+ body { font: 13px sans-serif; margin: 16px; color: #222; }
+ .lane-bg { fill: #f7f7f9; }
+ .span { stroke: none; } .span:hover { stroke: #000; stroke-width: 1; }
+ .step { fill: #c9ccd3; } .forward_backward { fill: #dde1e8; }
+ .forward { fill: #3d7dd8; } .backward { fill: #3aa564; } .optimizer { fill: #e8912d; }
+ .p2p { fill: #9a9a9a; } .linked { fill: #8e44ad; } .other { fill: #b0b0b0; }
+ .link { fill: none; stroke: #8e44ad; stroke-width: 1.2; opacity: 0.8; }
+ .tick { stroke: #e0e0e0; } .axis { font-size: 10px; fill: #666; }
+ #detail { position: fixed; bottom: 8px; left: 16px; background: #fff; border: 1px solid #ccc;
+           padding: 4px 8px; min-height: 1em; }
+ .legend span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
+</style></head><body>
+<h3>)" + escape(o.title) + R"(</h3>
+<div class="legend">)" +
+      R"(<span style="background:#3d7dd8"></span>forward<span style="background:#3aa564"></span>backward)" +
+      R"(<span style="background:#e8912d"></span>optimizer<span style="background:#9a9a9a"></span>p2p)" +
+      R"(<span style="background:#8e44ad"></span>linked recv (arrow: link to the source's step span))" +
+      R"(<span style="background:#c9ccd3"></span>step</div>
+)";
+  std::snprintf(buf, sizeof buf,
+                "<svg id=\"wave\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                "data-lanes=\"%zu\" data-links=\"%zu\">\n",
+                kLeft + kWidth + 20, height, lanes.size(), links);
+  html += buf;
+  html += R"(<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#8e44ad"/></marker></defs>
+)";
+  html += axis + svg + arrows + "</svg>\n<div id=\"detail\"></div>\n";
+  html += R"(<script>
+(function () {
+  var detail = document.getElementById('detail');
+  var spans = document.querySelectorAll('rect.span');
+  for (var i = 0; i < spans.length; i++) {
+    spans[i].addEventListener('mouseenter', function (e) {
+      detail.textContent = e.target.getAttribute('data-detail');
+    });
+  }
+  var wave = document.getElementById('wave');
+  document.body.setAttribute('data-ready', 'lanes=' + document.querySelectorAll('g.lane').length +
+      ' links=' + document.querySelectorAll('path.link').length + ' spans=' + spans.length);
+})();
+</script>
+</body></html>
+)";
+  return html;
+}
+
+}  // namespace lens::tools
