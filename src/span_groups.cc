@@ -108,3 +108,26 @@ std::string SpanGroupSet::to_string() const {
 }
 
 }  // namespace lens
+
+namespace lens {
+
+std::string SpanGroupSet::to_spec() const {
+  std::string out;
+  std::uint32_t rest = bits_;
+  for (auto [name, preset] : {std::pair{"all", all()}, std::pair{"per_step", per_step_preset()},
+                              std::pair{"default", default_preset()}}) {
+    if ((bits_ & preset.bits_) == preset.bits_) {
+      out = name;
+      rest &= ~preset.bits_;
+      break;
+    }
+  }
+  for (std::size_t i = 0; i < kGroupNames.size(); ++i) {
+    if (!((rest >> i) & 1u)) continue;
+    if (!out.empty()) out += ',';
+    out += kGroupNames[i];
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace lens

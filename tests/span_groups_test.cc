@@ -52,6 +52,16 @@ TEST(SpanGroups, EmptyItemIsAnError) {
   EXPECT_THROW(SpanGroupSet::parse("step,"), ConfigError);
 }
 
+TEST(SpanGroups, ShortestSpecParsesBack) {
+  EXPECT_EQ(SpanGroupSet::parse("per_step,microbatch").to_spec(), "per_step,microbatch");
+  EXPECT_EQ(SpanGroupSet::parse("all").to_spec(), "all");
+  EXPECT_EQ(SpanGroupSet::parse("layer,default").to_spec(), "default,layer");
+  EXPECT_EQ(SpanGroupSet::parse("step,optimizer").to_spec(), "step,optimizer");
+  EXPECT_EQ(SpanGroupSet::none().to_spec(), "none");
+  for (const char* spec : {"per_step,microbatch", "default,layer", "step"})
+    EXPECT_EQ(SpanGroupSet::parse(SpanGroupSet::parse(spec).to_spec()), SpanGroupSet::parse(spec));
+}
+
 TEST(SpanGroups, NamesRoundTrip) {
   for (int i = 0; i < kSpanGroupCount; ++i) {
     auto g = static_cast<SpanGroup>(i);

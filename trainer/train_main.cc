@@ -166,7 +166,7 @@ int run_rank(const TrainOptions& o) {
   report.broadcasts = pipeline_stats().broadcasts;
   if (telemetry) {
     report.tracing = true;
-    report.span_groups = telemetry->span_groups().to_string();
+    report.span_groups = telemetry->span_groups().to_spec();
     report.run_id = telemetry->config().run_id;
     report.trace_file = telemetry->trace_file();
     telemetry->shutdown(std::chrono::seconds(30));

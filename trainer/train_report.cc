@@ -1,6 +1,5 @@
 #include "train_report.h"
 
-#include "lens/span_groups.h"
 
 #include <algorithm>
 #include <cmath>
@@ -60,18 +59,6 @@ RankReport read_report(const std::string& path) {
   return r;
 }
 
-namespace {
-
-// "per_step" rather than its eleven groups, when the set is exactly a preset.
-std::string groups_spec(const std::string& groups) {
-  for (const char* preset : {"default", "per_step", "all"}) {
-    if (SpanGroupSet::parse(preset).to_string() == groups) return preset;
-  }
-  return groups;
-}
-
-}  // namespace
-
 std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int microbatches) {
   std::ostringstream out;
   char line[512];
@@ -105,7 +92,7 @@ std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int 
   if (first && first->tracing) {
     const std::string dir = std::filesystem::path(first->trace_file).parent_path().string();
     std::snprintf(line, sizeof line, "  tracing       on, span groups %s, run id %s\n",
-                  groups_spec(first->span_groups).c_str(), first->run_id.c_str());
+                  first->span_groups.c_str(), first->run_id.c_str());
     out << line;
     std::snprintf(line, sizeof line,
                   "  spans         %llu written (%llu dropped), %llu trace-context broadcasts per "

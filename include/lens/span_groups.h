@@ -58,6 +58,9 @@ class SpanGroupSet {
 
   // Group names in declaration order, comma-separated.
   std::string to_string() const;
+  // The shortest spec that parses back to this set: the largest preset it
+  // contains, then the other groups ("per_step,microbatch").
+  std::string to_spec() const;
 
   friend bool operator==(SpanGroupSet, SpanGroupSet) = default;
 
