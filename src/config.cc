@@ -75,6 +75,94 @@ std::uint64_t parse_uint(const Setting& s, std::uint64_t min, std::uint64_t max)
 constexpr std::uint64_t kMaxCount = 1u << 24;
 constexpr std::uint64_t kMaxMillis = 24ull * 3600 * 1000;
 
+// OTEL_EXPORTER_OTLP_HEADERS: "k=v,k=v", values percent-encoded. Errors name
+// the variable and the member's position, never a value (they carry tokens).
+std::vector<std::pair<std::string, std::string>> parse_headers(const Setting& s) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::size_t pos = 0;
+  int member = 0;
+  while (pos <= s.value.size()) {
+    std::size_t comma = s.value.find(',', pos);
+    if (comma == std::string::npos) comma = s.value.size();
+    ++member;
+    std::string item = trimmed(std::string_view(s.value).substr(pos, comma - pos));
+    pos = comma + 1;
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    std::string key = eq == std::string::npos ? "" : trimmed(item.substr(0, eq));
+    if (eq == std::string::npos || key.empty()) {
+      throw ConfigError(s.name + ": member " + std::to_string(member) +
+                        " is not key=value (values are not shown: they may hold secrets); "
+                        "accepted: key=value pairs separated by ','");
+    }
+    std::string value;
+    const std::string raw = trimmed(item.substr(eq + 1));
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '%' && i + 2 < raw.size() &&
+          std::isxdigit(static_cast<unsigned char>(raw[i + 1])) &&
+          std::isxdigit(static_cast<unsigned char>(raw[i + 2]))) {
+        value.push_back(static_cast<char>(std::stoi(raw.substr(i + 1, 2), nullptr, 16)));
+        i += 2;
+      } else {
+        value.push_back(raw[i]);
+      }
+    }
+    for (char ch : key + value) {
+      if (ch == '\r' || ch == '\n' || ch == '\0')
+        throw ConfigError(s.name + ": member " + std::to_string(member) +
+                          " contains a line break; accepted: header names and values without "
+                          "control characters");
+    }
+    out.emplace_back(key, value);
+  }
+  return out;
+}
+
+std::string checked_url(const Setting& s) {
+  if (!(s.value.starts_with("http://") || s.value.starts_with("https://")) || s.value.size() < 9)
+    fail(s, "an http:// or https:// URL");
+  return s.value;
+}
+
+void resolve_otlp(const Env& env, const std::optional<Setting>& traces_endpoint,
+                  const std::optional<Setting>& base_endpoint, OtlpHttpOptions& o) {
+  if (traces_endpoint) {
+    o.endpoint = checked_url(*traces_endpoint);  // used as is
+  } else if (base_endpoint) {
+    std::string base = checked_url(*base_endpoint);
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    o.endpoint = base + "/v1/traces";
+  } else {
+    o.endpoint = "http://localhost:4318/v1/traces";  // the specification's default
+  }
+  if (auto p = env.get({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"})) {
+    const std::string v = lower(p->value);
+    if (v == "http/protobuf")
+      o.json = false;
+    else if (v == "http/json")
+      o.json = true;
+    else
+      fail(*p, "http/protobuf, http/json (grpc is not supported by lens)");
+  }
+  if (auto h = env.get({"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"}))
+    o.headers = parse_headers(*h);
+  if (auto t = env.get({"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"}))
+    o.timeout = std::chrono::milliseconds(parse_uint(*t, 1, kMaxMillis));
+  if (auto z = env.get({"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION"})) {
+    const std::string v = lower(z->value);
+    if (v == "gzip")
+      o.gzip = true;
+    else if (v == "none")
+      o.gzip = false;
+    else
+      fail(*z, "gzip, none");
+  }
+  if (auto cert = env.get({"OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE"})) {
+    if (::access(cert->value.c_str(), R_OK) != 0) fail(*cert, "the path of a readable CA certificate file");
+    o.certificate = cert->value;
+  }
+}
+
 }  // namespace
 
 EnvLookup process_environment() {
@@ -120,8 +208,9 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
     c.span_groups = SpanGroupSet::default_preset();
   }
 
-  auto endpoint = env.get({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"});
-  const std::string_view kExporters = "file, console, none";
+  const std::optional<Setting> traces_endpoint = env.get({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"});
+  const std::optional<Setting> base_endpoint = env.get({"OTEL_EXPORTER_OTLP_ENDPOINT"});
+  const std::string_view kExporters = "otlp, file, console, none";
   if (options.exporter_instance) {
     c.exporter = "custom";
   } else {
@@ -130,21 +219,20 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
       s = Setting{"exporter option", lower(*options.exporter)};
     else
       s = env.get({"MEGATRON_OTEL_EXPORTER", "NEMO_LENS_EXPORTER"});
-    c.exporter = s ? lower(s->value) : "file";
-    if (c.exporter == "otlp") {
-      throw ConfigError(s->name + "='" + s->value +
-                        "': this build of lens has no OTLP/HTTP exporter yet; accepted: " +
-                        std::string(kExporters) +
-                        " (write files, then replay them with the OpenTelemetry Collector's "
-                        "otlpjsonfile receiver)");
-    }
-    if (c.exporter != "file" && c.exporter != "console" && c.exporter != "none")
+    if (s)
+      c.exporter = lower(s->value);
+    else
+      c.exporter = (traces_endpoint || base_endpoint || options.otlp) ? "otlp" : "file";
+    if (c.exporter != "otlp" && c.exporter != "file" && c.exporter != "console" &&
+        c.exporter != "none")
       fail(*s, kExporters);
-    if (endpoint && !s) {
-      c.warning = endpoint->name + " is set, but this build of lens has no OTLP/HTTP exporter "
-                  "yet; spans are written to files instead";
-    }
   }
+  if (options.otlp) {
+    c.otlp = *options.otlp;
+  } else {
+    resolve_otlp(env, traces_endpoint, base_endpoint, c.otlp);
+  }
+  if (auto s = env.get({"LENS_SPOOL_DIR"})) c.spool_dir = s->value;
 
   // Run id: configured, else the scheduler's job id, else generated.
   if (options.run_id && !options.run_id->empty()) {

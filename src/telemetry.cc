@@ -9,6 +9,7 @@
 #include "clock.h"
 #include "lens/error.h"
 #include "lens/file_exporter.h"
+#include "lens/otlp_http_exporter.h"
 #include "telemetry_core.h"
 
 namespace lens {
@@ -67,7 +68,6 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
                                              const EnvLookup& env) {
   Config config = resolve_config(options, env);
   if (!config.enabled) return nullptr;
-  if (!config.warning.empty()) std::fprintf(stderr, "lens: warning: %s\n", config.warning.c_str());
 
   auto impl = std::make_unique<Impl>();
   impl->config = std::move(config);
@@ -78,6 +78,15 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
   } else if (c.exporter == "file") {
     impl->trace_file = trace_file_path(c);
     impl->exporter = std::make_shared<OtlpJsonFileExporter>(impl->trace_file);
+  } else if (c.exporter == "otlp") {
+    OtlpHttpOptions otlp = c.otlp;
+    if (!c.spool_dir.empty() && otlp.spool_path.empty()) {
+      otlp.spool_path = c.spool_dir + "/" + c.run_id + "/spool-" +
+                        (c.rank ? "rank-" + std::to_string(*c.rank)
+                                : "pid-" + std::to_string(::getpid())) +
+                        ".otlp.jsonl";
+    }
+    impl->exporter = std::make_shared<OtlpHttpExporter>(std::move(otlp));
   } else if (c.exporter == "console") {
     impl->exporter = OtlpJsonFileExporter::for_descriptor(STDOUT_FILENO, "stdout");
   } else {

@@ -158,7 +158,11 @@ INSTANTIATE_TEST_SUITE_P(
                       BadValue{"MEGATRON_OTEL_SPAN_GROUPS", "default,bogus", "communication"},
                       BadValue{"NEMO_LENS_SPAN_GROUPS", "stepz", "per_step"},
                       BadValue{"MEGATRON_OTEL_EXPORTER", "jaeger", "file"},
-                      BadValue{"MEGATRON_OTEL_EXPORTER", "otlp", "file"},
+                      BadValue{"OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318", "http://"},
+                      BadValue{"OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", "http/protobuf"},
+                      BadValue{"OTEL_EXPORTER_OTLP_TIMEOUT", "soon", "integer"},
+                      BadValue{"OTEL_EXPORTER_OTLP_COMPRESSION", "zstd", "gzip"},
+                      BadValue{"OTEL_EXPORTER_OTLP_CERTIFICATE", "/no/such/ca.pem", "readable"},
                       BadValue{"OTEL_BSP_MAX_QUEUE_SIZE", "lots", "integer"},
                       BadValue{"OTEL_BSP_MAX_QUEUE_SIZE", "0", "integer from 1"},
                       BadValue{"OTEL_BSP_SCHEDULE_DELAY", "-5", "integer"},
@@ -203,10 +207,40 @@ TEST(Config, LimitsFromEnvironment) {
   EXPECT_EQ(c.span_limits.attribute_per_link_count, 8u);
 }
 
-TEST(Config, OtlpEndpointWithoutExporterWarns) {
-  auto c = resolve_config({}, fake_env({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://x:4318"}}));
+TEST(Config, OtlpEndpointSelectsTheOtlpExporter) {
+  auto c = resolve_config({}, fake_env({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://x:4318/"}}));
+  EXPECT_EQ(c.exporter, "otlp");
+  EXPECT_EQ(c.otlp.endpoint, "http://x:4318/v1/traces");
+  EXPECT_FALSE(c.otlp.json);
+  EXPECT_FALSE(c.otlp.gzip);
+  EXPECT_EQ(c.otlp.timeout.count(), 10000);
+  c = resolve_config({}, fake_env({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://x:4318"},
+                                   {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://y/custom"},
+                                   {"OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"},
+                                   {"OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"},
+                                   {"OTEL_EXPORTER_OTLP_TIMEOUT", "2500"},
+                                   {"OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20abc, x-team = ml"}}));
+  EXPECT_EQ(c.otlp.endpoint, "https://y/custom");
+  EXPECT_TRUE(c.otlp.json);
+  EXPECT_TRUE(c.otlp.gzip);
+  EXPECT_EQ(c.otlp.timeout.count(), 2500);
+  ASSERT_EQ(c.otlp.headers.size(), 2u);
+  EXPECT_EQ(c.otlp.headers[0], (std::pair<std::string, std::string>{"authorization", "Bearer abc"}));
+  EXPECT_EQ(c.otlp.headers[1], (std::pair<std::string, std::string>{"x-team", "ml"}));
+  // An explicit exporter wins over the endpoint.
+  c = resolve_config({}, fake_env({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://x:4318"},
+                                   {"MEGATRON_OTEL_EXPORTER", "file"}}));
   EXPECT_EQ(c.exporter, "file");
-  EXPECT_NE(c.warning.find("OTEL_EXPORTER_OTLP_ENDPOINT"), std::string::npos);
+  c = resolve_config({}, fake_env({{"MEGATRON_OTEL_EXPORTER", "otlp"}}));
+  EXPECT_EQ(c.otlp.endpoint, "http://localhost:4318/v1/traces");
+}
+
+TEST(Config, MalformedHeadersNeverEchoTheirValues) {
+  std::string msg = config_error({}, {{"OTEL_EXPORTER_OTLP_HEADERS", "authorization=secret-token,broken"}});
+  EXPECT_NE(msg.find("OTEL_EXPORTER_OTLP_HEADERS: member 2"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("secret-token"), std::string::npos) << msg;
+  msg = config_error({}, {{"OTEL_EXPORTER_OTLP_HEADERS", "x=a%0d%0aInjected: 1"}});
+  EXPECT_NE(msg.find("line break"), std::string::npos) << msg;
 }
 
 }  // namespace

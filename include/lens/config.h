@@ -10,7 +10,12 @@
 // Variables read (see README for the full table):
 //   MEGATRON_OTEL_ENABLED      1/0, true/false, yes/no, on/off (default off)
 //   MEGATRON_OTEL_SPAN_GROUPS  group spec (default "default")
-//   MEGATRON_OTEL_EXPORTER     file | console | none (default file)
+//   MEGATRON_OTEL_EXPORTER     otlp | file | console | none (default: otlp when an
+//                              OTLP endpoint is set, else file)
+//   OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces), OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+//   OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL (http/protobuf, http/json),
+//   OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, _TIMEOUT, _COMPRESSION (gzip, none),
+//   _CERTIFICATE; LENS_SPOOL_DIR (undeliverable batches go there)
 //   MEGATRON_OTEL_RUN_ID       run id (else SLURM_JOB_ID, else generated)
 //   OTEL_SDK_DISABLED          true/false
 //   OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG (see sampler.h)
@@ -36,6 +41,7 @@
 #include "lens/attribute.h"
 #include "lens/batch_processor.h"
 #include "lens/exporter.h"
+#include "lens/otlp_http_exporter.h"
 #include "lens/sampler.h"
 #include "lens/span_groups.h"
 #include "lens/span_record.h"
@@ -52,7 +58,9 @@ EnvLookup process_environment();
 struct TelemetryOptions {
   std::optional<bool> enabled;
   std::optional<std::string> span_groups;  // a group spec
-  std::optional<std::string> exporter;     // file | console | none
+  std::optional<std::string> exporter;     // otlp | file | console | none
+  // Overrides OTEL_EXPORTER_OTLP_*; the endpoint is the full traces URL.
+  std::optional<OtlpHttpOptions> otlp;
   std::optional<std::string> run_id;
   // Overrides OTEL_SERVICE_NAME.
   std::optional<std::string> service_name;
@@ -82,7 +90,9 @@ struct TelemetryOptions {
 struct Config {
   bool enabled = false;
   SpanGroupSet span_groups;
-  std::string exporter;  // file | console | none | custom
+  std::string exporter;  // otlp | file | console | none | custom
+  OtlpHttpOptions otlp;  // when exporter == "otlp" (spool_path set at creation)
+  std::string spool_dir;
   std::string run_id;
   bool run_id_generated = false;
   std::string service_name;
@@ -95,9 +105,6 @@ struct Config {
   SpanLimits span_limits;
   Sampler sampler;
   std::chrono::milliseconds collective_timeout{300000};
-  // A warning to print once at start-up (e.g. an OTLP endpoint this build
-  // cannot use yet); empty when there is none.
-  std::string warning;
 };
 
 Config resolve_config(const TelemetryOptions& options, const EnvLookup& env);
