@@ -1,0 +1,105 @@
+#include "otlp_receiver.h"
+
+#include <zlib.h>
+
+#include <chrono>
+
+namespace lens::testing {
+namespace {
+
+std::string gunzip(const std::string& in) {
+  z_stream zs{};
+  inflateInit2(&zs, 15 + 32);
+  std::string out(in.size() * 8 + 1024, '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  zs.avail_in = static_cast<uInt>(in.size());
+  int rc;
+  do {
+    if (zs.total_out >= out.size()) out.resize(out.size() * 2);
+    zs.next_out = reinterpret_cast<Bytef*>(out.data() + zs.total_out);
+    zs.avail_out = static_cast<uInt>(out.size() - zs.total_out);
+    rc = inflate(&zs, Z_NO_FLUSH);
+  } while (rc == Z_OK);
+  out.resize(zs.total_out);
+  inflateEnd(&zs);
+  if (rc != Z_STREAM_END) throw std::runtime_error("bad gzip body");
+  return out;
+}
+
+}  // namespace
+
+OtlpReceiver::OtlpReceiver(std::function<Reply(int)> policy, int port)
+    : policy_(std::move(policy)) {
+  server_.Post("/v1/traces", [this](const httplib::Request& req, httplib::Response& res) {
+    const int n = requests_.fetch_add(1);
+    Reply reply = policy_(n);
+    if (reply.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(reply.delay_ms));
+    res.status = reply.status;
+    if (!reply.retry_after.empty()) res.set_header("Retry-After", reply.retry_after);
+    if (reply.status < 200 || reply.status >= 300) return;
+    std::string body = req.body;
+    // cpp-httplib built with zlib inflates gzip bodies itself; inflate here
+    // only what still carries the gzip magic.
+    if (body.size() > 2 && static_cast<unsigned char>(body[0]) == 0x1f &&
+        static_cast<unsigned char>(body[1]) == 0x8b)
+      body = gunzip(body);
+    std::map<std::string, std::string> hdrs;
+    for (const auto& [k, v] : req.headers) hdrs[k] = v;
+    std::lock_guard<std::mutex> lock(mu_);
+    headers_.push_back(hdrs);
+    if (req.get_header_value("Content-Type") == "application/json") {
+      nlohmann::json j = nlohmann::json::parse(body);
+      for (const auto& rs : j["resourceSpans"])
+        for (const auto& ss : rs["scopeSpans"]) accepted_spans_ += ss["spans"].size();
+      json_.push_back(std::move(j));
+      res.set_content(reply.body.empty() ? "{}" : reply.body, "application/json");
+    } else {
+      lens::test::otlp::ExportTraceServiceRequest r;
+      if (!r.ParseFromString(body)) {
+        res.status = 400;
+        return;
+      }
+      for (const auto& rs : r.resource_spans())
+        for (const auto& ss : rs.scope_spans()) accepted_spans_ += static_cast<std::size_t>(ss.spans_size());
+      proto_.push_back(std::move(r));
+      res.set_content(reply.body, "application/x-protobuf");
+    }
+  });
+  if (port > 0) {
+    port_ = server_.bind_to_port("127.0.0.1", port) ? port : -1;
+  } else {
+    port_ = server_.bind_to_any_port("127.0.0.1");
+  }
+}
+
+OtlpReceiver::~OtlpReceiver() { stop(); }
+
+void OtlpReceiver::start() {
+  thread_ = std::thread([this] { server_.listen_after_bind(); });
+  for (int i = 0; i < 2000 && !server_.is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+void OtlpReceiver::stop() {
+  server_.stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::vector<lens::test::otlp::ExportTraceServiceRequest> OtlpReceiver::protobuf_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return proto_;
+}
+std::vector<nlohmann::json> OtlpReceiver::json_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return json_;
+}
+std::vector<std::map<std::string, std::string>> OtlpReceiver::headers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return headers_;
+}
+std::size_t OtlpReceiver::accepted_spans() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepted_spans_;
+}
+
+}  // namespace lens::testing
