@@ -4,6 +4,7 @@
 //   lens summary RUN_DIR [--json]      time per step and stage, bubble, slowest stage
 //   lens timeline RUN_DIR -o wave.html [--steps A-B]
 //   lens export RUN_DIR --perfetto out.json | --jaeger out.json
+//   lens upload DIR|FILE... [--endpoint URL]   send files to an OTLP/HTTP endpoint
 //
 // RUN_DIR is a directory of rank-<r>.otlp.jsonl files (lens-traces/<run-id>).
 #include <CLI/CLI.hpp>
@@ -16,6 +17,9 @@
 #include "run_reader.h"
 #include "summary.h"
 #include "timeline.h"
+#include "upload.h"
+#include "lens/config.h"
+#include "lens/error.h"
 #include "viewer_export.h"
 
 namespace {
@@ -72,10 +76,64 @@ int main(int argc, char** argv) {
   exp->add_option("--perfetto", perfetto, "Chrome trace-event JSON for Perfetto UI");
   exp->add_option("--jaeger", jaeger, "JSON for Jaeger UI's file upload");
 
+  std::vector<std::string> upload_paths;
+  std::string endpoint;
+  std::size_t batch_spans = 2048;
+  auto* up = app.add_subcommand("upload", "send OTLP-JSON-lines files to an OTLP/HTTP endpoint");
+  up->add_option("PATHS", upload_paths, "run directories, spool directories or files")->required();
+  up->add_option("--endpoint", endpoint,
+                 "traces URL (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else "
+                 "OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces, else http://localhost:4318/v1/traces)");
+  up->add_option("--batch-spans", batch_spans, "spans per request")->check(CLI::Range(1, 1 << 20));
+  int max_attempts = 6;
+  up->add_option("--max-attempts", max_attempts, "attempts per batch (retryable failures only)")
+      ->check(CLI::Range(1, 100));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kOk : kBadInput;
+  }
+
+  if (up->parsed()) {
+    lens::OtlpHttpOptions options;
+    try {
+      options = lens::resolve_config({}, lens::process_environment()).otlp;
+    } catch (const lens::ConfigError& e) {
+      std::fprintf(stderr, "lens: %s\n", e.what());
+      return kBadInput;
+    }
+    if (!endpoint.empty()) {
+      if (!(endpoint.starts_with("http://") || endpoint.starts_with("https://"))) {
+        std::fprintf(stderr, "lens: --endpoint '%s' is not valid; accepted: an http:// or https:// URL\n",
+                     endpoint.c_str());
+        return kBadInput;
+      }
+      options.endpoint = endpoint;
+    }
+    options.max_attempts = max_attempts;
+    std::vector<std::filesystem::path> paths(upload_paths.begin(), upload_paths.end());
+    const bool tty = isatty(STDERR_FILENO);
+    UploadReport report;
+    try {
+      report = upload(paths, options, batch_spans, [&](std::size_t done, std::size_t total) {
+        if (!tty) return;
+        const int width = 30;
+        const int filled = static_cast<int>(width * done / std::max<std::size_t>(total, 1));
+        std::fprintf(stderr, "\r[%s%s] %zu/%zu batches", std::string(filled, '#').c_str(),
+                     std::string(width - filled, '.').c_str(), done, total);
+        if (done == total) std::fprintf(stderr, "\n");
+      });
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "lens: %s\n", e.what());
+      return kBadInput;
+    }
+    for (const auto& p : report.problems) std::fprintf(stderr, "lens: %s\n", p.c_str());
+    std::printf("uploaded to %s: %zu spans sent (%zu rejected by the receiver), %zu failed; "
+                "%zu files, %zu lines, %zu batches\n",
+                options.endpoint.c_str(), report.spans_sent, report.spans_rejected,
+                report.spans_failed, report.files, report.lines, report.batches);
+    return report.problems.empty() ? kOk : kViolations;
   }
 
   Run run;

@@ -1,0 +1,150 @@
+// Spans reaching an OTLP/HTTP receiver from a real training run: directly
+// (OTEL_EXPORTER_OTLP_ENDPOINT) and later, from its files, with `lens upload`.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "otlp_receiver.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using lens::testing::OtlpReceiver;
+
+struct Result {
+  int exit_code = -1;
+  std::string output;
+};
+
+Result run(const std::string& command, const fs::path& dir) {
+  const fs::path out = dir / "output.txt";
+  const int status = std::system((command + " > " + out.string() + " 2>&1").c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  std::ifstream in(out);
+  r.output.assign(std::istreambuf_iterator<char>(in), {});
+  return r;
+}
+
+std::size_t spans_in_files(const fs::path& dir) {
+  std::size_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.path().string().ends_with(".otlp.jsonl")) continue;
+    std::ifstream in(e.path());
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      for (const auto& rs : j["resourceSpans"])
+        for (const auto& ss : rs["scopeSpans"]) n += ss["spans"].size();
+    }
+  }
+  return n;
+}
+
+class Upload : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("lens-upload-" + std::to_string(getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string trainer(const std::string& env) {
+    return "env " + env + " " + std::string(LENS_TRAIN_BIN) +
+           " --pp 2 --microbatches 3 --steps 3 --layers 2 --hidden 16 --microbatch-size 4"
+           " --otel-enabled=true --otel-span-groups per_step,microbatch --trace-dir " +
+           (dir_ / "traces").string() + " --report-dir " + (dir_ / "reports").string();
+  }
+  fs::path dir_;
+};
+
+TEST_F(Upload, TrainerSendsSpansToTheOtlpEndpoint) {
+  OtlpReceiver receiver;
+  receiver.start();
+  fs::create_directories(dir_ / "reports");
+  Result r = run(trainer("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + receiver.endpoint()), dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "traces"));  // no files: spans went over HTTP
+  std::size_t reported = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(dir_ / "reports" / ("rank-" + std::to_string(rank) + ".json"));
+    reported += nlohmann::json::parse(in)["spans_exported"].get<std::size_t>();
+  }
+  EXPECT_GT(reported, 0u);
+  EXPECT_EQ(receiver.accepted_spans(), reported);
+  std::set<std::int64_t> ranks;
+  std::set<std::string> step_traces;
+  for (const auto& req : receiver.protobuf_requests()) {
+    for (const auto& rs : req.resource_spans()) {
+      for (const auto& kv : rs.resource().attributes())
+        if (kv.key() == "dl.rank") ranks.insert(kv.value().int_value());
+      for (const auto& ss : rs.scope_spans())
+        for (const auto& s : ss.spans())
+          if (s.name() == "megatron.train_step") step_traces.insert(s.trace_id());
+    }
+  }
+  EXPECT_EQ(ranks, (std::set<std::int64_t>{0, 1}));
+  EXPECT_EQ(step_traces.size(), 3u);  // both ranks' step spans share one trace per step
+}
+
+TEST_F(Upload, FilesOfARunArriveComplete) {
+  fs::create_directories(dir_ / "reports");
+  Result r = run(trainer("MEGATRON_OTEL_EXPORTER=file"), dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::size_t in_files = spans_in_files(dir_ / "traces");
+  ASSERT_GT(in_files, 0u);
+  OtlpReceiver receiver;
+  receiver.start();
+  Result up = run(std::string(LENS_BIN) + " upload " + (dir_ / "traces").string() +
+                      " --batch-spans 50 --endpoint " + receiver.endpoint(), dir_);
+  EXPECT_EQ(up.exit_code, 0) << up.output;
+  EXPECT_EQ(receiver.accepted_spans(), in_files);
+  EXPECT_GT(receiver.requests(), 1);  // batches of at most 50 spans
+  EXPECT_NE(up.output.find(std::to_string(in_files) + " spans sent"), std::string::npos) << up.output;
+}
+
+TEST_F(Upload, CorruptLineIsNamedAndTheValidLinesStillGo) {
+  fs::create_directories(dir_ / "reports");
+  Result r = run(trainer("MEGATRON_OTEL_EXPORTER=file"), dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::size_t in_files = spans_in_files(dir_ / "traces");
+  fs::path file;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "traces"))
+    if (e.path().string().ends_with("rank-1.otlp.jsonl")) file = e.path();
+  ASSERT_FALSE(file.empty());
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(file);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+  }
+  lines.insert(lines.begin(), R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"XYZ"}]}]}]})");
+  {
+    std::ofstream out(file, std::ios::trunc);
+    for (const auto& l : lines) out << l << "\n";
+  }
+  OtlpReceiver receiver;
+  receiver.start();
+  Result up = run(std::string(LENS_BIN) + " upload " + file.parent_path().string() +
+                      " --endpoint " + receiver.endpoint(), dir_);
+  EXPECT_EQ(up.exit_code, 1) << up.output;
+  EXPECT_NE(up.output.find(file.string() + ":1: skipped"), std::string::npos) << up.output;
+  EXPECT_EQ(receiver.accepted_spans(), in_files);
+}
+
+TEST_F(Upload, UnreachableEndpointCountsFailedSpans) {
+  fs::create_directories(dir_ / "reports");
+  Result r = run(trainer("MEGATRON_OTEL_EXPORTER=file"), dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Result up = run("OTEL_EXPORTER_OTLP_TIMEOUT=300 " + std::string(LENS_BIN) + " upload " +
+                      (dir_ / "traces").string() + " --max-attempts 2 --endpoint http://127.0.0.1:1/v1/traces",
+                  dir_);
+  EXPECT_EQ(up.exit_code, 1) << up.output;
+  EXPECT_NE(up.output.find("0 spans sent"), std::string::npos) << up.output;
+  EXPECT_NE(up.output.find("failed"), std::string::npos) << up.output;
+}
+
+}  // namespace
