@@ -169,6 +169,7 @@ int run_rank(const TrainOptions& o) {
     report.span_groups = telemetry->span_groups().to_spec();
     report.run_id = telemetry->config().run_id;
     report.trace_file = telemetry->trace_file();
+    if (telemetry->config().exporter == "otlp") report.otlp_endpoint = telemetry->config().otlp.endpoint;
     telemetry->shutdown(std::chrono::seconds(30));
     const auto stats = telemetry->stats().processor;
     report.spans_exported = stats.exported;

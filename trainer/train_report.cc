@@ -25,7 +25,8 @@ void write_report(const RankReport& r, const std::string& path) {
   json j = {{"rank", r.rank},         {"stage", r.stage},
             {"replica", r.replica},   {"tracing", r.tracing},
             {"span_groups", r.span_groups}, {"run_id", r.run_id},
-            {"trace_file", r.trace_file}, {"spans_exported", r.spans_exported},
+            {"trace_file", r.trace_file}, {"otlp_endpoint", r.otlp_endpoint},
+            {"spans_exported", r.spans_exported},
             {"spans_dropped", r.spans_dropped}, {"broadcasts", r.broadcasts},
             {"steps", steps}};
   const std::string tmp = path + ".tmp";
@@ -45,6 +46,7 @@ RankReport read_report(const std::string& path) {
   r.span_groups = j.at("span_groups");
   r.run_id = j.at("run_id");
   r.trace_file = j.at("trace_file");
+  r.otlp_endpoint = j.value("otlp_endpoint", "");
   r.spans_exported = j.at("spans_exported");
   r.spans_dropped = j.at("spans_dropped");
   r.broadcasts = j.at("broadcasts");
@@ -100,11 +102,15 @@ std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int 
                   static_cast<unsigned long long>(spans), static_cast<unsigned long long>(dropped),
                   static_cast<unsigned long long>(first->broadcasts));
     out << line;
-    out << "  traces        " << dir << "/rank-*.otlp.jsonl (OTLP JSON lines, one file per rank)\n";
-    out << "  look at them  replay into Jaeger with the OpenTelemetry Collector's otlpjsonfile\n"
-           "                receiver (see README, \"Viewing the traces\"), then search\n"
-           "                service.name=megatron-lm, tag nemo.run.id="
-        << first->run_id << "\n";
+    if (!first->otlp_endpoint.empty()) {
+      out << "  traces        sent to " << first->otlp_endpoint << " (OTLP/HTTP)\n";
+    } else if (!first->trace_file.empty()) {
+      out << "  traces        " << dir << "/rank-*.otlp.jsonl (OTLP JSON lines, one file per rank)\n";
+      out << "  look at them  build/bin/lens check|summary|timeline " << dir << "\n"
+          << "                build/bin/lens upload " << dir
+          << " --endpoint http://localhost:4318/v1/traces  (Jaeger)\n";
+    }
+    out << "  in Jaeger     search service.name=megatron-lm, tag nemo.run.id=" << first->run_id << "\n";
   } else {
     out << "  tracing       off (pass --otel-enabled=true or set MEGATRON_OTEL_ENABLED=1)\n";
   }
