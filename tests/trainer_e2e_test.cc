@@ -10,6 +10,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <csignal>
+#include <sstream>
+#include <thread>
 
 #include "trace_files.h"
 
@@ -218,6 +221,68 @@ TEST(TrainerErrors, BadFlagNamesTheFlag) {
   RunOutput out = run_trainer(r, "bad-groups");
   EXPECT_NE(out.exit_code, 0);
   EXPECT_NE(out.output.find("unknown span group 'nonsense'"), std::string::npos) << out.output;
+}
+
+}  // namespace
+
+namespace {
+
+// Children of `pid`, oldest first (the launcher starts rank 0 first).
+std::vector<int> children_of(int pid) {
+  std::vector<int> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string state;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == pid) out.push_back(std::stoi(name));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(TrainerFailures, KilledRankStopsTheJobWithAnErrorNamingIt) {
+  const fs::path base = fs::temp_directory_path() / ("lens-e2e-kill-" + std::to_string(getpid()));
+  fs::remove_all(base);
+  fs::create_directories(base);
+  const fs::path out = base / "output.txt";
+  FILE* launcher = popen((std::string(LENS_TRAIN_BIN) +
+                          " --pp 2 --microbatches 4 --steps 100000 --layers 2 --hidden 16"
+                          " --microbatch-size 4 --timeout-s 20 > " + out.string() +
+                          " 2>&1 & echo $!").c_str(), "r");
+  ASSERT_NE(launcher, nullptr);
+  int pid = 0;
+  ASSERT_EQ(fscanf(launcher, "%d", &pid), 1);
+  pclose(launcher);
+  std::vector<int> ranks;
+  for (int i = 0; i < 200 && ranks.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ranks = children_of(pid);
+  }
+  ASSERT_EQ(ranks.size(), 2u);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // training is under way
+  const auto start = std::chrono::steady_clock::now();
+  kill(ranks[1], SIGKILL);
+  // The launcher is not our child (the shell started it): poll for its exit.
+  while (kill(pid, 0) == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(90))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_NE(kill(pid, 0), 0) << "the job is still running after rank 1 died";
+  EXPECT_LT(elapsed, std::chrono::seconds(60));
+  std::ifstream in(out);
+  std::string output((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(output.find("rank 1 was killed by signal 9"), std::string::npos) << output;
+  EXPECT_NE(output.find("lens-train: failed"), std::string::npos) << output;
+  for (int r : ranks) kill(r, SIGKILL);  // in case the assertion above failed
+  fs::remove_all(base);
 }
 
 }  // namespace
