@@ -18,6 +18,7 @@ namespace lens {
 // the queue reaches a full batch.
 struct BatchProcessor::State {
   std::shared_ptr<SpanExporter> exporter;
+  std::shared_ptr<const void> keep_alive;
   Resource resource;
   BatchProcessorOptions options;
 
@@ -108,8 +109,9 @@ void BatchProcessor::State::run() {
 }
 
 BatchProcessor::BatchProcessor(std::shared_ptr<SpanExporter> exporter, Resource resource,
-                               BatchProcessorOptions options)
+                               BatchProcessorOptions options, std::shared_ptr<const void> keep_alive)
     : options_(options), state_(std::make_shared<State>()) {
+  state_->keep_alive = std::move(keep_alive);
   if (options_.max_queue_size == 0) options_.max_queue_size = 1;
   if (options_.max_export_batch_size == 0 ||
       options_.max_export_batch_size > options_.max_queue_size)
@@ -174,11 +176,15 @@ bool BatchProcessor::shutdown(std::chrono::milliseconds timeout) {
   });
   if (already) return s.locked([&] { return s.thread_done; });
   s.wake(s.work_cv);
-  bool done;
-  {
+  auto thread_done = [&](std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(s.wait_mu);
-    done = s.done_cv.wait_for(lock, timeout,
-                              [&] { return s.locked([&] { return s.thread_done; }); });
+    return s.done_cv.wait_for(lock, wait, [&] { return s.locked([&] { return s.thread_done; }); });
+  };
+  bool done = thread_done(timeout);
+  if (!done) {
+    // Out of time: ask the exporter to stop retrying, and give it a moment.
+    s.exporter->interrupt();
+    done = thread_done(std::chrono::seconds(1));
   }
   if (!done) {
     // The exporter is stuck. What is still queued will not go out in time.

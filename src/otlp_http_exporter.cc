@@ -321,6 +321,8 @@ void OtlpHttpExporter::spool(const Resource& resource, std::span<const SpanRecor
 
 void OtlpHttpExporter::shutdown(std::chrono::milliseconds) { stopping_ = true; }
 
+void OtlpHttpExporter::interrupt() { stopping_ = true; }
+
 OtlpHttpStats OtlpHttpExporter::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

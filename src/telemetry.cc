@@ -59,7 +59,10 @@ struct Telemetry::Impl {
   std::shared_ptr<SpanExporter> exporter;
   detail::TelemetryCore core;
   std::mutex scopes_mu;
-  std::deque<InstrumentationScope> scopes;  // stable addresses
+  // Stable addresses; shared with the processor, whose thread may outlive
+  // this object if an exporter hangs past the shutdown timeout.
+  std::shared_ptr<std::deque<InstrumentationScope>> scopes =
+      std::make_shared<std::deque<InstrumentationScope>>();
   bool shut_down = false;
   std::mutex shutdown_mu;
 };
@@ -97,7 +100,7 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
   impl->core.sampler = c.sampler;
   impl->core.switches.bits.store(c.span_groups.bits(), std::memory_order_relaxed);
   impl->core.processor =
-      std::make_unique<BatchProcessor>(impl->exporter, impl->resource, c.batch);
+      std::make_unique<BatchProcessor>(impl->exporter, impl->resource, c.batch, impl->scopes);
   return std::unique_ptr<Telemetry>(new Telemetry(std::move(impl)));
 }
 
@@ -107,10 +110,11 @@ Telemetry::~Telemetry() { shutdown(impl_->config.batch.export_timeout); }
 
 Tracer Telemetry::tracer(std::string_view name, std::string_view version) {
   std::lock_guard<std::mutex> lock(impl_->scopes_mu);
-  for (const auto& s : impl_->scopes)
+  auto& scopes = *impl_->scopes;
+  for (const auto& s : scopes)
     if (s.name == name && s.version == version) return Tracer(&impl_->core, &impl_->core.switches, &s);
-  impl_->scopes.push_back({std::string(name), std::string(version)});
-  return Tracer(&impl_->core, &impl_->core.switches, &impl_->scopes.back());
+  scopes.push_back({std::string(name), std::string(version)});
+  return Tracer(&impl_->core, &impl_->core.switches, &scopes.back());
 }
 
 bool Telemetry::enabled(SpanGroup group) const {

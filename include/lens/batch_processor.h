@@ -9,8 +9,10 @@
 //
 // Thread safety: enqueue, force_flush, stats and shutdown may be called from
 // any thread. If shutdown's timeout expires while the exporter is still busy,
-// the export thread is left to finish on its own (it keeps the exporter
-// alive) and the spans it had not taken are counted as dropped.
+// the exporter is interrupted (SpanExporter::interrupt) and given one more
+// second; if it is still busy then, the export thread is left to finish on
+// its own (it keeps the exporter, and whatever `keep_alive` holds, alive) and
+// the spans it had not taken are counted as dropped.
 #pragma once
 
 #include <chrono>
@@ -43,8 +45,10 @@ struct ProcessorStats {
 
 class BatchProcessor {
  public:
+  // keep_alive: what the queued records point into (e.g. their
+  // instrumentation scopes), kept until the export thread ends.
   BatchProcessor(std::shared_ptr<SpanExporter> exporter, Resource resource,
-                 BatchProcessorOptions options);
+                 BatchProcessorOptions options, std::shared_ptr<const void> keep_alive = {});
   ~BatchProcessor();
   BatchProcessor(const BatchProcessor&) = delete;
   BatchProcessor& operator=(const BatchProcessor&) = delete;

@@ -28,6 +28,11 @@ class SpanExporter {
 
   // Releases resources; no export_spans call follows.
   virtual void shutdown(std::chrono::milliseconds /*timeout*/) {}
+
+  // Asks an export in progress on another thread to stop waiting (retries,
+  // backoff) and return soon. Called when a shutdown runs out of time; must
+  // be safe to call concurrently with export_spans.
+  virtual void interrupt() {}
 };
 
 }  // namespace lens

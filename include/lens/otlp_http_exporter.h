@@ -76,6 +76,7 @@ class OtlpHttpExporter : public SpanExporter {
   ExportResult export_spans(const Resource& resource,
                             std::span<const SpanRecord* const> spans) override;
   void shutdown(std::chrono::milliseconds timeout) override;
+  void interrupt() override;
 
   OtlpHttpStats stats() const;
   const OtlpHttpOptions& options() const { return options_; }
