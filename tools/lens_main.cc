@@ -20,6 +20,7 @@
 #include "upload.h"
 #include "lens/config.h"
 #include "lens/error.h"
+#include "lens/version.h"
 #include "viewer_export.h"
 
 namespace {
@@ -53,6 +54,7 @@ bool write_file(const std::string& path, const std::string& content) {
 
 int main(int argc, char** argv) {
   CLI::App app{"lens: check, summarise and draw a pipeline-parallel run's traces"};
+  app.set_version_flag("--version", std::string("lens ") + lens::kVersion);
   app.require_subcommand(1);
   std::string dir;
 

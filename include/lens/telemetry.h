@@ -24,11 +24,12 @@
 #include "lens/resource.h"
 #include "lens/span_groups.h"
 #include "lens/tracer.h"
+#include "lens/version.h"
 
 namespace lens {
 
 inline constexpr std::string_view kDefaultTracerName = "nemo.lens";
-inline constexpr std::string_view kLensVersion = "0.1.0";
+inline constexpr std::string_view kLensVersion = LENS_VERSION_STRING;
 
 struct TelemetryStats {
   ProcessorStats processor;

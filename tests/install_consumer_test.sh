@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs lens from BUILD_DIR into a temporary prefix, then builds and runs
+# a small out-of-tree consumer twice: with find_package(lens) and with
+# pkg-config. Checks the consumer links only what it uses (no libtorch, no MPI).
+#   install_consumer_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1
+build=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
+test -f "$work/prefix/include/lens/telemetry.h"
+test -f "$work/prefix/include/lens/version.h"
+test -f "$work/prefix/lib/cmake/lens/lensConfig.cmake"
+test -f "$work/prefix/lib/pkgconfig/lens.pc"
+
+cmake -S "$src/tests/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log"
+cmake --build "$work/consumer" > "$work/build.log"
+"$work/consumer/consumer"
+if ldd "$work/consumer/consumer" | grep -Eq 'libtorch|libmpi|libc10'; then
+  echo "FAIL: the find_package consumer links libtorch or MPI"; exit 1
+fi
+
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
+g++ "$src/tests/consumer/main.cc" -o "$work/consumer-pc" $(pkg-config --cflags --libs lens)
+"$work/consumer-pc"
+echo "ok: installed lens consumed through find_package and pkg-config"
