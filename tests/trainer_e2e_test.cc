@@ -52,7 +52,8 @@ RunOutput run_trainer(const TrainerRun& r, const std::string& name) {
       "env " + r.env + " " LENS_TRAIN_BIN " --pp " + std::to_string(r.pp) + " --dp " +
       std::to_string(r.dp) + " --microbatches " + std::to_string(r.microbatches) + " --steps " +
       std::to_string(r.steps) + " --layers 4 --hidden 32 --microbatch-size 32 --lr 0.01 --timeout-s 60" +
-      " --trace-dir " + out.trace_dir.string() + " --report-dir " + (base / "reports").string() +
+      (r.flags.find("--trace-dir") == std::string::npos ? " --trace-dir " + out.trace_dir.string() : "") +
+      " --report-dir " + (base / "reports").string() +
       " " + r.flags + " > " + (base / "output.txt").string() + " 2>&1";
   const int status = std::system(command.c_str());
   out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
@@ -249,40 +250,74 @@ std::vector<int> children_of(int pid) {
   return out;
 }
 
-TEST(TrainerFailures, KilledRankStopsTheJobWithAnErrorNamingIt) {
-  const fs::path base = fs::temp_directory_path() / ("lens-e2e-kill-" + std::to_string(getpid()));
+// Starts a long run, kills one rank with SIGKILL once training is under way,
+// and returns the launcher's output after it exits (or after 90 s).
+struct KillOutcome {
+  bool launcher_exited = false;
+  std::chrono::steady_clock::duration after_kill{};
+  std::string output;
+};
+
+KillOutcome kill_rank_mid_run(int victim, const std::string& name) {
+  KillOutcome k;
+  const fs::path base = fs::temp_directory_path() / ("lens-e2e-kill-" + std::to_string(getpid()) + name);
   fs::remove_all(base);
   fs::create_directories(base);
   const fs::path out = base / "output.txt";
   FILE* launcher = popen((std::string(LENS_TRAIN_BIN) +
                           " --pp 2 --microbatches 4 --steps 100000 --layers 2 --hidden 16"
-                          " --microbatch-size 4 --timeout-s 20 > " + out.string() +
-                          " 2>&1 & echo $!").c_str(), "r");
-  ASSERT_NE(launcher, nullptr);
+                          " --microbatch-size 4 --timeout-s 20 --otel-enabled=true --trace-dir " +
+                          (base / "traces").string() + " > " + out.string() + " 2>&1 & echo $!").c_str(), "r");
+  if (launcher == nullptr) return k;
   int pid = 0;
-  ASSERT_EQ(fscanf(launcher, "%d", &pid), 1);
+  if (fscanf(launcher, "%d", &pid) != 1) pid = 0;
   pclose(launcher);
   std::vector<int> ranks;
   for (int i = 0; i < 200 && ranks.size() < 2; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ranks = children_of(pid);
   }
-  ASSERT_EQ(ranks.size(), 2u);
+  if (ranks.size() < 2) return k;
   std::this_thread::sleep_for(std::chrono::seconds(2));  // training is under way
   const auto start = std::chrono::steady_clock::now();
-  kill(ranks[1], SIGKILL);
+  kill(ranks[static_cast<std::size_t>(victim)], SIGKILL);
   // The launcher is not our child (the shell started it): poll for its exit.
   while (kill(pid, 0) == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(90))
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  EXPECT_NE(kill(pid, 0), 0) << "the job is still running after rank 1 died";
-  EXPECT_LT(elapsed, std::chrono::seconds(60));
+  k.after_kill = std::chrono::steady_clock::now() - start;
+  k.launcher_exited = kill(pid, 0) != 0;
   std::ifstream in(out);
-  std::string output((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_NE(output.find("rank 1 was killed by signal 9"), std::string::npos) << output;
-  EXPECT_NE(output.find("lens-train: failed"), std::string::npos) << output;
-  for (int r : ranks) kill(r, SIGKILL);  // in case the assertion above failed
+  k.output.assign(std::istreambuf_iterator<char>(in), {});
+  for (int r : ranks) kill(r, SIGKILL);  // in case something is left
   fs::remove_all(base);
+  return k;
+}
+
+TEST(TrainerFailures, KilledRankStopsTheJobWithAnErrorNamingIt) {
+  KillOutcome k = kill_rank_mid_run(1, "rank1");
+  EXPECT_TRUE(k.launcher_exited) << "the job is still running after rank 1 died";
+  EXPECT_LT(k.after_kill, std::chrono::seconds(60));
+  EXPECT_NE(k.output.find("rank 1 was killed by signal 9"), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("lens-train: failed"), std::string::npos) << k.output;
+}
+
+TEST(TrainerFailures, KilledSourceRankStopsTheJobToo) {
+  KillOutcome k = kill_rank_mid_run(0, "rank0");
+  EXPECT_TRUE(k.launcher_exited) << "the job is still running after rank 0 died";
+  EXPECT_LT(k.after_kill, std::chrono::seconds(60));
+  EXPECT_NE(k.output.find("rank 0 was killed by signal 9"), std::string::npos) << k.output;
+}
+
+TEST(TrainerFailures, UnwritableTraceDirectoryIsAStartupError) {
+  const fs::path file = fs::temp_directory_path() / ("lens-e2e-not-a-dir-" + std::to_string(getpid()));
+  std::ofstream(file) << "x";
+  TrainerRun bad;
+  bad.flags = "--otel-enabled=true --trace-dir " + file.string();
+  RunOutput failed = run_trainer(bad, "unwritable2");
+  EXPECT_NE(failed.exit_code, 0) << failed.output;
+  EXPECT_NE(failed.output.find("cannot be created"), std::string::npos) << failed.output;
+  EXPECT_NE(failed.output.find("LENS_TRACE_DIR"), std::string::npos) << failed.output;
+  fs::remove(file);
 }
 
 }  // namespace
