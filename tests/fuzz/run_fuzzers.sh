@@ -5,7 +5,7 @@
 set -euo pipefail
 src=$1
 out=$2/fuzz
-seconds=${3:-20}
+seconds=${3:-15}
 mkdir -p "$out"
 clang=$(command -v clang++ || command -v clang++-14)
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -13,8 +13,11 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 declare -A sources=(
   [carrier]="src/carrier.cc src/trace_context.cc src/ids.cc"
   [trace_context]="src/trace_context.cc src/ids.cc"
+  [otlp_json_reader]="tools/run_reader.cc tools/pipeline_view.cc tools/check.cc"
+  [config]="src/config.cc src/span_groups.cc src/resource.cc src/ids.cc"
 )
-for target in carrier trace_context; do
+flags+=(-I"$src/tools")
+for target in carrier trace_context otlp_json_reader config; do
   files=()
   for f in ${sources[$target]}; do files+=("$src/$f"); done
   "$clang" "${flags[@]}" "$src/tests/fuzz/${target}_fuzzer.cc" "${files[@]}" -o "$out/${target}_fuzzer"

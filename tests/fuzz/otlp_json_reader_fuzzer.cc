@@ -1,0 +1,28 @@
+// libFuzzer target: the `lens` command's OTLP-JSON-lines reader, and the
+// check that runs over what it read. Any file content must give spans or a
+// ReadError naming the file and line, never a crash.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "check.h"
+#include "run_reader.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const std::string path = "/tmp/lens-reader-fuzz-" + std::to_string(getpid()) + ".otlp.jsonl";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return 0;
+  std::fwrite(data, 1, size, f);
+  std::fclose(f);
+  try {
+    lens::tools::Run run = lens::tools::read_run(path);
+    lens::tools::PipelineView view = lens::tools::build_view(run);
+    (void)lens::tools::check_run(run, view);
+  } catch (const lens::tools::ReadError& e) {
+    if (std::string(e.what()).find(path) == std::string::npos) std::abort();  // must name the file
+  }
+  return 0;
+}
