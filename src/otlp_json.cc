@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "otlp_encoding.h"
+
 namespace lens {
 namespace {
 
@@ -155,12 +157,6 @@ void append_attributes(std::string& out, const Attributes& attributes) {
   out.push_back(']');
 }
 
-// OTLP Span.flags / Link.flags: the W3C trace flags in bits 0-7, bit 8 says
-// whether bit 9 is known, bit 9 says the parent (or linked) context is remote.
-std::uint32_t otlp_flags(std::uint8_t trace_flags, bool remote) {
-  return trace_flags | 0x100u | (remote ? 0x200u : 0u);
-}
-
 void append_span(std::string& out, const SpanRecord& s) {
   out += "{\"traceId\":";
   append_hex_id(out, s.context.trace_id);
@@ -175,7 +171,7 @@ void append_span(std::string& out, const SpanRecord& s) {
     append_hex_id(out, s.parent_span_id);
   }
   out += ",\"flags\":";
-  append_uint(out, otlp_flags(s.context.trace_flags, s.parent_remote));
+  append_uint(out, detail::otlp_flags(s.context.trace_flags, s.parent_remote));
   out += ",\"name\":";
   append_json_string(out, s.name);
   out += ",\"kind\":";
@@ -221,7 +217,7 @@ void append_span(std::string& out, const SpanRecord& s) {
     out += ",\"droppedAttributesCount\":";
     append_uint(out, l.dropped_attributes_count);
     out += ",\"flags\":";
-    append_uint(out, otlp_flags(l.context.trace_flags, l.context.remote));
+    append_uint(out, detail::otlp_flags(l.context.trace_flags, l.context.remote));
     out.push_back('}');
   }
   out += "],\"droppedLinksCount\":";
@@ -281,12 +277,7 @@ void append_json_string(std::string& out, std::string_view s) {
 
 void append_otlp_json(std::string& out, const Resource& resource,
                       std::span<const SpanRecord* const> spans) {
-  std::vector<const InstrumentationScope*> scopes;
-  for (const SpanRecord* s : spans) {
-    bool seen = false;
-    for (auto* sc : scopes) seen = seen || sc == s->scope;
-    if (!seen) scopes.push_back(s->scope);
-  }
+  const std::vector<const InstrumentationScope*> scopes = detail::scopes_in_order(spans);
   out += "{\"resourceSpans\":[{\"resource\":{";
   append_attributes(out, resource.attributes);
   out += ",\"droppedAttributesCount\":0},\"scopeSpans\":[";

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <vector>
 
+#include "otlp_encoding.h"
+
 namespace lens {
 namespace {
 
@@ -138,10 +140,6 @@ void attributes(Writer& w, std::uint32_t field, const Attributes& attrs) {
   }
 }
 
-std::uint32_t otlp_flags(std::uint8_t trace_flags, bool remote) {
-  return trace_flags | 0x100u | (remote ? 0x200u : 0u);
-}
-
 void span(Writer& w, const SpanRecord& s) {
   w.bytes_field(1, s.context.trace_id.bytes().data(), TraceId::kSize);
   w.bytes_field(2, s.context.span_id.bytes().data(), SpanId::kSize);
@@ -169,7 +167,7 @@ void span(Writer& w, const SpanRecord& s) {
     w.string_field(3, l.context.tracestate);
     attributes(w, 4, l.attributes);
     w.uint_field(5, l.dropped_attributes_count);
-    w.fixed32_field(6, otlp_flags(l.context.trace_flags, l.context.remote));
+    w.fixed32_field(6, detail::otlp_flags(l.context.trace_flags, l.context.remote));
     w.end(ln);
   }
   w.uint_field(14, s.dropped_links_count);
@@ -179,19 +177,14 @@ void span(Writer& w, const SpanRecord& s) {
     w.uint_field(3, static_cast<std::uint64_t>(s.status_code));
     w.end(st);
   }
-  w.fixed32_field(16, otlp_flags(s.context.trace_flags, s.parent_remote));
+  w.fixed32_field(16, detail::otlp_flags(s.context.trace_flags, s.parent_remote));
 }
 
 }  // namespace
 
 void append_otlp_proto(std::string& out, const Resource& resource,
                        std::span<const SpanRecord* const> spans) {
-  std::vector<const InstrumentationScope*> scopes;
-  for (const SpanRecord* s : spans) {
-    bool seen = false;
-    for (auto* sc : scopes) seen = seen || sc == s->scope;
-    if (!seen) scopes.push_back(s->scope);
-  }
+  const std::vector<const InstrumentationScope*> scopes = detail::scopes_in_order(spans);
   Writer w(out);
   const auto rs = w.begin(1);  // ExportTraceServiceRequest.resource_spans
   const auto res = w.begin(1);  // ResourceSpans.resource

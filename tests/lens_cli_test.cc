@@ -14,24 +14,18 @@
 #include <set>
 #include <sstream>
 
+#include "run_command.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-};
+using Result = lens::testing::CommandResult;
 
 Result run(const std::string& command) {
-  const fs::path out = fs::temp_directory_path() / ("lens-cli-out-" + std::to_string(getpid()));
-  const int status = std::system((command + " > " + out.string() + " 2>&1").c_str());
-  Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  std::ifstream in(out);
-  r.output.assign(std::istreambuf_iterator<char>(in), {});
-  return r;
+  return lens::testing::run_command(
+      command, fs::temp_directory_path() / ("lens-cli-out-" + std::to_string(getpid())));
 }
 
 std::vector<std::string> read_lines(const fs::path& p) {

@@ -9,25 +9,17 @@
 #include <set>
 
 #include "otlp_receiver.h"
+#include "run_command.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using lens::testing::OtlpReceiver;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-};
+using Result = lens::testing::CommandResult;
 
 Result run(const std::string& command, const fs::path& dir) {
-  const fs::path out = dir / "output.txt";
-  const int status = std::system((command + " > " + out.string() + " 2>&1").c_str());
-  Result r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  std::ifstream in(out);
-  r.output.assign(std::istreambuf_iterator<char>(in), {});
-  return r;
+  return lens::testing::run_command(command, dir / "output.txt");
 }
 
 std::size_t spans_in_files(const fs::path& dir) {
