@@ -1,7 +1,7 @@
 // Costs of the core hot paths, and a "floor" to compare them with.
 //
-//   build/bin/lens_core_bench --benchmark_repetitions=5 \
-//       --benchmark_report_aggregates_only=true
+//   build/bin/lens_core_bench --benchmark_repetitions=5
+//       --benchmark_report_aggregates_only=true   (one command line)
 //
 // Spans go through the real batch processor into an exporter that discards
 // them, on its own thread, as in a traced job. The "dropped" counter says how

@@ -50,7 +50,7 @@ std::unique_ptr<Telemetry> gated_telemetry(std::shared_ptr<GatedExporter> export
                                            std::uint32_t queue, std::uint32_t batch) {
   TelemetryOptions opts;
   opts.enabled = true;
-  opts.span_groups = "all";
+  opts.span_groups.emplace("all");
   opts.run_id = "bp";
   opts.max_queue_size = queue;
   opts.max_export_batch_size = batch;

@@ -20,7 +20,7 @@ const SpanRecord* find(const std::vector<SpanRecord>& spans, std::string_view na
 
 TEST(Span, DisabledGroupRecordsNothing) {
   TelemetryOptions opts;
-  opts.span_groups = "default";
+  opts.span_groups.emplace("default");
   MemoryTelemetry mt(opts);
   Tracer tracer = mt.telemetry->tracer();
   EXPECT_FALSE(tracer.enabled(SpanGroup::kCommunication));

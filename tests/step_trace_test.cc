@@ -115,7 +115,9 @@ TEST_P(StepProtocol, EveryRankSharesTheTraceAndLinksResolveToRankZeroStepSpan) {
       ASSERT_NE(mine, nullptr) << "rank " << rank << " step " << step;
       EXPECT_FALSE(mine->has_parent());
       EXPECT_EQ(int_attr(*mine, "dl.rank"), rank);
-      if (o.ranks > 1) EXPECT_EQ(mine->context.trace_id, root->context.trace_id);
+      if (o.ranks > 1) {
+        EXPECT_EQ(mine->context.trace_id, root->context.trace_id);
+      }
       auto linked = named(res, "megatron.pp.recv_forward.linked");
       std::size_t in_step = 0;
       for (auto* l : linked) {
