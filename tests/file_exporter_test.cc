@@ -9,6 +9,7 @@
 
 #include "lens/telemetry.h"
 #include "test_env.h"
+#include "remote_context.h"
 
 namespace lens {
 namespace {
@@ -73,12 +74,7 @@ TEST_F(FileExporterTest, WritesOneOtlpJsonRequestPerLineFieldByField) {
   EXPECT_EQ(telemetry->trace_file(), file.string());
 
   Tracer tracer = telemetry->tracer("nemo.lens", "0.1.0");
-  SpanContext target;
-  target.trace_id = IdGenerator::new_trace_id();
-  target.span_id = IdGenerator::new_span_id();
-  target.trace_flags = TraceFlags::kSampled;
-  target.tracestate = "rojo=1";
-  target.remote = true;
+  const SpanContext target = testing::remote_context("rojo=1");
 
   SpanContext parent_ctx, child_ctx;
   std::int64_t child_start = 0, child_end = 0;

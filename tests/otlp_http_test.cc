@@ -15,6 +15,7 @@
 #include "lens/telemetry.h"
 #include "otlp_receiver.h"
 #include "test_env.h"
+#include "remote_context.h"
 
 namespace lens {
 namespace {
@@ -70,11 +71,7 @@ struct Recorded {
 // One step span and a linked child with everything the encoders must carry.
 Recorded record_rich_spans(Telemetry& telemetry) {
   Recorded r;
-  r.remote.trace_id = IdGenerator::new_trace_id();
-  r.remote.span_id = IdGenerator::new_span_id();
-  r.remote.trace_flags = TraceFlags::kSampled;
-  r.remote.tracestate = "rojo=1";
-  r.remote.remote = true;
+  r.remote = testing::remote_context("rojo=1");
   Tracer tracer = telemetry.tracer("nemo.lens", "0.1.0");
   StartOptions so;
   so.kind = SpanKind::kServer;

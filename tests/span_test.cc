@@ -6,6 +6,7 @@
 
 #include "lens/tracer.h"
 #include "memory_telemetry.h"
+#include "remote_context.h"
 
 namespace lens {
 namespace {
@@ -152,12 +153,7 @@ TEST(Span, ScopeMakesChildrenAndNests) {
 TEST(Span, ExplicitRemoteParentAndJoiningATraceAsRoot) {
   MemoryTelemetry mt;
   Tracer tracer = mt.telemetry->tracer();
-  SpanContext remote;
-  remote.trace_id = IdGenerator::new_trace_id();
-  remote.span_id = IdGenerator::new_span_id();
-  remote.trace_flags = TraceFlags::kSampled;
-  remote.tracestate = "vendor=1";
-  remote.remote = true;
+  const SpanContext remote = testing::remote_context("vendor=1");
   const SpanId reserved = IdGenerator::new_span_id();
   {
     StartOptions child;
@@ -204,11 +200,7 @@ TEST(Span, UnsampledSpansAreNotExportedButPropagate) {
 TEST(Span, LinksCarryTheirOwnAttributesAndInvalidLinksAreIgnored) {
   MemoryTelemetry mt;
   Tracer tracer = mt.telemetry->tracer();
-  SpanContext target;
-  target.trace_id = IdGenerator::new_trace_id();
-  target.span_id = IdGenerator::new_span_id();
-  target.trace_flags = TraceFlags::kSampled;
-  target.remote = true;
+  const SpanContext target = testing::remote_context();
   {
     StartOptions opts;
     opts.links.push_back({target, {{"at", std::string("start")}}, 0});
