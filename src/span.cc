@@ -57,6 +57,33 @@ std::uint64_t TelemetryCore::truncate_open_spans() {
   return count;
 }
 
+std::vector<std::string> TelemetryCore::mark_open_spans(std::string_view event,
+                                                        std::string_view detail) {
+  std::vector<std::string> lines;
+  const std::int64_t now = steady_now_ns();
+  std::lock_guard<SpinLock> lock(open_spans_lock());
+  for (LiveSpan* s = open_head.next; s != &open_head; s = s->next) {
+    std::string line = s->name;
+    for (const auto& a : s->attributes) {
+      if (!a.key.starts_with("dl.")) continue;
+      if (const auto* i = std::get_if<std::int64_t>(&a.value))
+        line += " " + a.key + "=" + std::to_string(*i);
+    }
+    const double open_ms = static_cast<double>(now - s->start_steady_ns) / 1e6;
+    line += " (open " + std::to_string(static_cast<std::int64_t>(open_ms)) + " ms)";
+    lines.push_back(std::move(line));
+    if (s->events.size() < limits.event_count) {
+      SpanEvent& e = s->events.emplace_back();
+      e.name.assign(event);
+      e.time_unix_ns = s->start_time_unix_ns + (now - s->start_steady_ns);
+      e.attributes = {{"lens.detail", std::string(detail)}};
+    } else {
+      ++s->dropped_events_count;
+    }
+  }
+  return lines;
+}
+
 void finish_span(LiveSpan* s) {
   const std::int64_t end_steady = steady_now_ns();
   bool queued = false;

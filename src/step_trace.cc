@@ -54,8 +54,14 @@ StepScope::StepScope(StepTrace& trace, std::uint64_t step) {
       reserved.step = step;
       local = reserved;
     }
-    carrier_ = broadcast_trace_context(*trace.comm_, trace.options_.src_rank, local,
-                                       trace.timeout_, step);
+    try {
+      carrier_ = broadcast_trace_context(*trace.comm_, trace.options_.src_rank, local,
+                                         trace.timeout_, step);
+    } catch (const CommError& e) {
+      // The job is broken: leave a record on what is open (e.g. the job span).
+      trace.telemetry_->mark_open_spans("lens.failure", e.what());
+      throw;
+    }
     set_pp_trace_carrier(carrier_);
     if (carrier_) {
       start.trace_id = carrier_->context.trace_id;

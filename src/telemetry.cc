@@ -161,6 +161,11 @@ bool Telemetry::shutdown(std::chrono::milliseconds timeout) {
   return in_time;
 }
 
+std::vector<std::string> Telemetry::mark_open_spans(std::string_view event,
+                                                    std::string_view detail) {
+  return impl_->core.mark_open_spans(event, detail);
+}
+
 TelemetryStats Telemetry::stats() const {
   TelemetryStats s;
   s.processor = impl_->core.processor->stats();

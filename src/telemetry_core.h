@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "lens/batch_processor.h"
 #include "lens/sampler.h"
@@ -37,6 +39,9 @@ class TelemetryCore {
   // Ends every open span: exports a copy marked nemo.span.truncated=true and
   // detaches the original from this core. Returns how many.
   std::uint64_t truncate_open_spans();
+  // Adds an event to every open span and returns one line per open span
+  // (oldest first): "name [key=value ...]" with the dl.* attributes.
+  std::vector<std::string> mark_open_spans(std::string_view event, std::string_view detail);
 };
 
 // Ends a span's recording: timestamps it and queues it (or frees it if its

@@ -82,6 +82,32 @@ TEST(Telemetry, OpenSpansAreTruncatedAtShutdown) {
   EXPECT_EQ(truncated, 2);
 }
 
+TEST(Telemetry, MarkOpenSpansRecordsTheFailureOnWhatIsOpen) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  Span step = tracer.start_span(SpanGroup::kStep, "megatron.train_step");
+  step.set_attribute("dl.step", 7);
+  Scope scope(step);
+  Span recv = tracer.start_span(SpanGroup::kCommunication, "megatron.p2p.recv_forward");
+  tracer.start_span(SpanGroup::kStep, "already.ended").end();
+  auto lines = mt.telemetry->mark_open_spans("lens.failure", "peer 1 lost");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].rfind("megatron.train_step dl.step=7 (open ", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[1].rfind("megatron.p2p.recv_forward (open ", 0), 0u) << lines[1];
+  recv.end();
+  step.end();
+  int marked = 0;
+  for (const auto& s : mt.spans()) {
+    for (const auto& e : s.events) {
+      if (e.name != "lens.failure") continue;
+      ++marked;
+      EXPECT_EQ(std::get<std::string>(e.attributes.at(0).value), "peer 1 lost");
+    }
+    if (s.name == "already.ended") EXPECT_TRUE(s.events.empty());
+  }
+  EXPECT_EQ(marked, 2);
+}
+
 TEST(Telemetry, SpansAfterShutdownAreNotRecorded) {
   MemoryTelemetry mt;
   Tracer tracer = mt.telemetry->tracer();

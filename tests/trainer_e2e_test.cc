@@ -250,12 +250,20 @@ std::vector<int> children_of(int pid) {
   return out;
 }
 
+std::vector<std::string> read_lines_of(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
 // Starts a long run, kills one rank with SIGKILL once training is under way,
 // and returns the launcher's output after it exits (or after 90 s).
 struct KillOutcome {
   bool launcher_exited = false;
   std::chrono::steady_clock::duration after_kill{};
   std::string output;
+  int failure_events = 0;  // lens.failure events in the survivors' trace files
 };
 
 KillOutcome kill_rank_mid_run(int victim, const std::string& name) {
@@ -266,7 +274,7 @@ KillOutcome kill_rank_mid_run(int victim, const std::string& name) {
   const fs::path out = base / "output.txt";
   FILE* launcher = popen((std::string(LENS_TRAIN_BIN) +
                           " --pp 2 --microbatches 4 --steps 100000 --layers 2 --hidden 16"
-                          " --microbatch-size 4 --timeout-s 20 --otel-enabled=true --trace-dir " +
+                          " --microbatch-size 4 --timeout-s 20 --otel-enabled=true --otel-span-groups per_step --trace-dir " +
                           (base / "traces").string() + " > " + out.string() + " 2>&1 & echo $!").c_str(), "r");
   if (launcher == nullptr) return k;
   int pid = 0;
@@ -289,6 +297,13 @@ KillOutcome kill_rank_mid_run(int victim, const std::string& name) {
   std::ifstream in(out);
   k.output.assign(std::istreambuf_iterator<char>(in), {});
   for (int r : ranks) kill(r, SIGKILL);  // in case something is left
+  if (fs::exists(base / "traces"))
+    for (const auto& e : fs::recursive_directory_iterator(base / "traces"))
+      if (e.is_regular_file())
+        for (const auto& line : read_lines_of(e.path()))
+          for (auto at = line.find("\"lens.failure\""); at != std::string::npos;
+               at = line.find("\"lens.failure\"", at + 1))
+            ++k.failure_events;
   fs::remove_all(base);
   return k;
 }
@@ -299,6 +314,11 @@ TEST(TrainerFailures, KilledRankStopsTheJobWithAnErrorNamingIt) {
   EXPECT_LT(k.after_kill, std::chrono::seconds(60));
   EXPECT_NE(k.output.find("rank 1 was killed by signal 9"), std::string::npos) << k.output;
   EXPECT_NE(k.output.find("lens-train: failed"), std::string::npos) << k.output;
+  // The survivor says what it was doing, and its open spans carry the failure.
+  EXPECT_NE(k.output.find("lens-train: rank 0 was in: megatron.train_step dl.step="),
+            std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("lens-train: rank 0 was in: megatron.p2p."), std::string::npos) << k.output;
+  EXPECT_GT(k.failure_events, 0);
 }
 
 TEST(TrainerFailures, KilledSourceRankStopsTheJobToo) {

@@ -37,9 +37,11 @@ void P2PCommunicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const cha
   try {
     if (!work->wait(timeout_)) throw std::runtime_error("timed out");
   } catch (const std::exception& e) {
-    throw std::runtime_error(std::string(op) + " with pipeline stage " + std::to_string(peer) +
+    const std::string what = std::string(op) + " with pipeline stage " + std::to_string(peer) +
                              " failed on stage " + std::to_string(stage_) + " after up to " +
-                             std::to_string(timeout_.count()) + " ms: " + e.what());
+                             std::to_string(timeout_.count()) + " ms: " + e.what();
+    if (on_failure_) on_failure_(what);
+    throw std::runtime_error(what);
   }
 }
 

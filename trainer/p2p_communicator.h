@@ -16,6 +16,8 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "lens/tracer.h"
@@ -38,6 +40,11 @@ class P2PCommunicator {
   int stage() const { return stage_; }
   int stages() const { return stages_; }
   bool first_stage() const { return stage_ == 0; }
+  // Called with the error text when a transfer fails, before it is thrown,
+  // while the spans around the transfer are still open.
+  void on_failure(std::function<void(const std::string&)> callback) {
+    on_failure_ = std::move(callback);
+  }
   bool last_stage() const { return stage_ == stages_ - 1; }
 
  private:
@@ -52,6 +59,7 @@ class P2PCommunicator {
   std::chrono::milliseconds timeout_;
   Tracer tracer_;
   std::vector<torch::Tensor> keep_alive_;  // send buffers until their work completes
+  std::function<void(const std::string&)> on_failure_;
 };
 
 }  // namespace lens::train

@@ -118,51 +118,66 @@ int run_rank(const TrainOptions& o) {
   SyntheticData data(o.hidden, o.microbatch_size, o.seed);
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(o.lr));
   P2PCommunicator p2p(pp_group, stage, o.pp, {o.microbatch_size, o.hidden}, timeout, tracer);
+  // What this rank was doing when a transfer failed (a lost peer, a timeout):
+  // in the log and as a final event on its open spans, so the rank that
+  // diverged can be found, as one would with PyTorch's flight recorder.
+  p2p.on_failure([&](const std::string& what) {
+    if (!telemetry) return;
+    for (const auto& line : telemetry->mark_open_spans("lens.failure", what))
+      std::fprintf(stderr, "lens-train: rank %d was in: %s\n", rank, line.c_str());
+  });
   ScheduleContext ctx{model, &data, &p2p, &step_trace, tracer, o.microbatches, replica};
 
   RankReport report;
   report.rank = rank;
   report.stage = stage;
   report.replica = replica;
-  {
-    Span job = tracer.start_span(SpanGroup::kJob, "megatron.job");
-    job.set_attribute("dl.pipeline_parallel.size", o.pp);
-    job.set_attribute("dl.data_parallel.size", o.dp);
-    job.set_attribute("dl.num_microbatches", o.microbatches);
-    for (int step = 0; step < o.steps; ++step) {
-      const auto start = std::chrono::steady_clock::now();
-      StepReport sr;
-      sr.step = step;
-      {
-        StepScope step_scope(step_trace, static_cast<std::uint64_t>(step));
-        if (step_scope.carrier()) sr.trace_id = step_scope.carrier()->context.trace_id.to_hex();
-        optimizer.zero_grad();
-        double loss;
+  try {
+    {
+      Span job = tracer.start_span(SpanGroup::kJob, "megatron.job");
+      job.set_attribute("dl.pipeline_parallel.size", o.pp);
+      job.set_attribute("dl.data_parallel.size", o.dp);
+      job.set_attribute("dl.num_microbatches", o.microbatches);
+      for (int step = 0; step < o.steps; ++step) {
+        const auto start = std::chrono::steady_clock::now();
+        StepReport sr;
+        sr.step = step;
         {
-          Span fb = tracer.start_span(SpanGroup::kForwardBackward, "megatron.forward_backward");
-          fb.set_attribute("dl.num_microbatches", o.microbatches);
-          loss = forward_backward_1f1b(ctx, step);
+          StepScope step_scope(step_trace, static_cast<std::uint64_t>(step));
+          if (step_scope.carrier()) sr.trace_id = step_scope.carrier()->context.trace_id.to_hex();
+          optimizer.zero_grad();
+          double loss;
+          {
+            Span fb = tracer.start_span(SpanGroup::kForwardBackward, "megatron.forward_backward");
+            fb.set_attribute("dl.num_microbatches", o.microbatches);
+            loss = forward_backward_1f1b(ctx, step);
+          }
+          if (dp_group) {
+            Span ar = tracer.start_span(SpanGroup::kCommunication, "megatron.grads.all_reduce");
+            all_reduce_gradients(model, *dp_group, o.dp, timeout);
+          }
+          {
+            Span opt = tracer.start_span(SpanGroup::kOptimizer, "megatron.optimizer.step");
+            optimizer.step();
+          }
+          if (!std::isnan(loss)) {
+            sr.loss = loss;
+            step_scope.span().set_attribute("dl.loss", loss);
+          }
         }
-        if (dp_group) {
-          Span ar = tracer.start_span(SpanGroup::kCommunication, "megatron.grads.all_reduce");
-          all_reduce_gradients(model, *dp_group, o.dp, timeout);
-        }
-        {
-          Span opt = tracer.start_span(SpanGroup::kOptimizer, "megatron.optimizer.step");
-          optimizer.step();
-        }
-        if (!std::isnan(loss)) {
-          sr.loss = loss;
-          step_scope.span().set_attribute("dl.loss", loss);
-        }
+        sr.milliseconds =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count();
+        report.steps.push_back(sr);
       }
-      sr.milliseconds =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-              .count();
-      report.steps.push_back(sr);
     }
+  } catch (const std::exception& e) {
+    // The spans open at the failure carry a lens.failure event (see
+    // report_failure); export what there is before leaving.
+    std::fprintf(stderr, "lens-train: rank %d (stage %d): error: %s\n", rank, stage, e.what());
+    if (telemetry) telemetry->shutdown(std::chrono::seconds(10));
+    return 1;
   }
-
   report.broadcasts = pipeline_stats().broadcasts;
   if (telemetry) {
     report.tracing = true;

@@ -17,7 +17,9 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "lens/batch_processor.h"
 #include "lens/config.h"
@@ -68,6 +70,14 @@ class Telemetry {
   bool shutdown(std::chrono::milliseconds timeout);
 
   TelemetryStats stats() const;
+
+  // For a failure that ends the job (a collective that timed out, a lost
+  // peer): adds an event named `event` with attribute lens.detail=`detail` to
+  // every span still open, and returns one line per open span, oldest first
+  // ("megatron.train_step dl.step=12 ... (open 3051 ms)"), for the log. A
+  // following shutdown() exports them, truncated. Call it from the thread
+  // that hit the failure, while no other thread mutates spans.
+  std::vector<std::string> mark_open_spans(std::string_view event, std::string_view detail);
 
  private:
   struct Impl;
