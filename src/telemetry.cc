@@ -117,9 +117,7 @@ Tracer Telemetry::tracer(std::string_view name, std::string_view version) {
   return Tracer(&impl_->core, &impl_->core.switches, &scopes.back());
 }
 
-bool Telemetry::enabled(SpanGroup group) const {
-  return SpanGroupSet(impl_->core.switches.bits.load(std::memory_order_relaxed)).contains(group);
-}
+bool Telemetry::enabled(SpanGroup group) const { return span_groups().contains(group); }
 
 SpanGroupSet Telemetry::span_groups() const {
   return SpanGroupSet(impl_->core.switches.bits.load(std::memory_order_relaxed));

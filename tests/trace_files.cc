@@ -1,69 +1,38 @@
 #include "trace_files.h"
 
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <set>
-#include <stdexcept>
+
+#include "run_reader.h"
 
 namespace lens::testing {
-
-using json = nlohmann::json;
 
 std::int64_t ExportedSpan::int_attr(const std::string& key) const {
   auto it = attributes.find(key);
   return it == attributes.end() ? -1 : std::stoll(it->second);
 }
 
-namespace {
-
-std::string scalar_text(const json& v) {
-  if (v.contains("stringValue")) return v["stringValue"].get<std::string>();
-  if (v.contains("intValue")) return v["intValue"].get<std::string>();
-  if (v.contains("boolValue")) return v["boolValue"].get<bool>() ? "true" : "false";
-  if (v.contains("doubleValue")) return v["doubleValue"].dump();
-  return v.dump();
-}
-
-}  // namespace
-
 std::vector<ExportedSpan> read_run(const std::filesystem::path& dir) {
+  // The `lens` command's reader does the parsing and the input checks.
+  const lens::tools::Run run = lens::tools::read_run(dir);
   std::vector<ExportedSpan> out;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    const std::string path = entry.path().string();
-    if (!entry.is_regular_file() || !path.ends_with(".otlp.jsonl")) continue;
-    std::ifstream in(entry.path());
-    std::string line;
-    int number = 0;
-    while (std::getline(in, line)) {
-      ++number;
-      json req;
-      try {
-        req = json::parse(line);
-        for (const auto& rs : req.at("resourceSpans")) {
-          std::map<std::string, std::string> resource;
-          for (const auto& kv : rs.at("resource").at("attributes"))
-            resource[kv.at("key")] = scalar_text(kv.at("value"));
-          for (const auto& ss : rs.at("scopeSpans")) {
-            for (const auto& s : ss.at("spans")) {
-              ExportedSpan e;
-              e.file = path;
-              e.resource = resource;
-              e.trace_id = s.at("traceId");
-              e.span_id = s.at("spanId");
-              e.parent_span_id = s.value("parentSpanId", "");
-              e.name = s.at("name");
-              e.start_ns = std::stoll(s.at("startTimeUnixNano").get<std::string>());
-              e.end_ns = std::stoll(s.at("endTimeUnixNano").get<std::string>());
-              for (const auto& kv : s.at("attributes"))
-                e.attributes[kv.at("key")] = scalar_text(kv.at("value"));
-              for (const auto& l : s.at("links")) e.links.emplace_back(l.at("traceId"), l.at("spanId"));
-              out.push_back(std::move(e));
-            }
-          }
-        }
-      } catch (const std::exception& ex) {
-        throw std::runtime_error(path + ":" + std::to_string(number) + ": " + ex.what());
-      }
+  for (const auto& f : run.files) {
+    const std::map<std::string, std::string> resource = {
+        {"dl.rank", std::to_string(f.rank)},
+        {"service.name", f.service_name},
+        {"nemo.run.id", f.run_id}};
+    for (const auto& s : f.spans) {
+      ExportedSpan e;
+      e.file = f.path.string();
+      e.trace_id = s.trace_id;
+      e.span_id = s.span_id;
+      e.parent_span_id = s.parent_span_id;
+      e.name = s.name;
+      e.start_ns = s.start_ns;
+      e.end_ns = s.end_ns;
+      e.attributes = s.attributes;
+      e.resource = resource;
+      e.links = s.links;
+      out.push_back(std::move(e));
     }
   }
   return out;

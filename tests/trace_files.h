@@ -21,8 +21,9 @@ struct ExportedSpan {
   std::int64_t int_attr(const std::string& key) const;
 };
 
-// Every span of every *.otlp.jsonl file under dir. Throws std::runtime_error
-// naming file and line on malformed input.
+// Every span of every *.otlp.jsonl file in dir (via the `lens` command's
+// reader; its ReadError names file and line on malformed input). The
+// resource map holds dl.rank, service.name and nemo.run.id.
 std::vector<ExportedSpan> read_run(const std::filesystem::path& dir);
 
 struct CorrelationExpectation {
