@@ -373,10 +373,12 @@ class ResettingServer {
           need = hdr_end + 4 + body;
         }
       }
+      // Counted before the reply goes out: the client may check the count as
+      // soon as it has read the reply.
+      ++completed_;
       const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
       (void)write(c, ok.data(), ok.size());
       close(c);
-      ++completed_;
     }
   }
   int fd_ = -1;
