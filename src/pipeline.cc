@@ -54,6 +54,7 @@ void reset_pipeline_stats() {
 
 std::optional<StepCarrier> accept_carrier_frame(std::span<const std::uint8_t> frame,
                                                 std::optional<std::uint64_t> expected_step) {
+  counters().broadcasts.fetch_add(1, std::memory_order_relaxed);
   DecodedCarrier decoded = decode_carrier(frame);
   if (decoded.status == FrameStatus::kNoContext) {
     counters().frames_without_context.fetch_add(1, std::memory_order_relaxed);
@@ -85,7 +86,6 @@ std::optional<StepCarrier> broadcast_trace_context(Communicator& comm, int src_r
   }
   CarrierFrame frame = encode_carrier(comm.rank() == src_rank ? local : std::nullopt);
   comm.broadcast(frame, src_rank, timeout);
-  counters().broadcasts.fetch_add(1, std::memory_order_relaxed);
   return accept_carrier_frame(frame, expected_step);
 }
 

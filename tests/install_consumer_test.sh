@@ -22,7 +22,21 @@ if ldd "$work/consumer/consumer" | grep -Eq 'libtorch|libmpi|libc10'; then
   echo "FAIL: the find_package consumer links libtorch or MPI"; exit 1
 fi
 
+"$work/consumer/consumer_shared"
+if ! ldd "$work/consumer/consumer_shared" | grep -q "liblens.so"; then
+  echo "FAIL: the lens::shared consumer does not load liblens.so"; exit 1
+fi
+if ldd "$work/consumer/consumer" | grep -q "liblens.so"; then
+  echo "FAIL: the lens::lens consumer loads liblens.so"; exit 1
+fi
+
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 g++ "$src/tests/consumer/main.cc" -o "$work/consumer-pc" $(pkg-config --cflags --libs lens)
-"$work/consumer-pc"
+LD_LIBRARY_PATH="$work/prefix/lib" "$work/consumer-pc"
+if LD_LIBRARY_PATH="$work/prefix/lib" ldd "$work/consumer-pc" | grep -Eq 'libtorch|libmpi|libc10'; then
+  echo "FAIL: the pkg-config consumer links libtorch or MPI"; exit 1
+fi
+g++ "$src/tests/consumer/main.cc" -o "$work/consumer-pc-static" \
+  $(pkg-config --cflags lens) "$work/prefix/lib/liblens.a" $(pkg-config --static --libs-only-l lens | sed 's/-llens//')
+"$work/consumer-pc-static"
 echo "ok: installed lens consumed through find_package and pkg-config"

@@ -29,8 +29,9 @@ std::optional<StepCarrier> broadcast_trace_context(
     std::chrono::milliseconds timeout = std::chrono::minutes(5),
     std::optional<std::uint64_t> expected_step = std::nullopt);
 
-// Decodes a received frame with the same accounting (for engines driven
-// outside lens, e.g. a Python binding that broadcasts the bytes itself).
+// Decodes a received frame with the same accounting, counting it as one
+// completed broadcast (for engines driven outside lens, e.g. the Python
+// package, which broadcasts the bytes over torch.distributed itself).
 std::optional<StepCarrier> accept_carrier_frame(std::span<const std::uint8_t> frame,
                                                 std::optional<std::uint64_t> expected_step);
 

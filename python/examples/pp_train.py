@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+"""A small pipeline-parallel training loop on torch.distributed, traced by lens.
+
+Each of P processes holds one stage (two Linear layers) of a regression
+model and runs Megatron's non-interleaved 1F1B schedule over M microbatches
+per step: activations go forward and gradients backward with
+torch.distributed isend/recv (Gloo, on 127.0.0.1). The lens integration is
+the reference page's, in a few lines:
+
+  * before each step span: broadcast_trace_context from rank 0, then
+    set_pp_trace_carrier (gated on get_telemetry() is not None and P > 1,
+    the same on every rank);
+  * around the warmup and pre-1F1B recv_forward of non-first stages: a
+    create_linked_span to the carrier.
+
+  pp_train.py --world 4 --steps 5 --microbatches 6 --trace-dir DIR
+starts the P ranks itself (as torchrun would) and waits for them; telemetry
+is configured by the usual variables (MEGATRON_OTEL_ENABLED=1, ...) or, for
+convenience, by --trace-dir (file export of the per_step,microbatch groups).
+"""
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+
+P2P_TAG_FORWARD = 1
+P2P_TAG_BACKWARD = 2
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(args):
+    """Starts the ranks as torchrun does and returns the worst exit code."""
+    port = free_port()
+    run_id = time.strftime("%Y%m%d-%H%M%S-py", time.gmtime()) + f"{os.getpid() % 100000:05d}"
+    procs = []
+    for rank in range(args.world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.world), LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PP_TRAIN_RANK_PROCESS="1")
+        if args.trace_dir:
+            env.setdefault("MEGATRON_OTEL_ENABLED", "1")
+            env.setdefault("MEGATRON_OTEL_EXPORTER", "file")
+            env.setdefault("MEGATRON_OTEL_SPAN_GROUPS", "per_step,microbatch")
+            env["LENS_TRACE_DIR"] = args.trace_dir
+            env.setdefault("MEGATRON_OTEL_RUN_ID", run_id)  # one run directory for all ranks
+        procs.append(subprocess.Popen([sys.executable, __file__] + sys.argv[1:], env=env))
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=args.timeout))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            print(f"pp_train: ranks did not finish within {args.timeout} s", file=sys.stderr)
+            return 3
+    return max(abs(c) for c in codes)
+
+
+def schedule_1f1b(stage, stages, microbatches):
+    """Megatron's non-interleaved 1F1B order: ("F", i) and ("B", i) items,
+    with warmup forwards marked as such."""
+    warmup = min(stages - stage - 1, microbatches)
+    order = [("F", i, "warmup") for i in range(warmup)]
+    remaining = microbatches - warmup
+    for j in range(remaining):
+        order.append(("F", warmup + j, "pre-1f1b" if j == 0 else "steady"))
+        order.append(("B", j, "steady"))
+    for j in range(remaining, microbatches):
+        order.append(("B", j, "cooldown"))
+    return order
+
+
+def run_rank(args):
+    import torch
+    import torch.distributed as dist
+
+    import lens
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}")
+    stage, stages = rank, world  # one pipeline: PP = world
+    lens.init(rank=rank, world_size=world)
+
+    torch.manual_seed(1234 + stage)
+    hidden = args.hidden
+    model = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
+                                torch.nn.Linear(hidden, hidden))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
+    data = torch.Generator().manual_seed(99)
+    target_map = torch.randn(hidden, hidden, generator=data) / hidden ** 0.5
+    dataset = [torch.randn(args.batch, hidden, generator=data) for _ in range(args.microbatches)]
+    first, last = stage == 0, stage == stages - 1
+    losses = []
+
+    for step in range(args.steps):
+        # The reference page's broadcast, just before the step span opens.
+        if stages > 1 and lens.get_telemetry() is not None:
+            carrier = lens.distributed.broadcast_trace_context(rank=rank, src_rank=0, step=step)
+            lens.state.set_pp_trace_carrier(carrier)
+
+        with lens.managed_span("megatron.train_step", group="step", **{
+                "dl.step": step, "dl.rank": rank, "dl.pipeline_parallel.rank": stage,
+                "dl.pipeline_parallel.size": stages, "dl.num_microbatches": args.microbatches}):
+            inputs = dataset  # the same microbatches every step: the loss goes down
+            saved = {}
+            pending_sends = []  # isend: a stage never blocks on its sends, as Megatron's batched p2p
+            step_loss = 0.0
+            optimizer.zero_grad()
+            for kind, mb, phase in schedule_1f1b(stage, stages, args.microbatches):
+                if kind == "F":
+                    if first:
+                        x = inputs[mb]
+                    else:
+                        x = torch.empty(args.batch, hidden)
+                        link = None
+                        if phase in ("warmup", "pre-1f1b"):
+                            link = lens.distributed.create_linked_span(
+                                "megatron.pp.recv_forward.linked",
+                                remote_carrier=lens.state.get_pp_trace_carrier(),
+                                **{"dl.pipeline_parallel.rank": stage, "dl.microbatch_id": mb})
+                        dist.recv(x, src=rank - 1, tag=P2P_TAG_FORWARD)
+                        if link is not None:
+                            link.end()
+                        x.requires_grad_(True)
+                    with lens.managed_span("megatron.microbatch.forward", group="microbatch",
+                                           **{"dl.microbatch_id": mb}):
+                        y = model(x)
+                        if last:
+                            loss = torch.nn.functional.mse_loss(y, inputs[mb] @ target_map)
+                            step_loss += loss.item() / args.microbatches
+                            saved[mb] = (x, loss / args.microbatches)
+                        else:
+                            pending_sends.append(dist.isend(y.detach(), dst=rank + 1, tag=P2P_TAG_FORWARD))
+                            saved[mb] = (x, y)
+                else:
+                    x, out = saved.pop(mb)
+                    with lens.managed_span("megatron.microbatch.backward", group="microbatch",
+                                           **{"dl.microbatch_id": mb}):
+                        if last:
+                            out.backward()
+                        else:
+                            grad = torch.empty_like(out)
+                            dist.recv(grad, src=rank + 1, tag=P2P_TAG_BACKWARD)
+                            out.backward(grad)
+                        if not first:
+                            pending_sends.append(dist.isend(x.grad, dst=rank - 1, tag=P2P_TAG_BACKWARD))
+            for work in pending_sends:
+                work.wait()
+            with lens.managed_span("megatron.optimizer.step", group="optimizer"):
+                optimizer.step()
+            if last:
+                losses.append(step_loss)
+
+    if last:
+        print(f"pp_train: rank {rank}: loss {losses[0]:.4f} -> {losses[-1]:.4f} over {args.steps} steps",
+              flush=True)
+        if not all(l == l for l in losses):  # NaN check
+            print("pp_train: the loss is not a number", file=sys.stderr)
+            return 1
+    stats = lens.distributed._lens.pipeline_stats()
+    dist.barrier()
+    lens.shutdown()
+    dist.destroy_process_group()
+    print(f"pp_train: rank {rank}: {stats['broadcasts']} broadcasts, "
+          f"{stats['linked_spans']} linked spans", flush=True)
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--world", type=int, default=4, help="processes = pipeline stages")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--microbatches", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=32)
+    parser.add_argument("--trace-dir", default="")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds the launcher waits")
+    args = parser.parse_args()
+    if args.world < 1 or args.steps < 1 or args.microbatches < 1:
+        parser.error("--world, --steps and --microbatches must be at least 1")
+    if os.environ.get("PP_TRAIN_RANK_PROCESS") == "1":
+        return run_rank(args)
+    return launch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

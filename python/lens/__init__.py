@@ -1,0 +1,173 @@
+"""lens: pipeline-parallel trace correlation for OpenTelemetry, from Python.
+
+The same core as lens's C++ library (one telemetry per process, shared with
+any C++ code of the process that links liblens.so), with the names of the
+reference integration:
+
+    import lens
+    lens.init()                      # from MEGATRON_OTEL_* / OTEL_* variables
+    if lens.get_telemetry() is not None and pp_size > 1:
+        carrier = lens.distributed.broadcast_trace_context(rank=dist.get_rank(), src_rank=0)
+        lens.state.set_pp_trace_carrier(carrier)
+    with lens.managed_span("megatron.train_step", group="step", **{"dl.step": step}):
+        ...
+
+A span of the ``step`` group opened after ``set_pp_trace_carrier`` joins
+that step's shared trace: on the source rank it takes the span id the source
+broadcast, so every later stage's linked span resolves to it.
+
+``managed_span`` costs one set lookup when its group is off. The enabled
+groups are read from the core at ``init``, ``set_span_groups`` and
+``shutdown``; call ``refresh()`` after C++ code of the process changes them.
+"""
+
+from . import _lens
+from ._lens import Carrier, ConfigError, Span, SpanContext, __version__
+
+__all__ = [
+    "Carrier", "ConfigError", "Span", "SpanContext", "Telemetry", "__version__",
+    "current_span_context", "distributed", "flush", "get_telemetry", "init",
+    "managed_span", "refresh", "set_span_groups", "shutdown", "state",
+]
+
+_KNOWN_GROUPS = frozenset(_lens.group_names())
+_enabled = frozenset()
+_telemetry = None
+
+
+class Telemetry:
+    """The process's telemetry, as ``get_telemetry()`` returns it while initialised."""
+
+    __slots__ = ()
+
+    def enabled(self, group):
+        if group not in _KNOWN_GROUPS:
+            raise ValueError(f"lens: unknown span group {group!r}")
+        return group in _enabled
+
+    @property
+    def span_groups(self):
+        return sorted(_enabled)
+
+    @property
+    def trace_file(self):
+        """The OTLP JSON lines file this process writes, or '' if none."""
+        return _lens.trace_file()
+
+    @property
+    def config(self):
+        return _lens.config()
+
+    def stats(self):
+        return _lens.stats()
+
+    def flush(self, timeout=30.0):
+        return _lens.flush(timeout)
+
+    def __repr__(self):
+        return f"<lens.Telemetry groups={','.join(self.span_groups)} file={self.trace_file!r}>"
+
+
+def refresh():
+    """Re-reads whether telemetry is initialised and which groups are on."""
+    global _enabled, _telemetry
+    _enabled = frozenset(_lens.enabled_groups())
+    _telemetry = Telemetry() if _lens.is_initialized() else None
+
+
+def init(**options):
+    """Initialises the process's telemetry from the environment and options.
+
+    Options (all keyword, all optional, each overriding its variable):
+    enabled, span_groups, exporter, service_name, rank, world_size, trace_dir,
+    trace_file, run_id, collective_timeout (seconds). Returns the Telemetry,
+    or None when telemetry is disabled. Raises ConfigError (a ValueError) on
+    an invalid setting, naming the setting and what it accepts.
+    """
+    try:
+        _lens.init(**options)
+    finally:
+        refresh()
+    return _telemetry
+
+
+def get_telemetry():
+    """The Telemetry, or None when not initialised or disabled: the same on every rank."""
+    return _telemetry
+
+
+def set_span_groups(spec):
+    """Switches span groups at run time, e.g. "per_step,microbatch"."""
+    _lens.set_span_groups(spec)
+    refresh()
+
+
+def flush(timeout=30.0):
+    return _lens.flush(timeout)
+
+
+def shutdown(timeout=30.0):
+    """Ends open spans (truncated), exports what is queued and stops export."""
+    try:
+        return _lens.shutdown(timeout)
+    finally:
+        refresh()
+
+
+def current_span_context():
+    """The current span's SpanContext on this thread, or None."""
+    return _lens.current_span_context()
+
+
+class _NoSpan:
+    """What managed_span gives for a group that is off: every call is a no-op."""
+
+    __slots__ = ()
+    recording = False
+    context = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def set_attribute(self, key, value):
+        pass
+
+    def add_event(self, name, attributes=None):
+        pass
+
+    def add_link(self, context, attributes=None):
+        pass
+
+    def set_status(self, code, message=""):
+        pass
+
+    def end(self):
+        pass
+
+
+_NO_SPAN = _NoSpan()
+
+
+def managed_span(name, group, **attributes):
+    """A span as a context manager: current inside the block, ended on exit.
+
+    ``group`` is a span group name ("step", "forward_backward",
+    "communication", ...). When the group is off (or telemetry is not
+    initialised) this returns a shared no-op object. An exception leaving the
+    block is recorded on the span (an "exception" event, status error) and
+    propagates.
+    """
+    if group in _enabled:
+        join = state._take_step_carrier() if group == "step" else None
+        return _lens.start_span(name, group, attributes, join)
+    if group in _KNOWN_GROUPS:
+        return _NO_SPAN
+    raise ValueError(f"lens: unknown span group {group!r} (valid: {', '.join(sorted(_KNOWN_GROUPS))})")
+
+
+from . import distributed, state  # noqa: E402  (they import this module)
+
+refresh()

@@ -1,0 +1,416 @@
+// lens._lens: the Python binding of lens's core (pybind11).
+//
+// The thin Python package around it (python/lens/) gives the reference
+// page's names: lens.init, lens.managed_span, lens.distributed.*,
+// lens.state.*. This module links liblens.so, so spans started here and
+// spans started by C++ code of the same process (e.g. another extension
+// linking liblens.so) share one telemetry, processor and exporter.
+//
+// The GIL is released around everything that may wait: flush, shutdown and
+// init (which may create a trace directory or start the export thread).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lens/broadcast_trace_context.h"
+#include "lens/carrier.h"
+#include "lens/carrier_slot.h"
+#include "lens/error.h"
+#include "lens/ids.h"
+#include "lens/linked_span.h"
+#include "lens/pipeline_stats.h"
+#include "lens/telemetry.h"
+#include "lens/trace_context.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// A step carrier as Python sees it. reserved_here marks the carrier this
+// process reserved as the broadcast's source: its step span takes the
+// carrier's span id. It is not part of the frame.
+struct PyCarrier {
+  lens::StepCarrier carrier;
+  bool reserved_here = false;
+};
+
+lens::SpanGroup group_from_name(const std::string& name) {
+  for (int i = 0; i < lens::kSpanGroupCount; ++i) {
+    const auto g = static_cast<lens::SpanGroup>(i);
+    if (lens::span_group_name(g) == name) return g;
+  }
+  std::string valid;
+  for (int i = 0; i < lens::kSpanGroupCount; ++i)
+    valid += std::string(i ? ", " : "") +
+             std::string(lens::span_group_name(static_cast<lens::SpanGroup>(i)));
+  throw py::value_error("lens: unknown span group '" + name + "' (valid: " + valid + ")");
+}
+
+// A Python value as an attribute value: bool, int, float and str map to their
+// OTel types, lists and tuples of one of them to arrays; anything else is
+// recorded as its str() so that instrumentation never fails on a value.
+lens::AttributeValue to_value(const py::handle& v) {
+  if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
+  if (py::isinstance<py::int_>(v)) {
+    try {
+      return v.cast<std::int64_t>();
+    } catch (const py::cast_error&) {
+      return std::string(py::str(v));  // beyond 64 bits
+    }
+  }
+  if (py::isinstance<py::float_>(v)) return v.cast<double>();
+  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+    py::sequence seq = py::reinterpret_borrow<py::sequence>(v);
+    bool all_bool = true, all_int = true, all_num = true, all_str = true;
+    for (const auto& item : seq) {
+      const bool b = py::isinstance<py::bool_>(item);
+      const bool i = py::isinstance<py::int_>(item) && !b;
+      const bool f = py::isinstance<py::float_>(item);
+      all_bool &= b;
+      all_int &= i;
+      all_num &= i || f;
+      all_str &= py::isinstance<py::str>(item);
+    }
+    if (seq.size() == 0) return std::vector<std::string>{};
+    try {
+      if (all_bool) return seq.cast<std::vector<bool>>();
+      if (all_int) return seq.cast<std::vector<std::int64_t>>();
+      if (all_num) return seq.cast<std::vector<double>>();
+      if (all_str) return seq.cast<std::vector<std::string>>();
+    } catch (const py::cast_error&) {
+    }
+  }
+  return std::string(py::str(v));
+}
+
+lens::Attributes to_attributes(const py::dict& attributes) {
+  lens::Attributes out;
+  out.reserve(attributes.size());
+  for (const auto& [k, v] : attributes) out.push_back({std::string(py::str(k)), to_value(v)});
+  return out;
+}
+
+// A span from Python: a context manager that makes the span current on entry
+// and ends it on exit, recording an exception that escapes the block.
+class PySpan {
+ public:
+  explicit PySpan(lens::Span span) : span_(std::move(span)) {
+    if (span_.recording()) context_ = span_.context();
+  }
+
+  bool recording() const { return span_.recording(); }
+  // Kept after the span ends, so it can be read after its with block.
+  const std::optional<lens::SpanContext>& context() const { return context_; }
+  void set_attribute(const std::string& key, const py::handle& value) {
+    if (span_.recording()) span_.set_attribute(key, to_value(value));
+  }
+  void add_event(const std::string& name, const py::dict& attributes) {
+    if (span_.recording()) span_.add_event(name, to_attributes(attributes));
+  }
+  void add_link(const lens::SpanContext& context, const py::dict& attributes) {
+    if (span_.recording()) span_.add_link(context, to_attributes(attributes));
+  }
+  void set_status(const std::string& code, const std::string& message) {
+    if (code == "ok")
+      span_.set_status(lens::StatusCode::kOk, message);
+    else if (code == "error")
+      span_.set_status(lens::StatusCode::kError, message);
+    else if (code == "unset")
+      span_.set_status(lens::StatusCode::kUnset, message);
+    else
+      throw py::value_error("lens: span status must be 'ok', 'error' or 'unset', not '" + code + "'");
+  }
+  PySpan& enter() {
+    if (!scope_) scope_.emplace(span_);
+    return *this;
+  }
+  bool exit(const py::handle& type, const py::handle& value, const py::handle&) {
+    if (!type.is_none() && span_.recording()) {
+      const std::string message = py::str(value);
+      span_.add_event("exception",
+                      {{"exception.type", std::string(py::str(type.attr("__qualname__")))},
+                       {"exception.message", message}});
+      span_.set_status(lens::StatusCode::kError, message);
+    }
+    end();
+    return false;
+  }
+  void end() {
+    scope_.reset();
+    span_.end();
+  }
+
+ private:
+  lens::Span span_;
+  std::optional<lens::SpanContext> context_;
+  std::optional<lens::Scope> scope_;
+};
+
+lens::Tracer& python_tracer() {
+  // Rebuilt whenever the process-wide telemetry changes.
+  static lens::Telemetry* owner = nullptr;
+  static lens::Tracer tracer;
+  lens::Telemetry* t = lens::get_telemetry();
+  if (t != owner) {
+    tracer = t ? t->tracer(lens::kDefaultTracerName) : lens::Tracer();
+    owner = t;
+  }
+  return tracer;
+}
+
+std::unique_ptr<PySpan> start_span(const std::string& name, const std::string& group,
+                                   const py::dict& attributes, const PyCarrier* join) {
+  const lens::SpanGroup g = group_from_name(group);
+  lens::Tracer& tracer = python_tracer();
+  if (!tracer.enabled(g)) return std::make_unique<PySpan>(lens::Span());
+  lens::StartOptions start;
+  if (join) {
+    // A step span joins the step's shared trace as a root span; the source
+    // rank's takes the span id it broadcast, so the others' links resolve.
+    start.root = true;
+    start.trace_id = join->carrier.context.trace_id;
+    start.trace_flags = join->carrier.context.trace_flags;
+    start.tracestate = join->carrier.context.tracestate;
+    if (join->reserved_here) start.span_id = join->carrier.context.span_id;
+  }
+  lens::Span span = tracer.start_span(g, name, start);
+  for (const auto& [k, v] : attributes) span.set_attribute(std::string(py::str(k)), to_value(v));
+  return std::make_unique<PySpan>(std::move(span));
+}
+
+std::optional<lens::StepCarrier> unwrap(const std::optional<PyCarrier>& c) {
+  if (!c) return std::nullopt;
+  return c->carrier;
+}
+
+std::chrono::milliseconds to_ms(double seconds) {
+  if (!(seconds >= 0)) throw py::value_error("lens: a timeout must be a number of seconds >= 0");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_lens, m) {
+  m.doc() = "lens core binding; use the lens package rather than this module";
+  m.attr("__version__") = std::string(lens::kLensVersion);
+
+  py::register_exception<lens::ConfigError>(m, "ConfigError", PyExc_ValueError);
+
+  py::class_<lens::SpanContext>(m, "SpanContext")
+      .def_property_readonly("trace_id", [](const lens::SpanContext& c) { return c.trace_id.to_hex(); })
+      .def_property_readonly("span_id", [](const lens::SpanContext& c) { return c.span_id.to_hex(); })
+      .def_property_readonly("trace_flags", [](const lens::SpanContext& c) { return c.trace_flags; })
+      .def_property_readonly("sampled", &lens::SpanContext::sampled)
+      .def_property_readonly("is_remote", [](const lens::SpanContext& c) { return c.remote; })
+      .def_property_readonly("tracestate", [](const lens::SpanContext& c) { return c.tracestate; })
+      .def("traceparent", [](const lens::SpanContext& c) { return lens::format_traceparent(c); })
+      .def_static(
+          "from_traceparent",
+          [](const std::string& traceparent, const std::string& tracestate) {
+            return lens::parse_trace_context(traceparent, tracestate);
+          },
+          py::arg("traceparent"), py::arg("tracestate") = "")
+      .def("__repr__", [](const lens::SpanContext& c) {
+        return "<lens.SpanContext " + lens::format_traceparent(c) + ">";
+      });
+
+  py::class_<PyCarrier>(m, "Carrier")
+      .def_property_readonly("context", [](const PyCarrier& c) { return c.carrier.context; })
+      .def_property_readonly("trace_id", [](const PyCarrier& c) { return c.carrier.context.trace_id.to_hex(); })
+      .def_property_readonly("span_id", [](const PyCarrier& c) { return c.carrier.context.span_id.to_hex(); })
+      .def_property_readonly("sampled", [](const PyCarrier& c) { return c.carrier.context.sampled(); })
+      .def_property_readonly("step", [](const PyCarrier& c) { return c.carrier.step; })
+      .def_readonly("reserved_here", &PyCarrier::reserved_here)
+      .def("__repr__", [](const PyCarrier& c) {
+        return "<lens.Carrier step=" + std::to_string(c.carrier.step) + " " +
+               lens::format_traceparent(c.carrier.context) + ">";
+      });
+
+  py::class_<PySpan>(m, "Span")
+      .def_property_readonly("recording", &PySpan::recording)
+      .def_property_readonly("context", &PySpan::context)
+      .def("set_attribute", &PySpan::set_attribute, py::arg("key"), py::arg("value"))
+      .def("add_event", &PySpan::add_event, py::arg("name"), py::arg("attributes") = py::dict())
+      .def("add_link", &PySpan::add_link, py::arg("context"), py::arg("attributes") = py::dict())
+      .def("set_status", &PySpan::set_status, py::arg("code"), py::arg("message") = "")
+      .def("end", &PySpan::end)
+      .def("__enter__", &PySpan::enter, py::return_value_policy::reference_internal)
+      .def("__exit__", &PySpan::exit);
+
+  m.def(
+      "init",
+      [](std::optional<bool> enabled, std::optional<std::string> span_groups,
+         std::optional<std::string> exporter, std::optional<std::string> service_name,
+         std::optional<int> rank, std::optional<int> world_size,
+         std::optional<std::string> trace_dir, std::optional<std::string> trace_file,
+         std::optional<std::string> run_id, std::optional<double> collective_timeout) {
+        lens::TelemetryOptions o;
+        o.enabled = enabled;
+        o.span_groups = span_groups;
+        o.exporter = exporter;
+        o.service_name = service_name;
+        o.rank = rank;
+        o.world_size = world_size;
+        o.trace_dir = trace_dir;
+        o.trace_file = trace_file;
+        o.run_id = run_id;
+        if (collective_timeout) o.collective_timeout = to_ms(*collective_timeout);
+        py::gil_scoped_release release;
+        return lens::init(o) != nullptr;
+      },
+      py::kw_only(), py::arg("enabled") = py::none(), py::arg("span_groups") = py::none(),
+      py::arg("exporter") = py::none(), py::arg("service_name") = py::none(),
+      py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
+      py::arg("trace_dir") = py::none(), py::arg("trace_file") = py::none(),
+      py::arg("run_id") = py::none(), py::arg("collective_timeout") = py::none());
+
+  m.def("is_initialized", [] { return lens::get_telemetry() != nullptr; });
+  m.def("group_names", [] {
+    std::vector<std::string> names;
+    for (int i = 0; i < lens::kSpanGroupCount; ++i)
+      names.emplace_back(lens::span_group_name(static_cast<lens::SpanGroup>(i)));
+    return names;
+  });
+  m.def("enabled_groups", [] {
+    std::vector<std::string> names;
+    if (lens::Telemetry* t = lens::get_telemetry())
+      for (int i = 0; i < lens::kSpanGroupCount; ++i)
+        if (t->enabled(static_cast<lens::SpanGroup>(i)))
+          names.emplace_back(lens::span_group_name(static_cast<lens::SpanGroup>(i)));
+    return names;
+  });
+  m.def("set_span_groups", [](const std::string& spec) {
+    lens::Telemetry* t = lens::get_telemetry();
+    if (!t) throw std::runtime_error("lens: telemetry is not initialised");
+    t->set_span_groups(lens::SpanGroupSet::parse(spec, "set_span_groups"));
+  });
+  m.def("trace_file", [] {
+    lens::Telemetry* t = lens::get_telemetry();
+    return t ? t->trace_file() : std::string();
+  });
+  m.def("config", [] {
+    py::dict d;
+    lens::Telemetry* t = lens::get_telemetry();
+    if (!t) return d;
+    const lens::Config& c = t->config();
+    d["exporter"] = c.exporter;
+    d["service_name"] = c.service_name;
+    d["run_id"] = c.run_id;
+    d["span_groups"] = c.span_groups.to_spec();
+    d["collective_timeout"] = static_cast<double>(c.collective_timeout.count()) / 1000.0;
+    d["rank"] = c.rank ? py::int_(*c.rank) : py::object(py::none());
+    d["world_size"] = c.world_size ? py::int_(*c.world_size) : py::object(py::none());
+    return d;
+  });
+
+  m.def("start_span", &start_span, py::arg("name"), py::arg("group"),
+        py::arg("attributes") = py::dict(), py::arg("join") = nullptr);
+  m.def("current_span_context", [] {
+    const lens::SpanContext c = lens::current_span_context();
+    return c.valid() ? std::optional<lens::SpanContext>(c) : std::nullopt;
+  });
+  m.def(
+      "create_linked_span",
+      [](const std::string& name, const std::optional<PyCarrier>& remote, const py::dict& attributes) {
+        return std::make_unique<PySpan>(
+            lens::create_linked_span(python_tracer(), name, unwrap(remote), to_attributes(attributes)));
+      },
+      py::arg("name"), py::arg("remote_carrier"), py::arg("attributes") = py::dict());
+
+  m.def(
+      "reserve_step_carrier",
+      [](std::uint64_t step) {
+        lens::Telemetry* t = lens::get_telemetry();
+        if (!t) throw std::runtime_error("lens: telemetry is not initialised");
+        PyCarrier c;
+        c.carrier.context.trace_id = lens::IdGenerator::new_trace_id();
+        c.carrier.context.span_id = lens::IdGenerator::new_span_id();
+        c.carrier.context.trace_flags =
+            t->sampler().should_sample_root(c.carrier.context.trace_id) ? lens::TraceFlags::kSampled : 0;
+        c.carrier.step = step;
+        c.reserved_here = true;
+        return c;
+      },
+      py::arg("step"));
+  m.attr("FRAME_BYTES") = lens::kCarrierFrameBytes;
+  m.def(
+      "encode_carrier",
+      [](const std::optional<PyCarrier>& c) {
+        const lens::CarrierFrame frame = lens::encode_carrier(unwrap(c));
+        return py::bytes(reinterpret_cast<const char*>(frame.data()), frame.size());
+      },
+      py::arg("carrier"));
+  m.def(
+      "accept_carrier_frame",
+      [](const py::bytes& frame, std::optional<std::uint64_t> expected_step,
+         bool reserved_here) -> std::optional<PyCarrier> {
+        const std::string_view bytes = frame;
+        auto c = lens::accept_carrier_frame(
+            std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bytes.data()),
+                                          bytes.size()),
+            expected_step);
+        if (!c) return std::nullopt;
+        return PyCarrier{*c, reserved_here};
+      },
+      py::arg("frame"), py::arg("expected_step") = py::none(), py::arg("reserved_here") = false);
+  m.def("set_pp_trace_carrier", [](const std::optional<PyCarrier>& c) {
+    lens::set_pp_trace_carrier(unwrap(c));
+  });
+  m.def("get_pp_trace_carrier", []() -> std::optional<PyCarrier> {
+    auto c = lens::get_pp_trace_carrier();
+    if (!c) return std::nullopt;
+    return PyCarrier{*c, false};
+  });
+  m.def("pipeline_stats", [] {
+    const lens::PipelineStats s = lens::pipeline_stats();
+    py::dict d;
+    d["broadcasts"] = s.broadcasts;
+    d["frames_malformed"] = s.frames_malformed;
+    d["frames_without_context"] = s.frames_without_context;
+    d["step_mismatches"] = s.step_mismatches;
+    d["linked_spans"] = s.linked_spans;
+    d["linked_spans_without_link"] = s.linked_spans_without_link;
+    return d;
+  });
+
+  m.def("mark_open_spans", [](const std::string& event, const std::string& detail) {
+    lens::Telemetry* t = lens::get_telemetry();
+    return t ? t->mark_open_spans(event, detail) : std::vector<std::string>{};
+  });
+  m.def(
+      "flush",
+      [](double timeout) {
+        const auto ms = to_ms(timeout);
+        lens::Telemetry* t = lens::get_telemetry();
+        if (!t) return true;
+        py::gil_scoped_release release;
+        return t->flush(ms);
+      },
+      py::arg("timeout") = 30.0);
+  m.def(
+      "shutdown",
+      [](double timeout) {
+        const auto ms = to_ms(timeout);
+        py::gil_scoped_release release;
+        return lens::shutdown_telemetry(ms);
+      },
+      py::arg("timeout") = 30.0);
+  m.def("stats", [] {
+    py::dict d;
+    lens::Telemetry* t = lens::get_telemetry();
+    if (!t) return d;
+    const lens::TelemetryStats s = t->stats();
+    d["queued"] = s.processor.queued;
+    d["exported"] = s.processor.exported;
+    d["export_failed"] = s.processor.export_failed;
+    d["dropped_queue_full"] = s.processor.dropped_queue_full;
+    d["dropped_at_shutdown"] = s.processor.dropped_at_shutdown;
+    d["truncated"] = s.spans_truncated;
+    return d;
+  });
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""End-to-end test of the Python package: the Python pipeline-parallel loop
+(python/examples/pp_train.py, 4 Gloo processes on 127.0.0.1) writes its
+traces, and this test checks the same correlation invariants as the C++
+trainer's: `lens check` passes, and from the files themselves every step's
+spans of all ranks share one trace, each non-first stage has exactly its
+warmup and pre-1F1B linked spans, children of its step span, each linking to
+rank 0's step span.
+
+  pp_train_test.py PP_TRAIN_PY LENS_BIN
+"""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+PP_TRAIN, LENS_BIN = sys.argv[1], sys.argv[2]
+WORLD, STEPS, MICROBATCHES = 4, 4, 6
+
+
+def read_spans(directory):
+    """(rank, span) for every span of every OTLP JSON lines file under directory."""
+    out = []
+    for root, _, files in os.walk(directory):
+        for name in files:
+            if not name.endswith(".jsonl"):
+                continue
+            with open(os.path.join(root, name)) as f:
+                for line in f:
+                    for rs in json.loads(line)["resourceSpans"]:
+                        res = {a["key"]: a["value"] for a in rs["resource"]["attributes"]}
+                        rank = int(res["dl.rank"]["intValue"])
+                        for ss in rs["scopeSpans"]:
+                            for span in ss["spans"]:
+                                attrs = {}
+                                for a in span.get("attributes", []):
+                                    v = a["value"]
+                                    attrs[a["key"]] = int(v["intValue"]) if "intValue" in v else v
+                                span["attrs"] = attrs
+                                out.append((rank, span))
+    return out
+
+
+def run_training(directory, **env):
+    e = dict(os.environ, **env)
+    return subprocess.run([sys.executable, PP_TRAIN, "--world", str(WORLD), "--steps", str(STEPS),
+                           "--microbatches", str(MICROBATCHES), "--trace-dir", directory,
+                           "--timeout", "120"], env=e, capture_output=True, text=True, timeout=180)
+
+
+class PythonPipelineTrace(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="lens-py-pp-")
+        cls.result = run_training(cls.dir)
+        cls.spans = read_spans(cls.dir)
+
+    def test_training_ran_on_every_rank(self):
+        self.assertEqual(self.result.returncode, 0, self.result.stderr)
+        self.assertIn("pp_train: rank 3: loss", self.result.stdout)
+        for rank in range(WORLD):
+            self.assertIn(f"pp_train: rank {rank}: {STEPS} broadcasts", self.result.stdout)
+
+    def test_lens_check_passes(self):
+        runs = os.listdir(self.dir)
+        self.assertEqual(len(runs), 1, "all ranks write into one run directory")
+        check = subprocess.run([LENS_BIN, "check", os.path.join(self.dir, runs[0])],
+                               capture_output=True, text=True)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+
+    def test_every_step_is_one_trace_with_links_to_rank0(self):
+        steps = collections.defaultdict(dict)  # step -> rank -> step span
+        for rank, s in self.spans:
+            if s["name"] == "megatron.train_step":
+                steps[s["attrs"]["dl.step"]][rank] = s
+        self.assertEqual(sorted(steps), list(range(STEPS)))
+        by_parent = collections.defaultdict(list)
+        for rank, s in self.spans:
+            if s["name"] == "megatron.pp.recv_forward.linked":
+                by_parent[(rank, s.get("parentSpanId", ""))].append(s)
+        trace_ids = set()
+        for step, ranks in steps.items():
+            self.assertEqual(sorted(ranks), list(range(WORLD)), f"step {step}")
+            source = ranks[0]
+            trace_ids.add(source["traceId"])
+            for rank, s in ranks.items():
+                self.assertEqual(s["traceId"], source["traceId"], f"step {step} rank {rank}")
+                linked = by_parent[(rank, s["spanId"])]
+                expected = 0 if rank == 0 else min(WORLD - rank, MICROBATCHES)
+                self.assertEqual(len(linked), expected, f"step {step} rank {rank}")
+                self.assertEqual(sorted(l["attrs"]["dl.microbatch_id"] for l in linked),
+                                 list(range(expected)))
+                for l in linked:
+                    self.assertEqual(l["traceId"], source["traceId"])
+                    self.assertEqual(len(l["links"]), 1)
+                    self.assertEqual(l["links"][0]["traceId"], source["traceId"])
+                    self.assertEqual(l["links"][0]["spanId"], source["spanId"])
+        self.assertEqual(len(trace_ids), STEPS, "each step has its own trace")
+
+    def test_microbatch_spans_are_children_of_the_step(self):
+        step_ids = {(r, s["spanId"]) for r, s in self.spans if s["name"] == "megatron.train_step"}
+        forwards = [(r, s) for r, s in self.spans if s["name"] == "megatron.microbatch.forward"]
+        self.assertEqual(len(forwards), WORLD * STEPS * MICROBATCHES)
+        for r, s in forwards:
+            self.assertIn((r, s["parentSpanId"]), step_ids)
+
+
+class PythonPipelineDisabled(unittest.TestCase):
+    def test_disabled_telemetry_trains_and_writes_nothing(self):
+        directory = tempfile.mkdtemp(prefix="lens-py-pp-off-")
+        result = run_training(directory, MEGATRON_OTEL_ENABLED="0")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("pp_train: rank 3: loss", result.stdout)
+        self.assertIn("0 broadcasts", result.stdout)
+        self.assertEqual(read_spans(directory), [])
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)

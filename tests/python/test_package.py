@@ -1,0 +1,201 @@
+"""Unit tests of the lens Python package (one process; each test initialises
+its own telemetry writing to a fresh directory and reads the file back)."""
+
+import json
+import os
+import tempfile
+import unittest
+
+import lens
+import lens_cxx_probe
+
+
+def spans_of(path):
+    out = []
+    with open(path) as f:
+        for line in f:
+            for rs in json.loads(line)["resourceSpans"]:
+                for ss in rs["scopeSpans"]:
+                    for s in ss["spans"]:
+                        s["scope"] = ss["scope"]["name"]
+                        s["attrs"] = {a["key"]: a["value"] for a in s.get("attributes", [])}
+                        out.append(s)
+    return out
+
+
+class Traced(unittest.TestCase):
+    """Telemetry initialised to a file with the given groups; shut down after."""
+
+    groups = "all"
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="lens-py-unit-")
+        self.telemetry = lens.init(enabled=True, exporter="file", trace_dir=self.dir,
+                                   span_groups=self.groups, rank=0, world_size=1)
+        self.path = self.telemetry.trace_file
+
+    def tearDown(self):
+        lens.shutdown()
+
+    def finish(self):
+        self.assertTrue(lens.shutdown())
+        return spans_of(self.path)
+
+
+class Spans(Traced):
+    def test_attributes_keep_their_types(self):
+        with lens.managed_span("s", "step", i=3, f=0.5, b=True, t="x", ints=[1, 2], strs=("a", "b"),
+                               big=2**70, other=object()) as span:
+            self.assertTrue(span.recording)
+            span.set_attribute("late", 7)
+        (s,) = self.finish()
+        a = s["attrs"]
+        self.assertEqual(a["i"], {"intValue": "3"})
+        self.assertEqual(a["f"], {"doubleValue": 0.5})
+        self.assertEqual(a["b"], {"boolValue": True})
+        self.assertEqual(a["t"], {"stringValue": "x"})
+        self.assertEqual(a["ints"]["arrayValue"]["values"], [{"intValue": "1"}, {"intValue": "2"}])
+        self.assertEqual(a["strs"]["arrayValue"]["values"], [{"stringValue": "a"}, {"stringValue": "b"}])
+        self.assertEqual(a["big"], {"stringValue": str(2**70)})
+        self.assertTrue(a["other"]["stringValue"].startswith("<object object"))
+        self.assertEqual(a["late"], {"intValue": "7"})
+
+    def test_nesting_follows_the_with_blocks(self):
+        with lens.managed_span("outer", "job") as outer:
+            self.assertEqual(lens.current_span_context().span_id, outer.context.span_id)
+            with lens.managed_span("inner", "step"):
+                pass
+        self.assertIsNone(lens.current_span_context())
+        spans = {s["name"]: s for s in self.finish()}
+        self.assertEqual(spans["inner"]["parentSpanId"], spans["outer"]["spanId"])
+        self.assertEqual(spans["inner"]["traceId"], spans["outer"]["traceId"])
+
+    def test_an_escaping_exception_is_recorded_and_propagates(self):
+        with self.assertRaises(KeyError):
+            with lens.managed_span("failing", "step"):
+                raise KeyError("no such microbatch")
+        (s,) = self.finish()
+        self.assertEqual(s["status"]["code"], 2)
+        (event,) = s["events"]
+        self.assertEqual(event["name"], "exception")
+        attrs = {a["key"]: a["value"]["stringValue"] for a in event["attributes"]}
+        self.assertEqual(attrs["exception.type"], "KeyError")
+        self.assertIn("no such microbatch", attrs["exception.message"])
+
+    def test_unknown_group_and_bad_status_are_errors(self):
+        with self.assertRaises(ValueError):
+            lens.managed_span("x", "no_such_group")
+        with lens.managed_span("x", "step") as s:
+            with self.assertRaises(ValueError):
+                s.set_status("fine")
+
+    def test_cxx_spans_share_the_telemetry_and_the_current_span(self):
+        with lens.managed_span("python.parent", "job") as parent:
+            traceparent = lens_cxx_probe.emit_span("cxx.child")
+        self.assertIn(parent.context.trace_id, traceparent)
+        spans = {s["name"]: s for s in self.finish()}
+        self.assertEqual(spans["cxx.child"]["parentSpanId"], spans["python.parent"]["spanId"])
+        self.assertEqual(spans["cxx.child"]["scope"], "cxx.probe")
+
+
+class Groups(Traced):
+    groups = "step"
+
+    def test_a_group_that_is_off_gives_the_shared_no_op(self):
+        off = lens.managed_span("fwd", "forward_backward", x=1)
+        self.assertIs(off, lens.managed_span("other", "layer"))
+        with off as s:
+            s.set_attribute("ignored", 1)
+            s.add_event("ignored")
+        self.assertFalse(off.recording)
+        self.assertIs(lens.distributed.create_linked_span("l", remote_carrier=None), off)
+        with lens.managed_span("kept", "step"):
+            pass
+        self.assertEqual([s["name"] for s in self.finish()], ["kept"])
+
+    def test_set_span_groups_switches_at_run_time(self):
+        lens.set_span_groups("per_step,microbatch")
+        self.assertTrue(lens.get_telemetry().enabled("microbatch"))
+        with lens.managed_span("mb", "microbatch"):
+            pass
+        with self.assertRaises(lens.ConfigError):
+            lens.set_span_groups("nope")
+        self.assertEqual([s["name"] for s in self.finish()], ["mb"])
+
+
+class StepCarrier(Traced):
+    def test_step_span_joins_the_reserved_context_once(self):
+        reserved = lens._lens.reserve_step_carrier(5)
+        frame = lens._lens.encode_carrier(reserved)
+        self.assertEqual(len(frame), lens._lens.FRAME_BYTES)
+        source = lens._lens.accept_carrier_frame(frame, expected_step=5, reserved_here=True)
+        self.assertEqual((source.trace_id, source.span_id, source.step),
+                         (reserved.trace_id, reserved.span_id, 5))
+        lens.state.set_pp_trace_carrier(source)
+        self.assertEqual(lens_cxx_probe.carrier_trace_id(), reserved.trace_id)
+        with lens.managed_span("megatron.train_step", "step") as step:
+            self.assertEqual(step.context.span_id, reserved.span_id)
+            link = lens.distributed.create_linked_span("linked", remote_carrier=source, **{"dl.microbatch_id": 0})
+            link.end()
+        with lens.managed_span("megatron.train_step", "step") as second:
+            self.assertNotEqual(second.context.trace_id, reserved.trace_id)
+        spans = self.finish()
+        step_span = next(s for s in spans if s["spanId"] == reserved.span_id)
+        self.assertEqual(step_span["traceId"], reserved.trace_id)
+        self.assertNotIn("parentSpanId", {k for k, v in step_span.items() if v})
+        linked = next(s for s in spans if s["name"] == "linked")
+        self.assertEqual(linked["parentSpanId"], reserved.span_id)
+        self.assertEqual(linked["links"][0]["spanId"], reserved.span_id)
+
+    def test_a_receiver_joins_the_trace_with_its_own_span_id(self):
+        remote = lens._lens.accept_carrier_frame(
+            lens._lens.encode_carrier(lens._lens.reserve_step_carrier(1)), expected_step=1)
+        self.assertFalse(remote.reserved_here)
+        lens.state.set_pp_trace_carrier(remote)
+        with lens.managed_span("megatron.train_step", "step") as step:
+            self.assertEqual(step.context.trace_id, remote.trace_id)
+            self.assertNotEqual(step.context.span_id, remote.span_id)
+        lens.state.set_pp_trace_carrier(None)
+        self.assertIsNone(lens.state.get_pp_trace_carrier())
+
+    def test_malformed_frames_give_no_context_and_are_counted(self):
+        before = lens._lens.pipeline_stats()["frames_malformed"]
+        good = lens._lens.encode_carrier(lens._lens.reserve_step_carrier(2))
+        bad_frames = [b"", b"\x00" * 10, good[:-1], good + b"\x00",
+                      bytes([good[0] ^ 0xFF]) + good[1:],           # magic
+                      good[:40] + bytes([good[40] ^ 0x01]) + good[41:]]  # inside the checksummed ids
+        for frame in bad_frames:
+            self.assertIsNone(lens._lens.accept_carrier_frame(frame), frame[:8])
+        self.assertEqual(lens._lens.pipeline_stats()["frames_malformed"] - before, len(bad_frames))
+        self.assertIsNone(lens._lens.accept_carrier_frame(lens._lens.encode_carrier(None)))
+
+
+class Configuration(unittest.TestCase):
+    def test_disabled_telemetry_is_none_and_spans_cost_nothing(self):
+        self.assertIsNone(lens.init(enabled=False))
+        self.assertIsNone(lens.get_telemetry())
+        self.assertFalse(lens.managed_span("s", "step").recording)
+        self.assertEqual(lens_cxx_probe.emit_span("x"), "")
+
+    def test_a_bad_setting_is_a_config_error_naming_it(self):
+        os.environ["MEGATRON_OTEL_SPAN_GROUPS"] = "per_step,bogus"
+        try:
+            with self.assertRaises(lens.ConfigError) as caught:
+                lens.init(enabled=True, exporter="none")
+            self.assertIn("MEGATRON_OTEL_SPAN_GROUPS", str(caught.exception))
+            self.assertIn("bogus", str(caught.exception))
+            self.assertIsInstance(caught.exception, ValueError)
+            self.assertIsNone(lens.get_telemetry())
+        finally:
+            del os.environ["MEGATRON_OTEL_SPAN_GROUPS"]
+
+    def test_bad_timeouts_are_rejected(self):
+        with self.assertRaises(ValueError):
+            lens.flush(-1)
+        with self.assertRaises(ValueError):
+            lens.init(enabled=True, exporter="none", collective_timeout=float("nan"))
+        lens.shutdown()
+
+
+if __name__ == "__main__":
+    unittest.main()
