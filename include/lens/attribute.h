@@ -1,7 +1,8 @@
-// Attribute values and key/value pairs, as in the OpenTelemetry data model:
-// bool, int64, double, string, and homogeneous arrays of those.
-//
-// Thread safety: value types.
+/// \file
+/// Attribute values and key/value pairs, as in the OpenTelemetry data model:
+/// bool, int64, double, string, and homogeneous arrays of those.
+///
+/// Thread safety: value types.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,7 @@ struct Attribute {
 
 using Attributes = std::vector<Attribute>;
 
-// The value stored under key, or nullptr.
+/// The value stored under key, or nullptr.
 const AttributeValue* find_attribute(const Attributes& attributes, std::string_view key);
 
 }  // namespace lens

@@ -1,16 +1,17 @@
-// broadcast_trace_context: one step's trace context, from one rank to all.
-//
-// A collective: every rank of `comm` calls it once per step, in the same
-// order relative to the group's other collectives. The source passes its
-// reserved step context; the others pass nullopt (it is ignored). ONE
-// broadcast of the fixed-size carrier frame (carrier.h) carries it.
-//
-// Returns the decoded carrier on every rank (the source gets its own back as
-// decoded, so all ranks see the same bytes). A frame that does not decode
-// gives nullopt, counted in pipeline_stats() with a rate-limited warning on
-// stderr; it never throws for bad bytes. A broadcast that fails or times out
-// throws CommError naming the collective and the rank: a broken group cannot
-// be papered over without deadlocking the ranks' later collectives.
+/// \file
+/// broadcast_trace_context: one step's trace context, from one rank to all.
+///
+/// A collective: every rank of `comm` calls it once per step, in the same
+/// order relative to the group's other collectives. The source passes its
+/// reserved step context; the others pass nullopt (it is ignored). ONE
+/// broadcast of the fixed-size carrier frame (carrier.h) carries it.
+///
+/// Returns the decoded carrier on every rank (the source gets its own back as
+/// decoded, so all ranks see the same bytes). A frame that does not decode
+/// gives nullopt, counted in pipeline_stats() with a rate-limited warning on
+/// stderr; it never throws for bad bytes. A broadcast that fails or times out
+/// throws CommError naming the collective and the rank: a broken group cannot
+/// be papered over without deadlocking the ranks' later collectives.
 #pragma once
 
 #include <chrono>
@@ -21,17 +22,17 @@
 
 namespace lens {
 
-// If expected_step is given, a frame for another step is still used but
-// counted (step_mismatches) and warned about: it means ranks disagree on the
-// step they are in.
+/// If expected_step is given, a frame for another step is still used but
+/// counted (step_mismatches) and warned about: it means ranks disagree on the
+/// step they are in.
 std::optional<StepCarrier> broadcast_trace_context(
     Communicator& comm, int src_rank, const std::optional<StepCarrier>& local,
     std::chrono::milliseconds timeout = std::chrono::minutes(5),
     std::optional<std::uint64_t> expected_step = std::nullopt);
 
-// Decodes a received frame with the same accounting, counting it as one
-// completed broadcast (for engines driven outside lens, e.g. the Python
-// package, which broadcasts the bytes over torch.distributed itself).
+/// Decodes a received frame with the same accounting, counting it as one
+/// completed broadcast (for engines driven outside lens, e.g. the Python
+/// package, which broadcasts the bytes over torch.distributed itself).
 std::optional<StepCarrier> accept_carrier_frame(std::span<const std::uint8_t> frame,
                                                 std::optional<std::uint64_t> expected_step);
 

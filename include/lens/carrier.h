@@ -1,36 +1,37 @@
-// The carrier frame: one step's trace context, as broadcast between ranks.
-//
-// The frame has a fixed size so that ONE broadcast per step carries it (no
-// separate length broadcast). All integers are little-endian.
-//
-//   offset size  field
-//   0      4     magic "LNS1" (0x4c 0x4e 0x53 0x31)
-//   4      2     version (1)
-//   6      2     frame size in bytes (256)
-//   8      4     flags: bit 0 = a context is present (else "no context")
-//   12     1     W3C trace flags (bit 0: sampled: the source's one sampling
-//                decision for the step)
-//   13     1     reserved, 0
-//   14     2     tracestate length in bytes (0..192)
-//   16     16    trace id
-//   32     8     span id (the id the source's step span has)
-//   40     8     step number
-//   48     4     checksum: FNV-1a 32 over bytes 0..63 (this field read as 0)
-//                and the tracestate's used bytes
-//   52     12    reserved, 0 (room for later fields of version 1)
-//   64     192   tracestate (W3C serialised), then zero padding (checked)
-//
-// Decoding checks every length and field. Anything malformed yields "no
-// context" with the reason; it never reads past the buffer. A tracestate
-// longer than 192 bytes is shortened on encoding by dropping list members
-// from the right, as W3C Trace Context allows.
-//
-// Why 256 bytes: Open MPI's shared-memory broadcast of up to 256 bytes takes
-// ~5 us among 4 ranks here and 320 bytes ~12.6 us (bench/README.md); one
-// fixed frame must stay under such thresholds to cost no more than the
-// original's length-plus-payload pair.
-//
-// Thread safety: pure functions.
+/// \file
+/// The carrier frame: one step's trace context, as broadcast between ranks.
+///
+/// The frame has a fixed size so that ONE broadcast per step carries it (no
+/// separate length broadcast). All integers are little-endian.
+///
+///   offset size  field
+///   0      4     magic "LNS1" (0x4c 0x4e 0x53 0x31)
+///   4      2     version (1)
+///   6      2     frame size in bytes (256)
+///   8      4     flags: bit 0 = a context is present (else "no context")
+///   12     1     W3C trace flags (bit 0: sampled: the source's one sampling
+///                decision for the step)
+///   13     1     reserved, 0
+///   14     2     tracestate length in bytes (0..192)
+///   16     16    trace id
+///   32     8     span id (the id the source's step span has)
+///   40     8     step number
+///   48     4     checksum: FNV-1a 32 over bytes 0..63 (this field read as 0)
+///                and the tracestate's used bytes
+///   52     12    reserved, 0 (room for later fields of version 1)
+///   64     192   tracestate (W3C serialised), then zero padding (checked)
+///
+/// Decoding checks every length and field. Anything malformed yields "no
+/// context" with the reason; it never reads past the buffer. A tracestate
+/// longer than 192 bytes is shortened on encoding by dropping list members
+/// from the right, as W3C Trace Context allows.
+///
+/// Why 256 bytes: Open MPI's shared-memory broadcast of up to 256 bytes takes
+/// ~5 us among 4 ranks here and 320 bytes ~12.6 us (bench/README.md); one
+/// fixed frame must stay under such thresholds to cost no more than the
+/// original's length-plus-payload pair.
+///
+/// Thread safety: pure functions.
 #pragma once
 
 #include <array>
@@ -43,8 +44,8 @@
 
 namespace lens {
 
-// What the step protocol broadcasts: the source rank's step span context
-// (already holding the span id the step span will have) and the step number.
+/// What the step protocol broadcasts: the source rank's step span context
+/// (already holding the span id the step span will have) and the step number.
 struct StepCarrier {
   SpanContext context;
   std::uint64_t step = 0;
@@ -58,19 +59,19 @@ inline constexpr std::uint16_t kCarrierFrameVersion = 1;
 
 using CarrierFrame = std::array<std::uint8_t, kCarrierFrameBytes>;
 
-// Encodes a carrier, or a "no context" frame for nullopt or an invalid context.
+/// Encodes a carrier, or a "no context" frame for nullopt or an invalid context.
 CarrierFrame encode_carrier(const std::optional<StepCarrier>& carrier);
 
 enum class FrameStatus {
-  kOk,             // a context was decoded
-  kNoContext,      // a well-formed frame that says "no context"
-  kWrongSize,      // buffer is not exactly kCarrierFrameBytes
+  kOk,             ///< a context was decoded
+  kNoContext,      ///< a well-formed frame that says "no context"
+  kWrongSize,      ///< buffer is not exactly kCarrierFrameBytes
   kBadMagic,
   kBadVersion,
   kBadSizeField,
   kBadChecksum,
   kBadTracestateLength,
-  kInvalidIds,     // all-zero trace or span id
+  kInvalidIds,     ///< all-zero trace or span id
   kReservedNotZero,
 };
 
@@ -78,7 +79,7 @@ std::string_view frame_status_name(FrameStatus status);
 
 struct DecodedCarrier {
   FrameStatus status = FrameStatus::kNoContext;
-  std::optional<StepCarrier> carrier;  // set only when status == kOk
+  std::optional<StepCarrier> carrier;  ///< set only when status == kOk
 };
 
 DecodedCarrier decode_carrier(std::span<const std::uint8_t> frame);

@@ -1,15 +1,16 @@
-// Communicator: the narrow interface lens needs from a job's collective
-// engine. lens never implements its own network collective; adapters wrap
-// the engines jobs already run (mpi_communicator.h, c10d_communicator.h)
-// and, for tests, threads of one process (in_process_communicator.h).
-//
-// Every method is a collective: all ranks of the group call it, in the same
-// order, with the same root and sizes. A collective that fails or does not
-// finish within its timeout throws CommError naming the collective, the
-// engine and the rank; the group should then be considered broken.
-//
-// Thread safety: like the engines underneath, one collective at a time per
-// communicator.
+/// \file
+/// Communicator: the narrow interface lens needs from a job's collective
+/// engine. lens never implements its own network collective; adapters wrap
+/// the engines jobs already run (mpi_communicator.h, c10d_communicator.h)
+/// and, for tests, threads of one process (in_process_communicator.h).
+///
+/// Every method is a collective: all ranks of the group call it, in the same
+/// order, with the same root and sizes. A collective that fails or does not
+/// finish within its timeout throws CommError naming the collective, the
+/// engine and the rank; the group should then be considered broken.
+///
+/// Thread safety: like the engines underneath, one collective at a time per
+/// communicator.
 #pragma once
 
 #include <chrono>
@@ -31,20 +32,20 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "mpi", "c10d/gloo", "in-process"...
+  /// "mpi", "c10d/gloo", "in-process"...
   virtual std::string engine() const = 0;
 
-  // Broadcasts data from `root` to every rank, in place.
+  /// Broadcasts data from `root` to every rank, in place.
   virtual void broadcast(std::span<std::uint8_t> data, int root,
                          std::chrono::milliseconds timeout) = 0;
 
-  // Every rank contributes input (same size everywhere); output receives
-  // size() * input.size() bytes, rank 0's first.
+  /// Every rank contributes input (same size everywhere); output receives
+  /// size() * input.size() bytes, rank 0's first.
   virtual void all_gather(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
                           std::chrono::milliseconds timeout) = 0;
 
  protected:
-  // "lens: <what> failed on rank R of N (<engine>): <why>"
+  /// "lens: <what> failed on rank R of N (<engine>): <why>"
   std::string describe_failure(std::string_view what, std::string_view why) const;
 };
 

@@ -1,35 +1,36 @@
-// Configuration: programmatic options over environment variables.
-//
-// resolve_config() merges TelemetryOptions (set in code; they win) with the
-// environment (MEGATRON_OTEL_* with NEMO_LENS_* as fallback prefix, the
-// standard OTEL_* variables, and LENS_* for what lens adds). An empty
-// variable counts as unset. A value lens cannot accept throws ConfigError
-// naming the variable, the value and the accepted values, so a bad setting
-// fails start-up instead of surfacing mid-run.
-//
-// Variables read (see README for the full table):
-//   MEGATRON_OTEL_ENABLED      1/0, true/false, yes/no, on/off (default off)
-//   MEGATRON_OTEL_SPAN_GROUPS  group spec (default "default")
-//   MEGATRON_OTEL_EXPORTER     otlp | file | console | none (default: otlp when an
-//                              OTLP endpoint is set, else file)
-//   OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces), OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
-//   OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL (http/protobuf, http/json),
-//   OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, _TIMEOUT, _COMPRESSION (gzip, none),
-//   _CERTIFICATE; LENS_SPOOL_DIR (undeliverable batches go there)
-//   MEGATRON_OTEL_RUN_ID       run id (else SLURM_JOB_ID, else generated)
-//   OTEL_SDK_DISABLED          true/false
-//   OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG (see sampler.h)
-//   LENS_COLLECTIVE_TIMEOUT_MS (default 300000): step-protocol collectives
-//   OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
-//   OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_EXPORT_TIMEOUT (ms),
-//   OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE
-//   OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT (or OTEL_ATTRIBUTE_COUNT_LIMIT),
-//   OTEL_SPAN_EVENT_COUNT_LIMIT, OTEL_SPAN_LINK_COUNT_LIMIT,
-//   OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT, OTEL_LINK_ATTRIBUTE_COUNT_LIMIT
-//   LENS_TRACE_DIR (default lens-traces), LENS_TRACE_FILE (file name pattern)
-//   RANK / WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK / _SIZE (mpirun)
-//
-// Thread safety: pure functions over their arguments.
+/// \file
+/// Configuration: programmatic options over environment variables.
+///
+/// resolve_config() merges TelemetryOptions (set in code; they win) with the
+/// environment (MEGATRON_OTEL_* with NEMO_LENS_* as fallback prefix, the
+/// standard OTEL_* variables, and LENS_* for what lens adds). An empty
+/// variable counts as unset. A value lens cannot accept throws ConfigError
+/// naming the variable, the value and the accepted values, so a bad setting
+/// fails start-up instead of surfacing mid-run.
+///
+/// Variables read (see README for the full table):
+///   MEGATRON_OTEL_ENABLED      1/0, true/false, yes/no, on/off (default off)
+///   MEGATRON_OTEL_SPAN_GROUPS  group spec (default "default")
+///   MEGATRON_OTEL_EXPORTER     otlp | file | console | none (default: otlp when an
+///                              OTLP endpoint is set, else file)
+///   OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces), OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+///   OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL (http/protobuf, http/json),
+///   OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, _TIMEOUT, _COMPRESSION (gzip, none),
+///   _CERTIFICATE; LENS_SPOOL_DIR (undeliverable batches go there)
+///   MEGATRON_OTEL_RUN_ID       run id (else SLURM_JOB_ID, else generated)
+///   OTEL_SDK_DISABLED          true/false
+///   OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG (see sampler.h)
+///   LENS_COLLECTIVE_TIMEOUT_MS (default 300000): step-protocol collectives
+///   OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+///   OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_EXPORT_TIMEOUT (ms),
+///   OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE
+///   OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT (or OTEL_ATTRIBUTE_COUNT_LIMIT),
+///   OTEL_SPAN_EVENT_COUNT_LIMIT, OTEL_SPAN_LINK_COUNT_LIMIT,
+///   OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT, OTEL_LINK_ATTRIBUTE_COUNT_LIMIT
+///   LENS_TRACE_DIR (default lens-traces), LENS_TRACE_FILE (file name pattern)
+///   RANK / WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK / _SIZE (mpirun)
+///
+/// Thread safety: pure functions over their arguments.
 #pragma once
 
 #include <functional>
@@ -48,31 +49,31 @@
 
 namespace lens {
 
-// Looks a variable up; nullopt when unset.
+/// Looks a variable up; nullopt when unset.
 using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
 
-// The process environment (getenv).
+/// The process environment (getenv).
 EnvLookup process_environment();
 
-// Settings given in code. Every field that is set overrides the environment.
+/// Settings given in code. Every field that is set overrides the environment.
 struct TelemetryOptions {
   std::optional<bool> enabled;
-  std::optional<std::string> span_groups;  // a group spec
-  std::optional<std::string> exporter;     // otlp | file | console | none
-  // Overrides OTEL_EXPORTER_OTLP_*; the endpoint is the full traces URL.
+  std::optional<std::string> span_groups;  ///< a group spec
+  std::optional<std::string> exporter;     ///< otlp | file | console | none
+  /// Overrides OTEL_EXPORTER_OTLP_*; the endpoint is the full traces URL.
   std::optional<OtlpHttpOptions> otlp;
   std::optional<std::string> run_id;
-  // Overrides OTEL_SERVICE_NAME.
+  /// Overrides OTEL_SERVICE_NAME.
   std::optional<std::string> service_name;
-  // Used when neither service_name nor OTEL_SERVICE_NAME nor a service.name in
-  // OTEL_RESOURCE_ATTRIBUTES is given.
+  /// Used when neither service_name nor OTEL_SERVICE_NAME nor a service.name in
+  /// OTEL_RESOURCE_ATTRIBUTES is given.
   std::string default_service_name = "megatron-lm";
-  // Added to (and overriding) OTEL_RESOURCE_ATTRIBUTES.
+  /// Added to (and overriding) OTEL_RESOURCE_ATTRIBUTES.
   Attributes resource_attributes;
   std::optional<int> rank;
   std::optional<int> world_size;
   std::optional<std::string> trace_dir;
-  // File name pattern; {rank}, {pid} and {run_id} are replaced.
+  /// File name pattern; {rank}, {pid} and {run_id} are replaced.
   std::optional<std::string> trace_file;
   std::optional<std::uint32_t> max_queue_size;
   std::optional<std::uint32_t> max_export_batch_size;
@@ -81,22 +82,22 @@ struct TelemetryOptions {
   std::optional<SpanLimits> span_limits;
   std::optional<Sampler> sampler;
   std::optional<std::chrono::milliseconds> collective_timeout;
-  // An exporter to use instead of the configured kind (e.g. InMemoryExporter
-  // in tests).
+  /// An exporter to use instead of the configured kind (e.g. InMemoryExporter
+  /// in tests).
   std::shared_ptr<SpanExporter> exporter_instance;
 };
 
-// The outcome of resolving options and environment.
+/// The outcome of resolving options and environment.
 struct Config {
   bool enabled = false;
   SpanGroupSet span_groups;
-  std::string exporter;  // otlp | file | console | none | custom
-  OtlpHttpOptions otlp;  // when exporter == "otlp" (spool_path set at creation)
+  std::string exporter;  ///< otlp | file | console | none | custom
+  OtlpHttpOptions otlp;  ///< when exporter == "otlp" (spool_path set at creation)
   std::string spool_dir;
   std::string run_id;
   bool run_id_generated = false;
   std::string service_name;
-  Attributes resource_attributes;  // from OTEL_RESOURCE_ATTRIBUTES and options
+  Attributes resource_attributes;  ///< from OTEL_RESOURCE_ATTRIBUTES and options
   std::optional<int> rank;
   std::optional<int> world_size;
   std::string trace_dir;
@@ -109,10 +110,10 @@ struct Config {
 
 Config resolve_config(const TelemetryOptions& options, const EnvLookup& env);
 
-// The trace file path for a resolved config: trace_dir/run_id/<pattern>.
+/// The trace file path for a resolved config: `trace_dir/run_id/<pattern>`.
 std::string trace_file_path(const Config& config);
 
-// A fresh run id: "YYYYMMDD-HHMMSS-xxxxxx" (UTC time, 6 random hex digits).
+/// A fresh run id: "YYYYMMDD-HHMMSS-xxxxxx" (UTC time, 6 random hex digits).
 std::string generate_run_id();
 
 }  // namespace lens

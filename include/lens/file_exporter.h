@@ -1,20 +1,21 @@
-// OtlpJsonFileExporter: writes OTLP-JSON-lines files.
-//
-// Each export call appends ONE line: an ExportTraceServiceRequest in the
-// OTLP/JSON encoding (see otlp_json.h). This is the format the OpenTelemetry
-// Collector's otlpjsonfile receiver reads, so a run's files can be replayed
-// to any backend later. A line is written with as few write(2) calls as the
-// kernel allows, so a reader never sees interleaved batches; a crash can at
-// worst leave the last line incomplete.
-//
-// The constructor creates the directory and opens the file, throwing
-// ConfigError if either fails, so an unwritable trace directory is a start-up
-// error. Write failures later (a full disk) fail that export, which the
-// processor counts; they never throw.
-//
-// Thread safety: export_spans is called by one thread at a time (the
-// processor's); written_lines() and failed_writes() may be read from any
-// thread.
+/// \file
+/// OtlpJsonFileExporter: writes OTLP-JSON-lines files.
+///
+/// Each export call appends ONE line: an ExportTraceServiceRequest in the
+/// OTLP/JSON encoding (see otlp_json.h). This is the format the OpenTelemetry
+/// Collector's otlpjsonfile receiver reads, so a run's files can be replayed
+/// to any backend later. A line is written with as few write(2) calls as the
+/// kernel allows, so a reader never sees interleaved batches; a crash can at
+/// worst leave the last line incomplete.
+///
+/// The constructor creates the directory and opens the file, throwing
+/// ConfigError if either fails, so an unwritable trace directory is a start-up
+/// error. Write failures later (a full disk) fail that export, which the
+/// processor counts; they never throw.
+///
+/// Thread safety: export_spans is called by one thread at a time (the
+/// processor's); written_lines() and failed_writes() may be read from any
+/// thread.
 #pragma once
 
 #include <atomic>
@@ -27,10 +28,10 @@ namespace lens {
 
 class OtlpJsonFileExporter : public SpanExporter {
  public:
-  // Appends to `path`, creating its parent directories.
+  /// Appends to `path`, creating its parent directories.
   explicit OtlpJsonFileExporter(const std::filesystem::path& path);
-  // Writes to an already open descriptor (e.g. 1 for the console exporter);
-  // the descriptor is not closed.
+  /// Writes to an already open descriptor (e.g. 1 for the console exporter);
+  /// the descriptor is not closed.
   static std::unique_ptr<OtlpJsonFileExporter> for_descriptor(int fd, std::string label);
   ~OtlpJsonFileExporter() override;
 
@@ -49,7 +50,7 @@ class OtlpJsonFileExporter : public SpanExporter {
   int fd_ = -1;
   bool owns_fd_ = true;
   std::string label_;
-  std::string line_;  // reused buffer
+  std::string line_;  ///< reused buffer
   std::atomic<std::uint64_t> written_lines_{0};
   std::atomic<std::uint64_t> failed_writes_{0};
 };

@@ -1,14 +1,15 @@
-// Trace and span identifiers.
-//
-// TraceId (16 bytes) and SpanId (8 bytes) are plain values. An all-zero id is
-// invalid, as the W3C Trace Context recommendation says. New ids come from
-// IdGenerator, a per-thread generator seeded from the operating system: it is
-// independent of any seeding the application does (srand, std::mt19937, ...)
-// and is reseeded in a forked child, so ranks and forked workers never repeat
-// each other's ids.
-//
-// Thread safety: TraceId and SpanId are values. The IdGenerator functions are
-// safe to call from any thread (each thread has its own state).
+/// \file
+/// Trace and span identifiers.
+///
+/// TraceId (16 bytes) and SpanId (8 bytes) are plain values. An all-zero id is
+/// invalid, as the W3C Trace Context recommendation says. New ids come from
+/// IdGenerator, a per-thread generator seeded from the operating system: it is
+/// independent of any seeding the application does (srand, std::mt19937, ...)
+/// and is reseeded in a forked child, so ranks and forked workers never repeat
+/// each other's ids.
+///
+/// Thread safety: TraceId and SpanId are values. The IdGenerator functions are
+/// safe to call from any thread (each thread has its own state).
 #pragma once
 
 #include <array>
@@ -27,14 +28,14 @@ class TraceId {
   explicit constexpr TraceId(const std::array<std::uint8_t, kSize>& bytes) : bytes_(bytes) {}
   static TraceId from_words(std::uint64_t high, std::uint64_t low);
 
-  // Parses exactly 32 lowercase hex digits; anything else gives nullopt.
-  // An all-zero id parses (it is well-formed) but is not valid().
+  /// Parses exactly 32 lowercase hex digits; anything else gives nullopt.
+  /// An all-zero id parses (it is well-formed) but is not valid().
   static std::optional<TraceId> from_hex(std::string_view hex);
 
   bool valid() const;
   const std::array<std::uint8_t, kSize>& bytes() const { return bytes_; }
   std::string to_hex() const;
-  // Writes 32 lowercase hex digits to out (no terminator).
+  /// Writes 32 lowercase hex digits to out (no terminator).
   void write_hex(char* out) const;
 
   friend bool operator==(const TraceId&, const TraceId&) = default;
@@ -52,7 +53,7 @@ class SpanId {
   explicit constexpr SpanId(const std::array<std::uint8_t, kSize>& bytes) : bytes_(bytes) {}
   static SpanId from_word(std::uint64_t word);
 
-  // Parses exactly 16 lowercase hex digits; anything else gives nullopt.
+  /// Parses exactly 16 lowercase hex digits; anything else gives nullopt.
   static std::optional<SpanId> from_hex(std::string_view hex);
 
   bool valid() const;
@@ -68,13 +69,13 @@ class SpanId {
   std::array<std::uint8_t, kSize> bytes_{};
 };
 
-// Random ids from a per-thread xoshiro256** generator seeded with
-// getrandom(2). Never returns an invalid (all-zero) id.
+/// Random ids from a per-thread xoshiro256** generator seeded with
+/// getrandom(2). Never returns an invalid (all-zero) id.
 namespace IdGenerator {
 TraceId new_trace_id();
 SpanId new_span_id();
-// A random 64-bit word from the same generator (used for sampling decisions
-// and run ids).
+/// A random 64-bit word from the same generator (used for sampling decisions
+/// and run ids).
 std::uint64_t next_u64();
 }  // namespace IdGenerator
 

@@ -1,14 +1,15 @@
-// create_linked_span: a span that carries an OpenTelemetry Link to another
-// rank's context.
-//
-// The span's parent is the caller's current span (see Scope), or none; its
-// one link points at `remote` (in the step protocol: the source rank's step
-// span). It is started in the `communication` group, so it costs one branch
-// when that group is off. If `remote` is missing or invalid the span is
-// still created, without a link, and counted in pipeline_stats(); this is
-// never an error.
-//
-// Thread safety: as Tracer::start_span.
+/// \file
+/// create_linked_span: a span that carries an OpenTelemetry Link to another
+/// rank's context.
+///
+/// The span's parent is the caller's current span (see Scope), or none; its
+/// one link points at `remote` (in the step protocol: the source rank's step
+/// span). It is started in the `communication` group, so it costs one branch
+/// when that group is off. If `remote` is missing or invalid the span is
+/// still created, without a link, and counted in pipeline_stats(); this is
+/// never an error.
+///
+/// Thread safety: as Tracer::start_span.
 #pragma once
 
 #include <optional>

@@ -1,13 +1,14 @@
-// launch_local_ranks: starts the ranks of a job as processes on this machine
-// the way torchrun does (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT in each child's environment) and waits for them.
-//
-// If a rank exits with an error or is killed, the others get `grace` to exit
-// on their own (their collectives fail and they report the lost peer); any
-// still running are then terminated. The result names the first rank that
-// failed, so a dead rank never leaves the job hanging.
-//
-// Thread safety: call from one thread; it blocks until every child is gone.
+/// \file
+/// launch_local_ranks: starts the ranks of a job as processes on this machine
+/// the way torchrun does (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+/// MASTER_ADDR, MASTER_PORT in each child's environment) and waits for them.
+///
+/// If a rank exits with an error or is killed, the others get `grace` to exit
+/// on their own (their collectives fail and they report the lost peer); any
+/// still running are then terminated. The result names the first rank that
+/// failed, so a dead rank never leaves the job hanging.
+///
+/// Thread safety: call from one thread; it blocks until every child is gone.
 #pragma once
 
 #include <chrono>
@@ -19,9 +20,9 @@ namespace lens {
 
 struct LaunchOptions {
   int world_size = 1;
-  // Program and arguments each rank runs (argv[0] is the path to execute).
+  /// Program and arguments each rank runs (argv[0] is the path to execute).
   std::vector<std::string> argv;
-  // Extra environment for every rank.
+  /// Extra environment for every rank.
   std::map<std::string, std::string> env;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
@@ -29,10 +30,10 @@ struct LaunchOptions {
 };
 
 struct LaunchResult {
-  int exit_code = 0;  // 0 when every rank exited 0
-  std::vector<int> rank_status;  // exit code, or 128 + signal
+  int exit_code = 0;  ///< 0 when every rank exited 0
+  std::vector<int> rank_status;  ///< exit code, or 128 + signal
   int first_failed_rank = -1;
-  std::string message;  // what went wrong, in words; empty on success
+  std::string message;  ///< what went wrong, in words; empty on success
 };
 
 LaunchResult launch_local_ranks(const LaunchOptions& options);

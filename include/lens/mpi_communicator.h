@@ -1,19 +1,20 @@
-// MpiCommunicator: the Communicator interface over any MPI communicator
-// (MPI_COMM_WORLD or a pipeline-parallel sub-communicator the job made).
-//
-// By default collectives use MPI's non-blocking forms (MPI_Ibcast,
-// MPI_Iallgather) and poll for completion, so that a peer that never arrives
-// yields CommError after the timeout instead of blocking forever. MPI cannot
-// cancel a started collective: after such an error the communicator is
-// unusable and the job should abort (MPI_Abort), which is what a hung MPI job
-// needs anyway. With Wait::kBlocking the plain blocking collectives are used
-// instead (about 1 us less per broadcast on shared memory, see
-// bench/README.md); the timeout is then not enforced and a missing peer
-// blocks until MPI or the job scheduler gives up.
-//
-// Thread safety: one collective at a time; MPI must be initialised (any
-// thread level) before construction and finalised after destruction. The
-// MPI_Comm is borrowed, not freed.
+/// \file
+/// MpiCommunicator: the Communicator interface over any MPI communicator
+/// (MPI_COMM_WORLD or a pipeline-parallel sub-communicator the job made).
+///
+/// By default collectives use MPI's non-blocking forms (MPI_Ibcast,
+/// MPI_Iallgather) and poll for completion, so that a peer that never arrives
+/// yields CommError after the timeout instead of blocking forever. MPI cannot
+/// cancel a started collective: after such an error the communicator is
+/// unusable and the job should abort (MPI_Abort), which is what a hung MPI job
+/// needs anyway. With Wait::kBlocking the plain blocking collectives are used
+/// instead (about 1 us less per broadcast on shared memory, see
+/// bench/README.md); the timeout is then not enforced and a missing peer
+/// blocks until MPI or the job scheduler gives up.
+///
+/// Thread safety: one collective at a time; MPI must be initialised (any
+/// thread level) before construction and finalised after destruction. The
+/// MPI_Comm is borrowed, not freed.
 #pragma once
 
 #include <mpi.h>

@@ -1,12 +1,13 @@
-// OTLP protobuf encoding of spans: one ExportTraceServiceRequest per call,
-// written straight into a byte buffer with no intermediate message objects.
-//
-// Nested messages get a 4-byte length slot that is filled in when the message
-// ends, written as a (valid, non-minimal) varint; this caps one request at
-// 256 MiB, far above any batch. Field numbers follow
-// opentelemetry/proto/trace/v1/trace.proto and its collector service.
-//
-// Thread safety: pure function.
+/// \file
+/// OTLP protobuf encoding of spans: one ExportTraceServiceRequest per call,
+/// written straight into a byte buffer with no intermediate message objects.
+///
+/// Nested messages get a 4-byte length slot that is filled in when the message
+/// ends, written as a (valid, non-minimal) varint; this caps one request at
+/// 256 MiB, far above any batch. Field numbers follow
+/// opentelemetry/proto/trace/v1/trace.proto and its collector service.
+///
+/// Thread safety: pure function.
 #pragma once
 
 #include <span>
@@ -17,8 +18,8 @@
 
 namespace lens {
 
-// Appends the request's bytes to out. Spans are grouped by instrumentation
-// scope in order of first appearance.
+/// Appends the request's bytes to out. Spans are grouped by instrumentation
+/// scope in order of first appearance.
 void append_otlp_proto(std::string& out, const Resource& resource,
                        std::span<const SpanRecord* const> spans);
 

@@ -1,14 +1,15 @@
-// Sampler: decides once, at a trace's root, whether its spans are kept.
-//
-// Configured by OTEL_TRACES_SAMPLER (always_on, always_off, traceidratio,
-// parentbased_always_on, parentbased_always_off, parentbased_traceidratio;
-// default parentbased_always_on) and OTEL_TRACES_SAMPLER_ARG (the ratio, 0..1,
-// default 1.0). The ratio decision is a deterministic function of the trace
-// id, so every process that sees the same trace id decides alike. In the step
-// protocol only the source rank decides; the decision travels in the frame's
-// trace flags.
-//
-// Thread safety: a value type; should_sample is const.
+/// \file
+/// Sampler: decides once, at a trace's root, whether its spans are kept.
+///
+/// Configured by OTEL_TRACES_SAMPLER (always_on, always_off, traceidratio,
+/// parentbased_always_on, parentbased_always_off, parentbased_traceidratio;
+/// default parentbased_always_on) and OTEL_TRACES_SAMPLER_ARG (the ratio, 0..1,
+/// default 1.0). The ratio decision is a deterministic function of the trace
+/// id, so every process that sees the same trace id decides alike. In the step
+/// protocol only the source rank decides; the decision travels in the frame's
+/// trace flags.
+///
+/// Thread safety: a value type; should_sample is const.
 #pragma once
 
 #include <string>
@@ -23,10 +24,10 @@ struct Sampler {
   bool parent_based = true;
   double ratio = 1.0;
 
-  // The decision for a span without a (valid) parent in trace `trace_id`.
+  /// The decision for a span without a (valid) parent in trace `trace_id`.
   bool should_sample_root(const TraceId& trace_id) const;
 
-  // "parentbased_always_on", "traceidratio{0.25}", ...
+  /// "parentbased_always_on", "traceidratio{0.25}", ...
   std::string describe() const;
 };
 

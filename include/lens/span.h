@@ -1,19 +1,20 @@
-// Span: a RAII, move-only handle to a span being recorded.
-//
-// A Span is obtained from Tracer::start_span. A default-constructed Span, or
-// one started for a disabled group, records nothing and every call on it is a
-// cheap no-op, so instrumentation never needs its own "if enabled" around
-// attribute calls. end() (or the destructor) timestamps the span and hands it
-// to the telemetry's processor; after that the handle is empty.
-//
-// Scope makes a span the thread's current span: spans started on that thread
-// without an explicit parent become its children.
-//
-// Thread safety: a Span is used by one thread at a time (it may move between
-// threads). Spans still open when their Telemetry shuts down are ended by the
-// shutdown and exported with nemo.span.truncated=true; the handle then only
-// releases its memory. Do not mutate a span on one thread while another
-// thread shuts its Telemetry down.
+/// \file
+/// Span: a RAII, move-only handle to a span being recorded.
+///
+/// A Span is obtained from Tracer::start_span. A default-constructed Span, or
+/// one started for a disabled group, records nothing and every call on it is a
+/// cheap no-op, so instrumentation never needs its own "if enabled" around
+/// attribute calls. end() (or the destructor) timestamps the span and hands it
+/// to the telemetry's processor; after that the handle is empty.
+///
+/// Scope makes a span the thread's current span: spans started on that thread
+/// without an explicit parent become its children.
+///
+/// Thread safety: a Span is used by one thread at a time (it may move between
+/// threads). Spans still open when their Telemetry shuts down are ended by the
+/// shutdown and exported with nemo.span.truncated=true; the handle then only
+/// releases its memory. Do not mutate a span on one thread while another
+/// thread shuts its Telemetry down.
 #pragma once
 
 #include <cstdint>
@@ -32,25 +33,25 @@ namespace detail {
 struct LiveSpan;
 }
 
-// How a span starts. The defaults give an INTERNAL span whose parent is the
-// thread's current span (see Scope), or a new trace if there is none.
+/// How a span starts. The defaults give an INTERNAL span whose parent is the
+/// thread's current span (see Scope), or a new trace if there is none.
 struct StartOptions {
   SpanKind kind = SpanKind::kInternal;
-  // Explicit parent (local or remote). Takes precedence over the current span.
+  /// Explicit parent (local or remote). Takes precedence over the current span.
   std::optional<SpanContext> parent;
-  // Start a root span: ignore the current span.
+  /// Start a root span: ignore the current span.
   bool root = false;
-  // For a root span: join this trace instead of starting a new one (the step
-  // protocol opens every rank's step span in the shared trace this way).
+  /// For a root span: join this trace instead of starting a new one (the step
+  /// protocol opens every rank's step span in the shared trace this way).
   std::optional<TraceId> trace_id;
-  // Use this span id (reserved earlier, e.g. broadcast before the span opens).
+  /// Use this span id (reserved earlier, e.g. broadcast before the span opens).
   std::optional<SpanId> span_id;
-  // Trace flags of a root span; unset: the telemetry's sampler decides. A
-  // child inherits its parent's flags (with a parent-based sampler).
+  /// Trace flags of a root span; unset: the telemetry's sampler decides. A
+  /// child inherits its parent's flags (with a parent-based sampler).
   std::optional<std::uint8_t> trace_flags;
-  // Tracestate of a root span; a child inherits its parent's.
+  /// Tracestate of a root span; a child inherits its parent's.
   std::string tracestate;
-  // Links known at start (the sampler of a later version may read them).
+  /// Links known at start (the sampler of a later version may read them).
   std::vector<SpanLink> links;
 };
 
@@ -71,15 +72,15 @@ class Span {
     if (live_) end_recording();
   }
 
-  // True while the span is being recorded (started for an enabled group and
-  // not yet ended).
+  /// True while the span is being recorded (started for an enabled group and
+  /// not yet ended).
   bool recording() const noexcept { return live_ != nullptr; }
 
-  // The span's context; an invalid (all-zero) context when not recording.
+  /// The span's context; an invalid (all-zero) context when not recording.
   SpanContext context() const;
 
-  // Sets (or replaces) an attribute. Past the attribute limit new keys are
-  // dropped and counted.
+  /// Sets (or replaces) an attribute. Past the attribute limit new keys are
+  /// dropped and counted.
   void set_attribute(std::string_view key, bool value) {
     if (live_) set_bool(key, value);
   }
@@ -101,17 +102,17 @@ class Span {
     if (live_) set_value(key, std::move(value));
   }
 
-  // Adds a timestamped event. Past the event limit events are dropped and
-  // counted.
+  /// Adds a timestamped event. Past the event limit events are dropped and
+  /// counted.
   void add_event(std::string_view name, Attributes attributes = {});
 
-  // Adds a link to another span's context. An invalid context is ignored.
+  /// Adds a link to another span's context. An invalid context is ignored.
   void add_link(const SpanContext& context, Attributes attributes = {});
 
   void set_status(StatusCode code, std::string_view message = {});
   void update_name(std::string_view name);
 
-  // Ends the span now. Further calls are no-ops.
+  /// Ends the span now. Further calls are no-ops.
   void end() {
     if (live_) end_recording();
   }
@@ -131,9 +132,9 @@ class Span {
   detail::LiveSpan* live_ = nullptr;
 };
 
-// Makes a span the current span of this thread until the Scope is destroyed.
-// Scopes nest; destroy them in reverse order of creation. A Scope over an
-// empty Span leaves the current span unchanged.
+/// Makes a span the current span of this thread until the Scope is destroyed.
+/// Scopes nest; destroy them in reverse order of creation. A Scope over an
+/// empty Span leaves the current span unchanged.
 class Scope {
  public:
   explicit Scope(const Span& span);
@@ -146,7 +147,7 @@ class Scope {
   bool active_ = false;
 };
 
-// The current span's context on this thread, or an invalid context.
+/// The current span's context on this thread, or an invalid context.
 SpanContext current_span_context();
 
 }  // namespace lens

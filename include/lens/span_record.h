@@ -1,9 +1,10 @@
-// SpanRecord: everything a finished span carries to the exporters.
-//
-// Exporters receive const SpanRecord pointers for the duration of one export
-// call; they copy what they need to keep. Times are nanoseconds since the Unix
-// epoch, taken from the system clock at process level and advanced with the
-// monotonic clock within a span, so durations never go backwards.
+/// \file
+/// SpanRecord: everything a finished span carries to the exporters.
+///
+/// Exporters receive const SpanRecord pointers for the duration of one export
+/// call; they copy what they need to keep. Times are nanoseconds since the Unix
+/// epoch, taken from the system clock at process level and advanced with the
+/// monotonic clock within a span, so durations never go backwards.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,7 @@
 
 namespace lens {
 
-// Values as in OTLP's Span.SpanKind.
+/// Values as in OTLP's Span.SpanKind.
 enum class SpanKind : std::uint8_t {
   kInternal = 1,
   kServer = 2,
@@ -25,10 +26,10 @@ enum class SpanKind : std::uint8_t {
   kConsumer = 5,
 };
 
-// Values as in OTLP's Status.StatusCode.
+/// Values as in OTLP's Status.StatusCode.
 enum class StatusCode : std::uint8_t { kUnset = 0, kOk = 1, kError = 2 };
 
-// The instrumentation scope (OTel "tracer name") a span was created through.
+/// The instrumentation scope (OTel "tracer name") a span was created through.
 struct InstrumentationScope {
   std::string name;
   std::string version;
@@ -53,7 +54,7 @@ struct SpanLink {
 
 struct SpanRecord {
   SpanContext context;
-  SpanId parent_span_id;  // invalid (zero) for a root span
+  SpanId parent_span_id;  ///< invalid (zero) for a root span
   bool parent_remote = false;
   std::string name;
   SpanKind kind = SpanKind::kInternal;
@@ -68,13 +69,13 @@ struct SpanRecord {
   std::uint32_t dropped_links_count = 0;
   StatusCode status_code = StatusCode::kUnset;
   std::string status_message;
-  const InstrumentationScope* scope = nullptr;  // owned by the Telemetry
+  const InstrumentationScope* scope = nullptr;  ///< owned by the Telemetry
 
   bool has_parent() const { return parent_span_id.valid(); }
 };
 
-// Limits on what one span keeps; past them, items are dropped and counted in
-// the record's dropped_*_count fields. Defaults are OpenTelemetry's.
+/// Limits on what one span keeps; past them, items are dropped and counted in
+/// the record's dropped_*_count fields. Defaults are OpenTelemetry's.
 struct SpanLimits {
   std::uint32_t attribute_count = 128;
   std::uint32_t event_count = 128;

@@ -1,15 +1,16 @@
-// The start-up agreement check, and creating telemetry for a distributed job.
-//
-// Settings that decide whether a rank takes part in the step protocol's
-// collectives must be the same on every rank, or the job deadlocks at the
-// first step. agree_on_startup() is one all-gather over the communicator, run
-// by EVERY rank (enabled or not) once at start-up: ranks compare whether
-// telemetry is enabled, the pipeline-parallel size, the span groups and the
-// protocol version, and take rank 0's run id. A mismatch throws ConfigError
-// on every rank alike, naming the setting and which ranks differ, instead of
-// a hang later.
-//
-// Thread safety: collective; call from one thread per rank.
+/// \file
+/// The start-up agreement check, and creating telemetry for a distributed job.
+///
+/// Settings that decide whether a rank takes part in the step protocol's
+/// collectives must be the same on every rank, or the job deadlocks at the
+/// first step. agree_on_startup() is one all-gather over the communicator, run
+/// by EVERY rank (enabled or not) once at start-up: ranks compare whether
+/// telemetry is enabled, the pipeline-parallel size, the span groups and the
+/// protocol version, and take rank 0's run id. A mismatch throws ConfigError
+/// on every rank alike, naming the setting and which ranks differ, instead of
+/// a hang later.
+///
+/// Thread safety: collective; call from one thread per rank.
 #pragma once
 
 #include <memory>
@@ -24,17 +25,17 @@ namespace lens {
 inline constexpr std::uint16_t kStepProtocolVersion = 1;
 
 struct StartupAgreement {
-  std::string run_id;  // rank 0's
+  std::string run_id;  ///< rank 0's
 };
 
-// Throws ConfigError on a mismatch, CommError if the all-gather fails.
+/// Throws ConfigError on a mismatch, CommError if the all-gather fails.
 StartupAgreement agree_on_startup(Communicator& comm, const Config& config,
                                   int pipeline_parallel_size);
 
-// Resolves the configuration, runs agree_on_startup (when comm has more than
-// one rank), and creates the telemetry with the agreed run id and this rank's
-// rank and world size. Returns nullptr when telemetry is disabled, after
-// taking part in the check.
+/// Resolves the configuration, runs agree_on_startup (when comm has more than
+/// one rank), and creates the telemetry with the agreed run id and this rank's
+/// rank and world size. Returns nullptr when telemetry is disabled, after
+/// taking part in the check.
 std::unique_ptr<Telemetry> create_distributed_telemetry(
     Communicator& comm, int pipeline_parallel_size, TelemetryOptions options = {},
     const EnvLookup& env = process_environment());

@@ -1,27 +1,28 @@
-// StepTrace: the per-step protocol that puts every pipeline stage of a step
-// into one trace (DESIGN.md, "The step protocol").
-//
-//   lens::StepTrace step_trace(telemetry, &world_comm, {.pipeline_parallel_size = P,
-//                                                       .pipeline_rank = stage});
-//   for (step ...) {
-//     lens::StepScope step(step_trace, step_number);   // collective when gated
-//     ... schedule; at warmup / pre-1F1B receives on non-first stages:
-//     lens::Span link = step_trace.recv_forward_linked(microbatch);
-//   }
-//
-// Gate, identical on every rank: telemetry initialised (non-null) AND the
-// pipeline-parallel size > 1. When it holds, StepScope's constructor is a
-// collective over the communicator: the source rank reserves the step context
-// (fresh trace id, the span id its step span will have, the sampler's
-// decision in the flags), ONE broadcast carries it, the carrier goes into the
-// per-process slot (carrier_slot.h), and every rank opens its step span in
-// the shared trace: the source with the reserved span id, the others as a
-// root span of that trace. Disabling span groups never changes whether the
-// collective runs: with `communication` off the broadcast still happens (ids
-// stay shared) and only the linked spans are skipped.
-//
-// Thread safety: one StepTrace per training loop thread; StepScope is used on
-// the thread that created it.
+/// \file
+/// StepTrace: the per-step protocol that puts every pipeline stage of a step
+/// into one trace (DESIGN.md, "The step protocol").
+///
+///   lens::StepTrace step_trace(telemetry, &world_comm, {.pipeline_parallel_size = P,
+///                                                       .pipeline_rank = stage});
+///   for (step ...) {
+///     lens::StepScope step(step_trace, step_number);   // collective when gated
+///     ... schedule; at warmup / pre-1F1B receives on non-first stages:
+///     lens::Span link = step_trace.recv_forward_linked(microbatch);
+///   }
+///
+/// Gate, identical on every rank: telemetry initialised (non-null) AND the
+/// pipeline-parallel size > 1. When it holds, StepScope's constructor is a
+/// collective over the communicator: the source rank reserves the step context
+/// (fresh trace id, the span id its step span will have, the sampler's
+/// decision in the flags), ONE broadcast carries it, the carrier goes into the
+/// per-process slot (carrier_slot.h), and every rank opens its step span in
+/// the shared trace: the source with the reserved span id, the others as a
+/// root span of that trace. Disabling span groups never changes whether the
+/// collective runs: with `communication` off the broadcast still happens (ids
+/// stay shared) and only the linked spans are skipped.
+///
+/// Thread safety: one StepTrace per training loop thread; StepScope is used on
+/// the thread that created it.
 #pragma once
 
 #include <chrono>
@@ -37,14 +38,14 @@
 namespace lens {
 
 struct StepTraceOptions {
-  // Rank (in the communicator) that decides and broadcasts each step's context.
+  /// Rank (in the communicator) that decides and broadcasts each step's context.
   int src_rank = 0;
-  // The gate's PP size; -1: the communicator's size.
+  /// The gate's PP size; -1: the communicator's size.
   int pipeline_parallel_size = -1;
-  // This rank's pipeline stage (dl.pipeline_parallel.rank); -1: the
-  // communicator rank.
+  /// This rank's pipeline stage (dl.pipeline_parallel.rank); -1: the
+  /// communicator rank.
   int pipeline_rank = -1;
-  // -1: the telemetry's collective timeout (LENS_COLLECTIVE_TIMEOUT_MS).
+  /// -1: the telemetry's collective timeout (LENS_COLLECTIVE_TIMEOUT_MS).
   std::chrono::milliseconds timeout{-1};
   std::string step_span_name = "megatron.train_step";
   std::string linked_span_name = "megatron.pp.recv_forward.linked";
@@ -53,19 +54,19 @@ struct StepTraceOptions {
 
 class StepTrace {
  public:
-  // telemetry may be null (disabled); comm may be null only if PP size is 1.
+  /// telemetry may be null (disabled); comm may be null only if PP size is 1.
   StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions options = {});
 
-  // True when steps run the collective (same value on every rank).
+  /// True when steps run the collective (same value on every rank).
   bool gated() const { return gated_; }
   bool first_stage() const { return pipeline_rank_ == 0; }
   int pipeline_rank() const { return pipeline_rank_; }
   const Tracer& tracer() const { return tracer_; }
 
-  // The linked span for a warmup or pre-1F1B recv_forward on a non-first
-  // stage: child of the current (step) span, linked to the source rank's
-  // step span via the carrier slot. Empty on the first stage, when the
-  // `communication` group is off, or when the gate is closed.
+  /// The linked span for a warmup or pre-1F1B recv_forward on a non-first
+  /// stage: child of the current (step) span, linked to the source rank's
+  /// step span via the carrier slot. Empty on the first stage, when the
+  /// `communication` group is off, or when the gate is closed.
   Span recv_forward_linked(std::int64_t microbatch_id) const;
 
  private:
@@ -80,9 +81,9 @@ class StepTrace {
   std::chrono::milliseconds timeout_;
 };
 
-// One step: runs the protocol in its constructor and keeps the step span open
-// and current on this thread until destroyed. The carrier slot keeps the
-// step's carrier until the next step replaces it.
+/// One step: runs the protocol in its constructor and keeps the step span open
+/// and current on this thread until destroyed. The carrier slot keeps the
+/// step's carrier until the next step replaces it.
 class StepScope {
  public:
   StepScope(StepTrace& trace, std::uint64_t step);
@@ -91,8 +92,8 @@ class StepScope {
   StepScope& operator=(const StepScope&) = delete;
 
   Span& span() { return span_; }
-  // The carrier every rank decoded this step (nullopt when not gated or the
-  // frame did not decode).
+  /// The carrier every rank decoded this step (nullopt when not gated or the
+  /// frame did not decode).
   const std::optional<StepCarrier>& carrier() const { return carrier_; }
 
  private:

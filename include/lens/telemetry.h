@@ -1,18 +1,19 @@
-// Telemetry: the one object per process that lens users initialise.
-//
-// It holds the resource (service.name, nemo.run.id, dl.rank, ...), the span
-// group switches, the batch processor and the exporter chosen by the
-// configuration, and hands out Tracers. Telemetry::create builds one from
-// TelemetryOptions and the environment; it returns nullptr when telemetry is
-// disabled (MEGATRON_OTEL_ENABLED unset or 0, or OTEL_SDK_DISABLED=true), so
-// "is telemetry initialised" is a null check that is the same on every rank
-// of a job. lens::init installs a process-wide instance that get_telemetry()
-// returns, as the original's get_telemetry() does.
-//
-// Thread safety: all methods may be called from any thread. Tracers and
-// Spans must not outlive their Telemetry, except that a Span still open at
-// shutdown is ended by the shutdown (exported with nemo.span.truncated=true)
-// and its handle may be destroyed later.
+/// \file
+/// Telemetry: the one object per process that lens users initialise.
+///
+/// It holds the resource (service.name, nemo.run.id, dl.rank, ...), the span
+/// group switches, the batch processor and the exporter chosen by the
+/// configuration, and hands out Tracers. Telemetry::create builds one from
+/// TelemetryOptions and the environment; it returns nullptr when telemetry is
+/// disabled (MEGATRON_OTEL_ENABLED unset or 0, or OTEL_SDK_DISABLED=true), so
+/// "is telemetry initialised" is a null check that is the same on every rank
+/// of a job. lens::init installs a process-wide instance that get_telemetry()
+/// returns, as the original's get_telemetry() does.
+///
+/// Thread safety: all methods may be called from any thread. Tracers and
+/// Spans must not outlive their Telemetry, except that a Span still open at
+/// shutdown is ended by the shutdown (exported with nemo.span.truncated=true)
+/// and its handle may be destroyed later.
 #pragma once
 
 #include <chrono>
@@ -35,21 +36,21 @@ inline constexpr std::string_view kLensVersion = LENS_VERSION_STRING;
 
 struct TelemetryStats {
   ProcessorStats processor;
-  std::uint64_t spans_truncated = 0;  // open at shutdown, ended by it
+  std::uint64_t spans_truncated = 0;  ///< open at shutdown, ended by it
 };
 
 class Telemetry {
  public:
-  // Builds telemetry from options over the environment. Returns nullptr when
-  // disabled. Throws ConfigError on an invalid setting or an unwritable trace
-  // directory.
+  /// Builds telemetry from options over the environment. Returns nullptr when
+  /// disabled. Throws ConfigError on an invalid setting or an unwritable trace
+  /// directory.
   static std::unique_ptr<Telemetry> create(const TelemetryOptions& options = {},
                                            const EnvLookup& env = process_environment());
   ~Telemetry();
   Telemetry(const Telemetry&) = delete;
   Telemetry& operator=(const Telemetry&) = delete;
 
-  // A tracer for an instrumentation scope; the same name gives the same scope.
+  /// A tracer for an instrumentation scope; the same name gives the same scope.
   Tracer tracer(std::string_view name = kDefaultTracerName, std::string_view version = {});
 
   bool enabled(SpanGroup group) const;
@@ -59,24 +60,24 @@ class Telemetry {
   const Config& config() const;
   const Sampler& sampler() const { return config().sampler; }
   const Resource& resource() const;
-  // The trace file this process writes, or empty if it writes none.
+  /// The trace file this process writes, or empty if it writes none.
   const std::string& trace_file() const;
 
-  // Exports everything ended so far. Returns false on timeout.
+  /// Exports everything ended so far. Returns false on timeout.
   bool flush(std::chrono::milliseconds timeout);
-  // Ends open spans (truncated), exports what is queued within the timeout
-  // and stops the exporter. Prints dropped/failed counts to stderr if any.
-  // Idempotent. Returns false if the timeout expired.
+  /// Ends open spans (truncated), exports what is queued within the timeout
+  /// and stops the exporter. Prints dropped/failed counts to stderr if any.
+  /// Idempotent. Returns false if the timeout expired.
   bool shutdown(std::chrono::milliseconds timeout);
 
   TelemetryStats stats() const;
 
-  // For a failure that ends the job (a collective that timed out, a lost
-  // peer): adds an event named `event` with attribute lens.detail=`detail` to
-  // every span still open, and returns one line per open span, oldest first
-  // ("megatron.train_step dl.step=12 ... (open 3051 ms)"), for the log. A
-  // following shutdown() exports them, truncated. Call it from the thread
-  // that hit the failure, while no other thread mutates spans.
+  /// For a failure that ends the job (a collective that timed out, a lost
+  /// peer): adds an event named `event` with attribute lens.detail=`detail` to
+  /// every span still open, and returns one line per open span, oldest first
+  /// ("megatron.train_step dl.step=12 ... (open 3051 ms)"), for the log. A
+  /// following shutdown() exports them, truncated. Call it from the thread
+  /// that hit the failure, while no other thread mutates spans.
   std::vector<std::string> mark_open_spans(std::string_view event, std::string_view detail);
 
  private:
@@ -85,12 +86,12 @@ class Telemetry {
   std::unique_ptr<Impl> impl_;
 };
 
-// Creates the process-wide telemetry (replacing any earlier one, which is
-// shut down first). Returns nullptr when disabled. Throws ConfigError.
+/// Creates the process-wide telemetry (replacing any earlier one, which is
+/// shut down first). Returns nullptr when disabled. Throws ConfigError.
 Telemetry* init(const TelemetryOptions& options = {});
-// The process-wide telemetry, or nullptr if not initialised or disabled.
+/// The process-wide telemetry, or nullptr if not initialised or disabled.
 Telemetry* get_telemetry();
-// Shuts the process-wide telemetry down and destroys it.
+/// Shuts the process-wide telemetry down and destroys it.
 bool shutdown_telemetry(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 }  // namespace lens

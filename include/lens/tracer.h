@@ -1,13 +1,14 @@
-// Tracer: starts spans for one instrumentation scope of a Telemetry.
-//
-// A Tracer is a small value (two pointers) obtained from Telemetry::tracer().
-// A default-constructed Tracer is disabled: enabled() is false and
-// start_span returns an empty Span. For a disabled group, start_span costs
-// one predictable branch and allocates nothing; format attribute values only
-// after checking enabled() if formatting is costly.
-//
-// Thread safety: all methods may be called from any thread. A Tracer must not
-// be used after its Telemetry is destroyed.
+/// \file
+/// Tracer: starts spans for one instrumentation scope of a Telemetry.
+///
+/// A Tracer is a small value (two pointers) obtained from Telemetry::tracer().
+/// A default-constructed Tracer is disabled: enabled() is false and
+/// start_span returns an empty Span. For a disabled group, start_span costs
+/// one predictable branch and allocates nothing; format attribute values only
+/// after checking enabled() if formatting is costly.
+///
+/// Thread safety: all methods may be called from any thread. A Tracer must not
+/// be used after its Telemetry is destroyed.
 #pragma once
 
 #include <atomic>
@@ -21,7 +22,7 @@ namespace lens {
 
 namespace detail {
 class TelemetryCore;
-// The group switches every Tracer of a Telemetry reads on its hot path.
+/// The group switches every Tracer of a Telemetry reads on its hot path.
 struct GroupSwitches {
   std::atomic<std::uint32_t> bits{0};
 };
@@ -37,7 +38,7 @@ class Tracer {
             1u) != 0;
   }
 
-  // Starts a span in `group`; an empty Span if the group is disabled.
+  /// Starts a span in `group`; an empty Span if the group is disabled.
   Span start_span(SpanGroup group, std::string_view name) const {
     if (!enabled(group)) return Span();
     return Span(start_recording(group, name, nullptr));
