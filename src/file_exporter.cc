@@ -9,8 +9,18 @@
 
 #include "lens/error.h"
 #include "lens/otlp_json.h"
+#include "rate_limited_warning.h"
 
 namespace lens {
+
+namespace {
+
+detail::RateLimitedWarning& write_warning() {
+  static detail::RateLimitedWarning warning;
+  return warning;
+}
+
+}  // namespace
 
 OtlpJsonFileExporter::OtlpJsonFileExporter(const std::filesystem::path& path)
     : label_(path.string()) {
@@ -49,13 +59,21 @@ ExportResult OtlpJsonFileExporter::export_spans(const Resource& resource,
   line_.clear();
   append_otlp_json(line_, resource, spans);
   line_.push_back('\n');
+  // Where this line begins (O_APPEND writes at the end), to cut a partial
+  // line off again; -1 for a descriptor that cannot seek.
+  const off_t start = ::lseek(fd_, 0, SEEK_END);
   const char* p = line_.data();
   std::size_t left = line_.size();
   while (left > 0) {
     ssize_t n = ::write(fd_, p, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      failed_writes_.fetch_add(1);
+      const int error = errno;
+      if (left < line_.size() && start >= 0) (void)::ftruncate(fd_, start);
+      const std::uint64_t failed = failed_writes_.fetch_add(1) + 1;
+      write_warning().warn("trace file '" + label_ + "': a batch of " + std::to_string(spans.size()) +
+                          " spans could not be written (" + std::strerror(error) + "); " +
+                          std::to_string(failed) + " batches lost so far, training goes on");
       return ExportResult::kFailure;
     }
     p += n;

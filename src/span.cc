@@ -2,6 +2,8 @@
 // span of each thread.
 #include "lens/span.h"
 
+#include <algorithm>
+#include <cstring>
 #include <mutex>
 
 #include "clock.h"
@@ -62,6 +64,11 @@ std::vector<std::string> TelemetryCore::mark_open_spans(std::string_view event,
   std::vector<std::string> lines;
   const std::int64_t now = steady_now_ns();
   std::lock_guard<SpinLock> lock(open_spans_lock());
+  std::string last_ended = "(none)";
+  if (last_ended_length > 0) {
+    last_ended.assign(last_ended_name, last_ended_length);
+    last_ended += " (ended " + std::to_string((now - last_ended_steady_ns) / 1000000) + " ms before)";
+  }
   for (LiveSpan* s = open_head.next; s != &open_head; s = s->next) {
     std::string line = s->name;
     for (const auto& a : s->attributes) {
@@ -76,11 +83,12 @@ std::vector<std::string> TelemetryCore::mark_open_spans(std::string_view event,
       SpanEvent& e = s->events.emplace_back();
       e.name.assign(event);
       e.time_unix_ns = s->start_time_unix_ns + (now - s->start_steady_ns);
-      e.attributes = {{"lens.detail", std::string(detail)}};
+      e.attributes = {{"lens.detail", std::string(detail)}, {"lens.last_ended", last_ended}};
     } else {
       ++s->dropped_events_count;
     }
   }
+  lines.push_back("last span ended: " + last_ended);
   return lines;
 }
 
@@ -94,6 +102,10 @@ void finish_span(LiveSpan* s) {
       unlink(s);
       s->core = nullptr;
       s->end_time_unix_ns = s->start_time_unix_ns + (end_steady - s->start_steady_ns);
+      const std::size_t n = std::min(s->name.size(), sizeof core->last_ended_name);
+      std::memcpy(core->last_ended_name, s->name.data(), n);
+      core->last_ended_length = static_cast<std::uint8_t>(n);
+      core->last_ended_steady_ns = end_steady;
       // Queued under the lock: the core cannot be destroyed meanwhile.
       if (s->context.sampled()) {
         core->processor->enqueue(s);

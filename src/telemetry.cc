@@ -168,6 +168,8 @@ TelemetryStats Telemetry::stats() const {
   TelemetryStats s;
   s.processor = impl_->core.processor->stats();
   s.spans_truncated = impl_->core.spans_truncated.load(std::memory_order_relaxed);
+  if (const auto* otlp = dynamic_cast<const OtlpHttpExporter*>(impl_->exporter.get()))
+    s.otlp = otlp->stats();
   return s;
 }
 

@@ -33,6 +33,11 @@ class TelemetryCore {
   std::unique_ptr<BatchProcessor> processor;
   LiveSpan open_head;  // sentinel of the circular open-span list
   std::atomic<std::uint64_t> spans_truncated{0};
+  // The span that ended last (name, truncated to fit, and when), for the
+  // failure record; written under open_spans_lock() by finish_span.
+  char last_ended_name[48] = {};
+  std::uint8_t last_ended_length = 0;
+  std::int64_t last_ended_steady_ns = 0;
 
   // Links s into the open list and marks it as this core's. Takes the lock.
   void register_open(LiveSpan* s);
@@ -40,7 +45,9 @@ class TelemetryCore {
   // detaches the original from this core. Returns how many.
   std::uint64_t truncate_open_spans();
   // Adds an event to every open span and returns one line per open span
-  // (oldest first): "name [key=value ...]" with the dl.* attributes.
+  // (oldest first): "name [key=value ...]" with the dl.* attributes, then a
+  // line naming the span that ended last. The events carry lens.detail and
+  // lens.last_ended.
   std::vector<std::string> mark_open_spans(std::string_view event, std::string_view detail);
 };
 

@@ -1,7 +1,11 @@
 #include "lens/file_exporter.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -203,6 +207,61 @@ TEST_F(FileExporterTest, WriteFailureIsReportedNotThrown) {
   const SpanRecord* batch[] = {&a};
   EXPECT_EQ(exporter.export_spans(Resource(), batch), ExportResult::kFailure);
   EXPECT_EQ(exporter.failed_writes(), 1u);
+}
+
+// A file that fills up (a file size limit stands for a full disk: write(2)
+// gives up part way through a line, then fails): the exporter fails those
+// exports without throwing, cuts the partial line off again, and once there
+// is room again it goes on appending whole lines. Runs in a child process,
+// because the size limit applies to the whole process.
+TEST_F(FileExporterTest, FillingUpKeepsWholeLinesAndRecoversWhenThereIsRoomAgain) {
+  std::filesystem::create_directories(dir_);
+  const std::filesystem::path file = dir_ / "full.jsonl";
+  constexpr rlim_t kLimit = 7000;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal, as ENOSPC would be
+    OtlpJsonFileExporter exporter(file);
+    std::vector<SpanRecord> records(3);
+    std::vector<const SpanRecord*> batch;
+    for (auto& r : records) {
+      r.name = "megatron.microbatch.forward";
+      r.context.trace_id = IdGenerator::new_trace_id();
+      r.context.span_id = IdGenerator::new_span_id();
+      r.attributes.push_back({"dl.microbatch_id", std::int64_t{7}});
+      batch.push_back(&r);
+    }
+    rlimit limit{};
+    ::getrlimit(RLIMIT_FSIZE, &limit);
+    const rlimit small{kLimit, limit.rlim_max};
+    if (::setrlimit(RLIMIT_FSIZE, &small) != 0) ::_exit(250);
+    int ok = 0, failed = 0;
+    for (int i = 0; i < 20; ++i)
+      (exporter.export_spans(Resource(), batch) == ExportResult::kSuccess ? ok : failed)++;
+    if (ok == 0 || failed == 0 || exporter.failed_writes() != static_cast<std::uint64_t>(failed))
+      ::_exit(251);
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(252);  // room again
+    if (exporter.export_spans(Resource(), batch) != ExportResult::kSuccess) ::_exit(253);
+    exporter.shutdown(1s);
+    ::_exit(ok + 1);  // the number of whole lines the file must hold
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  const int expected_lines = WEXITSTATUS(status);
+  ASSERT_LT(expected_lines, 250) << "child failed at step " << expected_lines;
+  ASSERT_GE(expected_lines, 2);
+
+  std::ifstream in(file);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    json j = json::parse(line);  // throws on a torn line
+    EXPECT_EQ(j["resourceSpans"][0]["scopeSpans"][0]["spans"].size(), 3u);
+  }
+  EXPECT_EQ(lines, expected_lines);
 }
 
 }  // namespace

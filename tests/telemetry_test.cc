@@ -91,9 +91,10 @@ TEST(Telemetry, MarkOpenSpansRecordsTheFailureOnWhatIsOpen) {
   Span recv = tracer.start_span(SpanGroup::kCommunication, "megatron.p2p.recv_forward");
   tracer.start_span(SpanGroup::kStep, "already.ended").end();
   auto lines = mt.telemetry->mark_open_spans("lens.failure", "peer 1 lost");
-  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0].rfind("megatron.train_step dl.step=7 (open ", 0), 0u) << lines[0];
   EXPECT_EQ(lines[1].rfind("megatron.p2p.recv_forward (open ", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[2].rfind("last span ended: already.ended (ended ", 0), 0u) << lines[2];
   recv.end();
   step.end();
   int marked = 0;
@@ -102,10 +103,22 @@ TEST(Telemetry, MarkOpenSpansRecordsTheFailureOnWhatIsOpen) {
       if (e.name != "lens.failure") continue;
       ++marked;
       EXPECT_EQ(std::get<std::string>(e.attributes.at(0).value), "peer 1 lost");
+      ASSERT_EQ(e.attributes.size(), 2u);
+      EXPECT_EQ(e.attributes[1].key, "lens.last_ended");
+      EXPECT_EQ(std::get<std::string>(e.attributes[1].value).rfind("already.ended (ended ", 0), 0u);
     }
     if (s.name == "already.ended") EXPECT_TRUE(s.events.empty());
   }
   EXPECT_EQ(marked, 2);
+}
+
+TEST(Telemetry, MarkOpenSpansWithNothingEndedYetSaysSo) {
+  MemoryTelemetry mt;
+  Span job = mt.telemetry->tracer().start_span(SpanGroup::kJob, "megatron.job");
+  auto lines = mt.telemetry->mark_open_spans("lens.failure", "store lost");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1], "last span ended: (none)");
+  job.end();
 }
 
 TEST(Telemetry, SpansAfterShutdownAreNotRecorded) {

@@ -266,14 +266,15 @@ struct KillOutcome {
   int failure_events = 0;  // lens.failure events in the survivors' trace files
 };
 
-KillOutcome kill_rank_mid_run(int victim, const std::string& name) {
+KillOutcome kill_rank_mid_run(int victim, const std::string& name,
+                              const std::string& shape = "--pp 2 --dp 1") {
   KillOutcome k;
   const fs::path base = fs::temp_directory_path() / ("lens-e2e-kill-" + std::to_string(getpid()) + name);
   fs::remove_all(base);
   fs::create_directories(base);
   const fs::path out = base / "output.txt";
   FILE* launcher = popen((std::string(LENS_TRAIN_BIN) +
-                          " --pp 2 --microbatches 4 --steps 100000 --layers 2 --hidden 16"
+                          " " + shape + " --microbatches 4 --steps 100000 --layers 2 --hidden 16"
                           " --microbatch-size 4 --timeout-s 20 --otel-enabled=true --otel-span-groups per_step --trace-dir " +
                           (base / "traces").string() + " > " + out.string() + " 2>&1 & echo $!").c_str(), "r");
   if (launcher == nullptr) return k;
@@ -318,6 +319,7 @@ TEST(TrainerFailures, KilledRankStopsTheJobWithAnErrorNamingIt) {
   EXPECT_NE(k.output.find("lens-train: rank 0 was in: megatron.train_step dl.step="),
             std::string::npos) << k.output;
   EXPECT_NE(k.output.find("lens-train: rank 0 was in: megatron.p2p."), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("lens-train: rank 0: last span ended: "), std::string::npos) << k.output;
   EXPECT_GT(k.failure_events, 0);
 }
 
@@ -326,6 +328,19 @@ TEST(TrainerFailures, KilledSourceRankStopsTheJobToo) {
   EXPECT_TRUE(k.launcher_exited) << "the job is still running after rank 0 died";
   EXPECT_LT(k.after_kill, std::chrono::seconds(60));
   EXPECT_NE(k.output.find("rank 0 was killed by signal 9"), std::string::npos) << k.output;
+}
+
+// Data parallelism only: the survivor fails in the gradient all-reduce, and
+// its failure record names it.
+TEST(TrainerFailures, KilledDataParallelPeerFailsTheAllReduceWithARecord) {
+  KillOutcome k = kill_rank_mid_run(1, "dp", "--pp 1 --dp 2");
+  EXPECT_TRUE(k.launcher_exited) << "the job is still running after rank 1 died";
+  EXPECT_LT(k.after_kill, std::chrono::seconds(60));
+  EXPECT_NE(k.output.find("rank 1 was killed by signal 9"), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("lens-train: rank 0 was in: megatron.grads.all_reduce"), std::string::npos)
+      << k.output;
+  EXPECT_NE(k.output.find("lens-train: rank 0: last span ended: "), std::string::npos) << k.output;
+  EXPECT_GT(k.failure_events, 0);
 }
 
 TEST(TrainerFailures, UnwritableTraceDirectoryIsAStartupError) {
@@ -338,6 +353,43 @@ TEST(TrainerFailures, UnwritableTraceDirectoryIsAStartupError) {
   EXPECT_NE(failed.output.find("cannot be created"), std::string::npos) << failed.output;
   EXPECT_NE(failed.output.find("LENS_TRACE_DIR"), std::string::npos) << failed.output;
   fs::remove(file);
+}
+
+// The disk holding the trace directory fills up mid-run (a 96 KiB tmpfs):
+// training finishes normally, the lost spans are counted in the report and
+// warned about, and every trace file holds whole lines only.
+TEST(TrainerFailures, FullDiskMidRunLosesSpansNotTraining) {
+  const std::string name = "fulldisk";
+  const fs::path base = fs::temp_directory_path() / ("lens-e2e-" + std::to_string(getpid())) / name;
+  const fs::path copy = fs::temp_directory_path() / ("lens-e2e-fulldisk-copy-" + std::to_string(getpid()));
+  fs::remove_all(copy);
+  TrainerRun r;
+  r.steps = 40;
+  r.microbatches = 4;
+  r.env = "OTEL_BSP_SCHEDULE_DELAY=50 " LENS_SMALL_DISK " 98304 " + (base / "traces").string() + " " +
+          copy.string();
+  r.flags = "--otel-enabled=true --otel-span-groups all";
+  RunOutput out = run_trainer(r, name);
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  ASSERT_EQ(out.reports.size(), 2u) << out.output;
+  expect_loss_decreases(out, r.pp);
+  std::uint64_t dropped = 0;
+  for (const auto& rep : out.reports) dropped += rep["spans_dropped"].get<std::uint64_t>();
+  EXPECT_GT(dropped, 0u) << "the disk never filled up: make the run bigger or the disk smaller";
+  EXPECT_NE(out.output.find("could not be written"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("No space left on device"), std::string::npos) << out.output;
+  int files = 0, lines = 0;
+  for (const auto& e : fs::recursive_directory_iterator(copy)) {
+    if (!e.is_regular_file()) continue;
+    ++files;
+    for (const auto& line : read_lines_of(e.path())) {
+      ++lines;
+      EXPECT_TRUE(json::accept(line)) << e.path() << ": a torn line";
+    }
+  }
+  EXPECT_EQ(files, 2);
+  EXPECT_GT(lines, 0);
+  fs::remove_all(copy);
 }
 
 }  // namespace

@@ -121,11 +121,17 @@ int run_rank(const TrainOptions& o) {
   // What this rank was doing when a transfer failed (a lost peer, a timeout):
   // in the log and as a final event on its open spans, so the rank that
   // diverged can be found, as one would with PyTorch's flight recorder.
-  p2p.on_failure([&](const std::string& what) {
+  // The same for the data-parallel gradient all-reduce (see below).
+  const auto record_failure = [&](const std::string& what) {
     if (!telemetry) return;
-    for (const auto& line : telemetry->mark_open_spans("lens.failure", what))
-      std::fprintf(stderr, "lens-train: rank %d was in: %s\n", rank, line.c_str());
-  });
+    for (const auto& line : telemetry->mark_open_spans("lens.failure", what)) {
+      if (line.starts_with("last span ended"))
+        std::fprintf(stderr, "lens-train: rank %d: %s\n", rank, line.c_str());
+      else
+        std::fprintf(stderr, "lens-train: rank %d was in: %s\n", rank, line.c_str());
+    }
+  };
+  p2p.on_failure(record_failure);
   ScheduleContext ctx{model, &data, &p2p, &step_trace, tracer, o.microbatches, replica};
 
   RankReport report;
@@ -154,7 +160,13 @@ int run_rank(const TrainOptions& o) {
           }
           if (dp_group) {
             Span ar = tracer.start_span(SpanGroup::kCommunication, "megatron.grads.all_reduce");
-            all_reduce_gradients(model, *dp_group, o.dp, timeout);
+            try {
+              all_reduce_gradients(model, *dp_group, o.dp, timeout);
+            } catch (const std::exception& e) {
+              record_failure(std::string("gradient all-reduce over the data-parallel group failed: ") +
+                             e.what());
+              throw;
+            }
           }
           {
             Span opt = tracer.start_span(SpanGroup::kOptimizer, "megatron.optimizer.step");
@@ -186,9 +198,16 @@ int run_rank(const TrainOptions& o) {
     report.trace_file = telemetry->trace_file();
     if (telemetry->config().exporter == "otlp") report.otlp_endpoint = telemetry->config().otlp.endpoint;
     telemetry->shutdown(std::chrono::seconds(30));
-    const auto stats = telemetry->stats().processor;
+    const auto all = telemetry->stats();
+    const auto& stats = all.processor;
+    report.spans_produced = stats.queued + stats.dropped_queue_full;
     report.spans_exported = stats.exported;
     report.spans_dropped = stats.dropped_queue_full + stats.export_failed + stats.dropped_at_shutdown;
+    if (all.otlp) {
+      report.otlp_requests = all.otlp->requests;
+      report.otlp_retries = all.otlp->retries;
+      report.spans_spooled = all.otlp->spans_spooled;
+    }
   }
   // Every rank finishes its collectives before any tears its groups down.
   world_group->barrier()->wait(timeout);

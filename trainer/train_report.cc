@@ -26,7 +26,9 @@ void write_report(const RankReport& r, const std::string& path) {
             {"replica", r.replica},   {"tracing", r.tracing},
             {"span_groups", r.span_groups}, {"run_id", r.run_id},
             {"trace_file", r.trace_file}, {"otlp_endpoint", r.otlp_endpoint},
-            {"spans_exported", r.spans_exported},
+            {"spans_produced", r.spans_produced}, {"spans_exported", r.spans_exported},
+            {"otlp_requests", r.otlp_requests}, {"otlp_retries", r.otlp_retries},
+            {"spans_spooled", r.spans_spooled},
             {"spans_dropped", r.spans_dropped}, {"broadcasts", r.broadcasts},
             {"steps", steps}};
   const std::string tmp = path + ".tmp";
@@ -47,7 +49,11 @@ RankReport read_report(const std::string& path) {
   r.run_id = j.at("run_id");
   r.trace_file = j.at("trace_file");
   r.otlp_endpoint = j.value("otlp_endpoint", "");
+  r.spans_produced = j.value("spans_produced", std::uint64_t{0});
   r.spans_exported = j.at("spans_exported");
+  r.otlp_requests = j.value("otlp_requests", std::uint64_t{0});
+  r.otlp_retries = j.value("otlp_retries", std::uint64_t{0});
+  r.spans_spooled = j.value("spans_spooled", std::uint64_t{0});
   r.spans_dropped = j.at("spans_dropped");
   r.broadcasts = j.at("broadcasts");
   for (const auto& s : j.at("steps")) {

@@ -27,8 +27,14 @@ struct RankReport {
   std::string run_id;
   std::string trace_file;   // when spans go to files
   std::string otlp_endpoint;  // when spans go to an OTLP/HTTP endpoint
+  std::uint64_t spans_produced = 0;  // ended and sampled: offered to the processor
   std::uint64_t spans_exported = 0;
   std::uint64_t spans_dropped = 0;
+  // OTLP/HTTP export only: requests made (retries included), retries, and
+  // spans written to the spool after every attempt failed.
+  std::uint64_t otlp_requests = 0;
+  std::uint64_t otlp_retries = 0;
+  std::uint64_t spans_spooled = 0;
   std::uint64_t broadcasts = 0;
   std::vector<StepReport> steps;
 };

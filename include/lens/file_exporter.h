@@ -10,8 +10,12 @@
 ///
 /// The constructor creates the directory and opens the file, throwing
 /// ConfigError if either fails, so an unwritable trace directory is a start-up
-/// error. Write failures later (a full disk) fail that export, which the
-/// processor counts; they never throw.
+/// error. Write failures later (a full disk, a file size limit) fail that
+/// export, which the processor counts, with a rate-limited warning on
+/// stderr; they never throw. A line that could be written only in part is
+/// cut off again (the file is truncated back to where the line began), so
+/// the file holds whole lines only and later lines, once there is space
+/// again, stay readable.
 ///
 /// Thread safety: export_spans is called by one thread at a time (the
 /// processor's); written_lines() and failed_writes() may be read from any

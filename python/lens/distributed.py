@@ -64,7 +64,8 @@ def broadcast_trace_context(rank, src_rank=0, group=None, step=None):
     except Exception as error:
         detail = f"broadcast_trace_context (step {step}, source rank {src_rank}) failed: {error}"
         for line in _lens.mark_open_spans("lens.failure", detail):
-            print(f"lens: rank {rank}: open at the failure: {line}", file=sys.stderr)
+            where = "" if line.startswith("last span ended") else " was in"
+            print(f"lens: rank {rank}{where}: {line}", file=sys.stderr)
         raise
     received = bytes(tensor.cpu().tolist())
     return _lens.accept_carrier_frame(received, expected_step=step, reserved_here=source)
