@@ -389,7 +389,74 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
   } else if (auto s = env.get({"LENS_COLLECTIVE_TIMEOUT_MS"})) {
     c.collective_timeout = std::chrono::milliseconds(parse_uint(*s, 1, kMaxMillis));
   }
+
+  if (options.trace_scope) {
+    c.trace_scope = *options.trace_scope;
+  } else if (auto s = env.get({"LENS_TRACE_SCOPE"})) {
+    const std::string v = lower(s->value);
+    if (v == "world")
+      c.trace_scope = TraceScope::kWorld;
+    else if (v == "pipeline")
+      c.trace_scope = TraceScope::kPipeline;
+    else
+      fail(*s, "world, pipeline");
+  }
+  if (options.export_filter) {
+    c.export_filter = *options.export_filter;
+  } else if (auto s = env.get({"LENS_EXPORT_FILTER"})) {
+    c.export_filter = ExportFilter::parse(s->value, s->name);
+  }
+  if (options.step_budget_per_minute) {
+    c.step_budget_per_minute = *options.step_budget_per_minute;
+  } else if (auto s = env.get({"LENS_STEP_BUDGET"})) {
+    c.step_budget_per_minute = static_cast<std::uint32_t>(parse_uint(*s, 0, 1000000));
+  }
+  c.coordinates = options.coordinates;
+  c.run_key = options.run_key ? *options.run_key : IdGenerator::next_u64();
+  c.exporting = c.export_filter.keeps(c.coordinates);
   return c;
+}
+
+std::string_view trace_scope_name(TraceScope scope) {
+  return scope == TraceScope::kPipeline ? "pipeline" : "world";
+}
+
+bool ExportFilter::keeps(const ParallelCoordinates& at) const {
+  return (!pp || *pp == at.pp) && (!dp || *dp == at.dp) && (!tp || *tp == at.tp);
+}
+
+std::string ExportFilter::to_string() const {
+  std::string out;
+  for (auto [axis, v] : {std::pair{"pp", pp}, std::pair{"dp", dp}, std::pair{"tp", tp}})
+    if (v) out += (out.empty() ? "" : ",") + std::string(axis) + "=" + std::to_string(*v);
+  return out;
+}
+
+ExportFilter ExportFilter::parse(std::string_view spec, std::string_view setting) {
+  const std::string accepted =
+      "a comma-separated list of axis=value with axis pp, dp or tp and value 0 to 1073741824, "
+      "e.g. dp=0 or dp=0,tp=0";
+  const Setting whole{std::string(setting), std::string(spec)};
+  ExportFilter f;
+  std::size_t begin = 0;
+  while (begin <= spec.size()) {
+    const std::size_t end = std::min(spec.find(',', begin), spec.size());
+    const std::string item = trimmed(spec.substr(begin, end - begin));
+    const std::size_t eq = item.find('=');
+    if (item.empty() || eq == std::string::npos) fail(whole, accepted);
+    const std::string axis = lower(trimmed(std::string_view(item).substr(0, eq)));
+    const Setting value{std::string(setting), trimmed(std::string_view(item).substr(eq + 1))};
+    std::optional<int>* slot = axis == "pp" ? &f.pp : axis == "dp" ? &f.dp : axis == "tp" ? &f.tp : nullptr;
+    if (slot == nullptr || slot->has_value()) fail(whole, accepted);
+    std::uint64_t v = 0;
+    const char* first = value.value.data();
+    const char* last = first + value.value.size();
+    auto [ptr, ec] = std::from_chars(first, last, v);
+    if (value.value.empty() || ec != std::errc() || ptr != last || v > (1u << 30)) fail(whole, accepted);
+    *slot = static_cast<int>(v);
+    begin = end + 1;
+  }
+  return f;
 }
 
 std::string trace_file_path(const Config& config) {

@@ -19,6 +19,8 @@ struct Settings {
   std::uint8_t enabled = 0;
   std::uint32_t pp_size = 0;
   std::uint32_t span_groups = 0;
+  std::uint8_t trace_scope = 0;
+  std::uint64_t run_key = 0;
   std::string run_id;
 };
 
@@ -41,6 +43,8 @@ std::array<std::uint8_t, kRecordBytes> encode(const Settings& s) {
   put_u32(r.data() + 8, s.pp_size);
   put_u32(r.data() + 12, s.span_groups);
   r[16] = static_cast<std::uint8_t>(s.run_id.size());
+  r[17] = s.trace_scope;
+  for (int i = 0; i < 8; ++i) r[20 + i] = static_cast<std::uint8_t>(s.run_key >> (8 * i));
   std::memcpy(r.data() + 32, s.run_id.data(), s.run_id.size());
   return r;
 }
@@ -58,6 +62,8 @@ Settings decode(const std::uint8_t* r) {
   s.config_error = r[7];
   s.pp_size = get_u32(r + 8);
   s.span_groups = get_u32(r + 12);
+  s.trace_scope = r[17];
+  for (int i = 7; i >= 0; --i) s.run_key = (s.run_key << 8) | r[20 + i];
   const std::size_t n = std::min<std::size_t>(r[16], kMaxRunIdBytes);
   s.run_id.assign(reinterpret_cast<const char*>(r + 32), n);
   return s;
@@ -94,6 +100,8 @@ Settings settings_of(const Config& config, int pipeline_parallel_size) {
   mine.enabled = config.enabled ? 1 : 0;
   mine.pp_size = static_cast<std::uint32_t>(pipeline_parallel_size);
   mine.span_groups = config.span_groups.bits();
+  mine.trace_scope = static_cast<std::uint8_t>(config.trace_scope);
+  mine.run_key = config.run_key;
   mine.run_id = config.run_id;
   return mine;
 }
@@ -127,7 +135,11 @@ StartupAgreement compare(const Communicator& comm, const std::vector<Settings>& 
         [](const Settings& s) { return std::to_string(s.pp_size); });
   check("MEGATRON_OTEL_SPAN_GROUPS", [](const Settings& s) { return s.span_groups; },
         [](const Settings& s) { return "'" + SpanGroupSet(s.span_groups).to_string() + "'"; });
-  return {ranks[0].run_id};
+  check("LENS_TRACE_SCOPE", [](const Settings& s) { return s.trace_scope; },
+        [](const Settings& s) {
+          return std::string(trace_scope_name(static_cast<TraceScope>(s.trace_scope & 1)));
+        });
+  return {ranks[0].run_id, ranks[0].run_key};
 }
 
 }  // namespace
@@ -135,7 +147,7 @@ StartupAgreement compare(const Communicator& comm, const std::vector<Settings>& 
 StartupAgreement agree_on_startup(Communicator& comm, const Config& config,
                                   int pipeline_parallel_size) {
   Settings mine = settings_of(config, pipeline_parallel_size);
-  if (comm.size() <= 1) return {config.run_id};
+  if (comm.size() <= 1) return {config.run_id, config.run_key};
   return compare(comm, exchange(comm, mine, config.collective_timeout));
 }
 
@@ -159,7 +171,7 @@ std::unique_ptr<Telemetry> create_distributed_telemetry(Communicator& comm,
     mine = Settings();
     mine.config_error = 1;
   }
-  StartupAgreement agreed{config.run_id};
+  StartupAgreement agreed{config.run_id, config.run_key};
   if (comm.size() > 1) {
     auto ranks = exchange(comm, mine, error ? Config().collective_timeout : config.collective_timeout);
     if (error) throw *error;
@@ -169,6 +181,7 @@ std::unique_ptr<Telemetry> create_distributed_telemetry(Communicator& comm,
   }
   if (!config.enabled) return nullptr;
   options.run_id = agreed.run_id;
+  options.run_key = agreed.run_key;
   return Telemetry::create(options, env);
 }
 

@@ -1,10 +1,61 @@
 #include "lens/step_trace.h"
 
+#include <algorithm>
+#include <array>
+#include <chrono>
+
 #include "lens/broadcast_trace_context.h"
 #include "lens/carrier_slot.h"
 #include "lens/linked_span.h"
 
 namespace lens {
+
+namespace {
+
+std::int64_t detail_steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::uint64_t splitmix(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id, std::uint64_t step) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a of the run id
+  for (unsigned char c : run_id) h = (h ^ c) * 0x100000001b3ULL;
+  std::uint64_t state = run_key ^ h ^ (step * 0xd1b54a32d192ed03ULL);
+  SpanContext c;
+  do {
+    std::array<std::uint8_t, TraceId::kSize> t{};
+    const std::uint64_t hi = splitmix(state), lo = splitmix(state);
+    for (int i = 0; i < 8; ++i) {
+      t[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(hi >> (56 - 8 * i));
+      t[static_cast<std::size_t>(8 + i)] = static_cast<std::uint8_t>(lo >> (56 - 8 * i));
+    }
+    c.trace_id = TraceId(t);
+    c.span_id = SpanId::from_word(splitmix(state));
+  } while (!c.valid());
+  return c;
+}
+
+bool StepBudget::take(std::int64_t now_ns) {
+  if (per_minute_ == 0) return true;
+  if (last_ns_ >= 0 && now_ns > last_ns_) {
+    tokens_ = std::min<double>(per_minute_, tokens_ + static_cast<double>(now_ns - last_ns_) *
+                                                          per_minute_ / 60e9);
+  }
+  last_ns_ = now_ns;
+  if (tokens_ < 1.0) return false;
+  tokens_ -= 1.0;
+  return true;
+}
 
 StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions options)
     : telemetry_(telemetry), comm_(comm), options_(std::move(options)) {
@@ -21,6 +72,11 @@ StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions 
     if (telemetry_->config().rank) global_rank_ = *telemetry_->config().rank;
   }
   gated_ = telemetry_ != nullptr && pp_size > 1;
+  if (telemetry_) {
+    scope_ = options_.trace_scope >= 0 ? static_cast<TraceScope>(options_.trace_scope & 1)
+                                       : telemetry_->config().trace_scope;
+    budget_ = StepBudget(telemetry_->config().step_budget_per_minute);
+  }
   timeout_ = options_.timeout.count() >= 0
                  ? options_.timeout
                  : (telemetry_ ? telemetry_->config().collective_timeout
@@ -45,12 +101,27 @@ StepScope::StepScope(StepTrace& trace, std::uint64_t step) {
       // The source always reserves a valid context, even if it exports
       // nothing itself, so links on other ranks never silently vanish.
       StepCarrier reserved;
-      reserved.context.trace_id = IdGenerator::new_trace_id();
-      reserved.context.span_id = IdGenerator::new_span_id();
-      reserved.context.trace_flags =
-          trace.telemetry_->sampler().should_sample_root(reserved.context.trace_id)
-              ? TraceFlags::kSampled
-              : 0;
+      TraceId decide_on;
+      if (trace.scope_ == TraceScope::kPipeline) {
+        // Every replica decides on the anchor's trace id, so a sampler
+        // keeps or drops the replicas of a step together.
+        const SpanContext anchor = anchor_step_context(trace.telemetry_->config().run_key,
+                                                       trace.telemetry_->config().run_id, step);
+        decide_on = anchor.trace_id;
+        if (trace.global_rank_ == 0) {
+          reserved.context = anchor;
+        } else {
+          reserved.context.trace_id = IdGenerator::new_trace_id();
+          reserved.context.span_id = IdGenerator::new_span_id();
+        }
+      } else {
+        reserved.context.trace_id = IdGenerator::new_trace_id();
+        reserved.context.span_id = IdGenerator::new_span_id();
+        decide_on = reserved.context.trace_id;
+      }
+      const bool sampled = trace.telemetry_->sampler().should_sample_root(decide_on) &&
+                           trace.budget_.take(detail_steady_now_ns());
+      reserved.context.trace_flags = sampled ? TraceFlags::kSampled : 0;
       reserved.step = step;
       local = reserved;
     }
@@ -68,6 +139,16 @@ StepScope::StepScope(StepTrace& trace, std::uint64_t step) {
       start.trace_flags = carrier_->context.trace_flags;
       start.tracestate = carrier_->context.tracestate;
       if (source) start.span_id = carrier_->context.span_id;
+    }
+  }
+  if (trace.gated_ && carrier_ && trace.scope_ == TraceScope::kPipeline) {
+    const SpanContext anchor = anchor_step_context(trace.telemetry_->config().run_key,
+                                                   trace.telemetry_->config().run_id, step);
+    if (anchor.trace_id != carrier_->context.trace_id) {
+      SpanContext link = anchor;
+      link.trace_flags = carrier_->context.trace_flags;
+      link.remote = true;
+      start.links.push_back({link, {{"lens.link", std::string("global_rank_0_step")}}});
     }
   }
   span_ = trace.tracer_.start_span(SpanGroup::kStep, trace.options_.step_span_name, start);

@@ -47,6 +47,11 @@ Resource build_resource(const Config& c) {
     r.set("service.instance.id", c.run_id + "-pid" + std::to_string(::getpid()));
   }
   if (c.world_size) r.set("dl.world_size", static_cast<std::int64_t>(*c.world_size));
+  if (c.coordinates.pp >= 0) r.set("dl.pipeline_parallel.rank", static_cast<std::int64_t>(c.coordinates.pp));
+  if (c.coordinates.dp >= 0) r.set("dl.data_parallel.rank", static_cast<std::int64_t>(c.coordinates.dp));
+  if (c.coordinates.tp >= 0) r.set("dl.tensor_parallel.rank", static_cast<std::int64_t>(c.coordinates.tp));
+  r.set("lens.trace_scope", std::string(trace_scope_name(c.trace_scope)));
+  if (!c.export_filter.empty()) r.set("lens.export_filter", c.export_filter.to_string());
   return r;
 }
 
@@ -76,7 +81,10 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
   impl->config = std::move(config);
   const Config& c = impl->config;
   impl->resource = build_resource(c);
-  if (options.exporter_instance) {
+  if (!c.exporting) {
+    // Left out by the export filter: no file, no connection, no spans.
+    impl->exporter = std::make_shared<DiscardExporter>();
+  } else if (options.exporter_instance) {
     impl->exporter = options.exporter_instance;
   } else if (c.exporter == "file") {
     impl->trace_file = trace_file_path(c);
@@ -98,7 +106,7 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
   detail::refresh_clock_offset();
   impl->core.limits = c.span_limits;
   impl->core.sampler = c.sampler;
-  impl->core.switches.bits.store(c.span_groups.bits(), std::memory_order_relaxed);
+  impl->core.switches.bits.store(c.exporting ? c.span_groups.bits() : 0u, std::memory_order_relaxed);
   impl->core.processor =
       std::make_unique<BatchProcessor>(impl->exporter, impl->resource, c.batch, impl->scopes);
   return std::unique_ptr<Telemetry>(new Telemetry(std::move(impl)));
@@ -124,6 +132,7 @@ SpanGroupSet Telemetry::span_groups() const {
 }
 
 void Telemetry::set_span_groups(SpanGroupSet groups) {
+  if (!impl_->config.exporting) return;  // the export filter leaves this rank out
   impl_->core.switches.bits.store(groups.bits(), std::memory_order_relaxed);
 }
 

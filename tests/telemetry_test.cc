@@ -107,7 +107,9 @@ TEST(Telemetry, MarkOpenSpansRecordsTheFailureOnWhatIsOpen) {
       EXPECT_EQ(e.attributes[1].key, "lens.last_ended");
       EXPECT_EQ(std::get<std::string>(e.attributes[1].value).rfind("already.ended (ended ", 0), 0u);
     }
-    if (s.name == "already.ended") EXPECT_TRUE(s.events.empty());
+    if (s.name == "already.ended") {
+      EXPECT_TRUE(s.events.empty());
+    }
   }
   EXPECT_EQ(marked, 2);
 }

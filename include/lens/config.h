@@ -56,6 +56,38 @@ using EnvLookup = std::function<std::optional<std::string>(std::string_view name
 EnvLookup process_environment();
 
 /// Settings given in code. Every field that is set overrides the environment.
+/// How far one step's trace reaches (LENS_TRACE_SCOPE).
+enum class TraceScope : std::uint8_t {
+  kWorld,     ///< one trace per step for all ranks (the original behaviour)
+  kPipeline,  ///< one trace per step per pipeline replica, linked to global rank 0's
+};
+std::string_view trace_scope_name(TraceScope scope);
+
+/// A rank's place in the job's parallel layout (-1: unknown).
+struct ParallelCoordinates {
+  int pp = -1;  ///< pipeline stage
+  int dp = -1;  ///< data-parallel replica
+  int tp = -1;  ///< tensor-parallel rank
+  friend bool operator==(const ParallelCoordinates&, const ParallelCoordinates&) = default;
+};
+
+/// Which ranks export (LENS_EXPORT_FILTER, e.g. "dp=0" or "dp=0,tp=0"): a
+/// rank exports when each named coordinate equals the given value. An empty
+/// filter keeps every rank. Filtering never changes which ranks take part in
+/// collectives.
+struct ExportFilter {
+  std::optional<int> pp, dp, tp;
+  bool empty() const { return !pp && !dp && !tp; }
+  /// True when a rank at `at` exports. An unknown (-1) coordinate that the
+  /// filter names does not match.
+  bool keeps(const ParallelCoordinates& at) const;
+  /// "dp=0,tp=0", or "" when empty.
+  std::string to_string() const;
+  /// Parses "axis=value[,axis=value]" (axes pp, dp, tp; values 0..2^30);
+  /// throws ConfigError naming `setting` on anything else.
+  static ExportFilter parse(std::string_view spec, std::string_view setting = "export filter");
+};
+
 struct TelemetryOptions {
   std::optional<bool> enabled;
   std::optional<std::string> span_groups;  ///< a group spec
@@ -82,6 +114,18 @@ struct TelemetryOptions {
   std::optional<SpanLimits> span_limits;
   std::optional<Sampler> sampler;
   std::optional<std::chrono::milliseconds> collective_timeout;
+  std::optional<TraceScope> trace_scope;
+  std::optional<ExportFilter> export_filter;
+  /// At most this many sampled steps per minute (LENS_STEP_BUDGET); 0: no
+  /// budget.
+  std::optional<std::uint32_t> step_budget_per_minute;
+  /// This rank's parallel coordinates (resource attributes
+  /// dl.pipeline_parallel.rank, dl.data_parallel.rank,
+  /// dl.tensor_parallel.rank; the export filter's input).
+  ParallelCoordinates coordinates;
+  /// The run's shared random key (agreed at start-up): with the run id and
+  /// the step it derives global rank 0's step context in `pipeline` scope.
+  std::optional<std::uint64_t> run_key;
   /// An exporter to use instead of the configured kind (e.g. InMemoryExporter
   /// in tests).
   std::shared_ptr<SpanExporter> exporter_instance;
@@ -106,6 +150,14 @@ struct Config {
   SpanLimits span_limits;
   Sampler sampler;
   std::chrono::milliseconds collective_timeout{300000};
+  TraceScope trace_scope = TraceScope::kWorld;
+  ExportFilter export_filter;
+  std::uint32_t step_budget_per_minute = 0;
+  ParallelCoordinates coordinates;
+  std::uint64_t run_key = 0;  ///< random unless agreed
+  /// False on a rank the export filter leaves out: its telemetry exists (the
+  /// gate stays uniform) but records and writes nothing.
+  bool exporting = true;
 };
 
 Config resolve_config(const TelemetryOptions& options, const EnvLookup& env);

@@ -5,8 +5,8 @@
 /// collectives must be the same on every rank, or the job deadlocks at the
 /// first step. agree_on_startup() is one all-gather over the communicator, run
 /// by EVERY rank (enabled or not) once at start-up: ranks compare whether
-/// telemetry is enabled, the pipeline-parallel size, the span groups and the
-/// protocol version, and take rank 0's run id. A mismatch throws ConfigError
+/// telemetry is enabled, the pipeline-parallel size, the span groups, the
+/// trace scope and the protocol version, and take rank 0's run id and run key. A mismatch throws ConfigError
 /// on every rank alike, naming the setting and which ranks differ, instead of
 /// a hang later.
 ///
@@ -25,7 +25,8 @@ namespace lens {
 inline constexpr std::uint16_t kStepProtocolVersion = 1;
 
 struct StartupAgreement {
-  std::string run_id;  ///< rank 0's
+  std::string run_id;         ///< rank 0's
+  std::uint64_t run_key = 0;  ///< rank 0's random run key (Config::run_key)
 };
 
 /// Throws ConfigError on a mismatch, CommError if the all-gather fails.

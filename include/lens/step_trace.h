@@ -47,9 +47,36 @@ struct StepTraceOptions {
   int pipeline_rank = -1;
   /// -1: the telemetry's collective timeout (LENS_COLLECTIVE_TIMEOUT_MS).
   std::chrono::milliseconds timeout{-1};
+  /// -1: the telemetry's (LENS_TRACE_SCOPE). In `pipeline` scope the
+  /// communicator is this rank's pipeline group: its first stage reserves and
+  /// broadcasts the replica's step context, and every step span outside
+  /// global rank 0's trace links to global rank 0's step span, whose context
+  /// every rank derives from the run key, the run id and the step without
+  /// any further collective (anchor_step_context).
+  int trace_scope = -1;
   std::string step_span_name = "megatron.train_step";
   std::string linked_span_name = "megatron.pp.recv_forward.linked";
   std::string tracer_name = "nemo.lens";
+};
+
+/// Global rank 0's step context in `pipeline` scope, derived from the run's
+/// shared key, its id and the step (the same on every rank). Its sampled
+/// flag is left clear; the source applies the sampler.
+SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id, std::uint64_t step);
+
+/// At most `per_minute` decisions of "keep" per 60 s (a token bucket that
+/// starts full); 0 keeps everything. Used by a step's source rank
+/// (LENS_STEP_BUDGET), whose decision travels in the frame.
+class StepBudget {
+ public:
+  explicit StepBudget(std::uint32_t per_minute = 0) : per_minute_(per_minute), tokens_(per_minute) {}
+  /// Takes a token if one is left at `now_ns` (a steady clock reading).
+  bool take(std::int64_t now_ns);
+
+ private:
+  std::uint32_t per_minute_;
+  double tokens_;
+  std::int64_t last_ns_ = -1;
 };
 
 class StepTrace {
@@ -79,6 +106,8 @@ class StepTrace {
   int pipeline_rank_ = 0;
   int global_rank_ = 0;
   std::chrono::milliseconds timeout_;
+  TraceScope scope_ = TraceScope::kWorld;
+  StepBudget budget_;
 };
 
 /// One step: runs the protocol in its constructor and keeps the step span open

@@ -59,8 +59,12 @@ class Telemetry {
   Tracer tracer(std::string_view name = kDefaultTracerName, std::string_view version = {});
 
   bool enabled(SpanGroup group) const;
+  /// The groups being recorded: none on a rank the export filter leaves out.
   SpanGroupSet span_groups() const;
+  /// Switches groups at run time (ignored on a rank the filter leaves out).
   void set_span_groups(SpanGroupSet groups);
+  /// False on a rank the export filter (LENS_EXPORT_FILTER) leaves out.
+  bool exporting() const { return config().exporting; }
 
   const Config& config() const;
   const Sampler& sampler() const { return config().sampler; }
