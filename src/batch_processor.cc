@@ -137,6 +137,7 @@ bool BatchProcessor::enqueue(detail::LiveSpan* span) noexcept {
       s.ring[(s.head + s.size) % s.ring.size()] = span;
       ++s.size;
       ++s.stats.queued;
+      if (s.size > s.stats.queue_high_water) s.stats.queue_high_water = s.size;
       accepted = true;
       wake = s.size == s.options.max_export_batch_size;
     } else {

@@ -14,6 +14,9 @@
 #include <sstream>
 #include <thread>
 
+#include "check.h"
+#include "pipeline_view.h"
+#include "run_reader.h"
 #include "trace_files.h"
 
 namespace {
@@ -222,6 +225,87 @@ TEST(TrainerErrors, BadFlagNamesTheFlag) {
   RunOutput out = run_trainer(r, "bad-groups");
   EXPECT_NE(out.exit_code, 0);
   EXPECT_NE(out.output.find("unknown span group 'nonsense'"), std::string::npos) << out.output;
+}
+
+}  // namespace
+
+namespace {
+
+// Scale: pipeline scope and export filters on a real 2 x 2 run.
+std::map<int, const lens::tools::SpanRow*> step_spans_of(const lens::tools::Run& run, std::int64_t step) {
+  std::map<int, const lens::tools::SpanRow*> out;  // by rank
+  for (const auto& f : run.files)
+    for (const auto& s : f.spans)
+      if (s.name == "megatron.train_step" && s.int_attr("dl.step") == step) out[f.rank] = &s;
+  return out;
+}
+
+TEST(TrainerScale, PipelineScopeGivesEachReplicaATraceLinkedToRankZero) {
+  TrainerRun r;
+  r.dp = 2;
+  r.env = "LENS_TRACE_SCOPE=pipeline";
+  r.flags = "--otel-enabled=true --otel-span-groups all";
+  RunOutput out = run_trainer(r, "scope-pipeline");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
+  ASSERT_EQ(run.files.size(), 4u);
+  std::map<int, int> replica_of;
+  for (const auto& f : run.files) {
+    EXPECT_EQ(f.trace_scope, "pipeline");
+    replica_of[f.rank] = f.replica;
+  }
+  const auto violations = lens::tools::check_run(run, lens::tools::build_view(run));
+  for (const auto& v : violations) ADD_FAILURE() << lens::tools::format_violation(v);
+  for (int step = 0; step < r.steps; ++step) {
+    const auto spans = step_spans_of(run, step);
+    ASSERT_EQ(spans.size(), 4u) << "step " << step;
+    const auto* global0 = spans.at(0);
+    std::map<int, std::set<std::string>> traces;  // replica -> trace ids
+    for (const auto& [rank, s] : spans) {
+      traces[replica_of[rank]].insert(s->trace_id);
+      if (replica_of[rank] == 0) {
+        EXPECT_TRUE(s->links.empty()) << "rank " << rank;
+      } else {
+        ASSERT_EQ(s->links.size(), 1u) << "rank " << rank;
+        EXPECT_EQ(s->links[0], std::make_pair(global0->trace_id, global0->span_id)) << "rank " << rank;
+      }
+    }
+    ASSERT_EQ(traces.size(), 2u);
+    EXPECT_EQ(traces[0].size(), 1u) << "replica 0's ranks share one trace";
+    EXPECT_EQ(traces[1].size(), 1u) << "replica 1's ranks share one trace";
+    EXPECT_NE(*traces[0].begin(), *traces[1].begin()) << "the replicas' traces differ";
+  }
+}
+
+TEST(TrainerScale, ExportFilterLeavesRanksOutButNotTheirCollectives) {
+  TrainerRun r;
+  r.dp = 2;
+  r.env = "LENS_EXPORT_FILTER=dp=0";
+  r.flags = "--otel-enabled=true --otel-span-groups all";
+  RunOutput out = run_trainer(r, "filter-dp0");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  ASSERT_EQ(out.reports.size(), 4u);
+  for (const auto& rep : out.reports) {
+    EXPECT_EQ(rep["broadcasts"], r.steps) << "rank " << rep["rank"] << " skipped a collective";
+    if (rep["replica"] != 0) {
+      EXPECT_EQ(rep["spans_produced"], 0) << "rank " << rep["rank"];
+      EXPECT_EQ(rep["trace_file"], "") << "rank " << rep["rank"];
+    }
+  }
+  const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
+  std::set<int> ranks;
+  for (const auto& f : run.files) {
+    ranks.insert(f.rank);
+    EXPECT_EQ(f.replica, 0);
+    EXPECT_EQ(f.export_filter, "dp=0");
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 2})) << "only replica 0 (ranks 0 and 2) writes files";
+  const auto violations = lens::tools::check_run(run, lens::tools::build_view(run));
+  for (const auto& v : violations) ADD_FAILURE() << lens::tools::format_violation(v);
+  std::size_t linked = 0;
+  for (const auto& f : run.files)
+    for (const auto& s : f.spans) linked += s.name == "megatron.pp.recv_forward.linked";
+  EXPECT_EQ(linked, static_cast<std::size_t>(expected_linked(2, 1, r.microbatches) * r.steps));
 }
 
 }  // namespace

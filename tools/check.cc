@@ -1,5 +1,6 @@
 #include "check.h"
 
+#include <map>
 #include <set>
 
 namespace lens::tools {
@@ -14,10 +15,19 @@ std::string format_violation(const Violation& v) {
 std::vector<Violation> check_run(const Run& run, const PipelineView& view) {
   std::vector<Violation> out;
 
-  // Missing ranks: the resources say how many there should be.
+  // Missing ranks: the resources say how many there should be, unless an
+  // export filter left some out on purpose.
   const int world = run.declared_world_size();
   std::set<int> present(view.ranks.begin(), view.ranks.end());
-  if (world > 0) {
+  std::string filter;
+  bool pipeline_scope = false;
+  std::map<int, int> replica_of;  // rank -> dl.data_parallel.rank
+  for (const auto& f : run.files) {
+    if (!f.export_filter.empty()) filter = f.export_filter;
+    pipeline_scope |= f.trace_scope == "pipeline";
+    replica_of[f.rank] = f.replica;
+  }
+  if (world > 0 && filter.empty()) {
     for (int r = 0; r < world; ++r)
       if (!present.count(r))
         out.push_back({-1, r, "no trace file for this rank (the run has " + std::to_string(world) +
@@ -47,17 +57,34 @@ std::vector<Violation> check_run(const Run& run, const PipelineView& view) {
     }
   }
 
-  // Per step: one trace for all ranks; linked spans in place.
+  // Per step: one trace for all ranks (in `pipeline` scope: per replica,
+  // each linked to global rank 0's step span); linked spans in place.
   std::map<int, std::set<std::size_t>> linked_counts;  // rank -> distinct counts per step
   for (const auto& sv : view.steps) {
-    const StepOnRank* source = nullptr;
-    for (const auto& [rank, sr] : sv.ranks)
-      if (!source || sr.rank < source->rank) source = &sr;
-    if (!source) continue;
+    std::map<int, const StepOnRank*> sources;  // by replica (all: -1 in world scope)
+    auto replica = [&](int rank) { return pipeline_scope ? replica_of[rank] : -1; };
+    for (const auto& [rank, sr] : sv.ranks) {
+      const StepOnRank*& src = sources[replica(rank)];
+      if (!src || sr.rank < src->rank) src = &sr;
+    }
+    if (sources.empty()) continue;
+    const StepOnRank* global_source = sources.begin()->second;
+    for (const auto& [r, src] : sources)
+      if (src->rank < global_source->rank) global_source = src;
     for (int r : view.ranks)
       if (!sv.ranks.count(r))
         out.push_back({sv.step, r, "no megatron.train_step span for this step"});
     for (const auto& [rank, sr] : sv.ranks) {
+      const StepOnRank* source = sources[replica(rank)];
+      if (pipeline_scope && source != global_source && sr.step_span->trace_id != global_source->step_span->trace_id) {
+        bool linked_to_global = false;
+        for (const auto& [t, sp] : sr.step_span->links)
+          linked_to_global |= sp == global_source->step_span->span_id;
+        if (!linked_to_global)
+          out.push_back({sv.step, rank, "step span of replica " + std::to_string(replica(rank)) +
+                                            " does not link to rank " +
+                                            std::to_string(global_source->rank) + "'s step span"});
+      }
       if (sr.step_span->trace_id != source->step_span->trace_id)
         out.push_back({sv.step, rank,
                        "trace id " + sr.step_span->trace_id + " differs from rank " +

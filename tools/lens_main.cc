@@ -7,6 +7,7 @@
 //   lens upload DIR|FILE... [--endpoint URL]   send files to an OTLP/HTTP endpoint
 //
 // RUN_DIR is a directory of rank-<r>.otlp.jsonl files (lens-traces/<run-id>).
+#include <algorithm>
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -152,7 +153,11 @@ int main(int argc, char** argv) {
     for (const auto& v : violations) std::printf("FAIL %s\n", format_violation(v).c_str());
     std::printf("%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), run.files.size(),
                 view.steps.size(), run.span_count(),
-                violations.empty() ? "every step is one trace; every link resolves"
+                violations.empty()
+                    ? (std::any_of(run.files.begin(), run.files.end(),
+                                   [](const RankFile& f) { return f.trace_scope == "pipeline"; })
+                           ? "every replica's step is one trace, linked to rank 0's; every link resolves"
+                           : "every step is one trace; every link resolves")
                                    : (std::to_string(violations.size()) + " violations").c_str());
     return violations.empty() ? kOk : kViolations;
   }

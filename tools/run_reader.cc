@@ -72,6 +72,9 @@ void read_line(RankFile& file, const std::string& line) {
     if (resource.count("dl.world_size")) file.world_size = std::stoi(resource["dl.world_size"]);
     if (resource.count("nemo.run.id")) file.run_id = resource["nemo.run.id"];
     if (resource.count("service.name")) file.service_name = resource["service.name"];
+    if (resource.count("lens.trace_scope")) file.trace_scope = resource["lens.trace_scope"];
+    if (resource.count("lens.export_filter")) file.export_filter = resource["lens.export_filter"];
+    if (resource.count("dl.data_parallel.rank")) file.replica = std::stoi(resource["dl.data_parallel.rank"]);
     for (const auto& ss : rs.at("scopeSpans")) {
       for (const auto& s : ss.at("spans")) {
         SpanRow row;

@@ -35,6 +35,9 @@ struct RankFile {
   int world_size = -1;
   std::string run_id;
   std::string service_name;
+  std::string trace_scope;    // lens.trace_scope: "world" (or absent) or "pipeline"
+  std::string export_filter;  // lens.export_filter, when ranks were filtered out
+  int replica = -1;           // dl.data_parallel.rank
   std::vector<SpanRow> spans;
   std::size_t lines = 0;
   std::vector<std::string> warnings;

@@ -90,6 +90,7 @@ int run_rank(const TrainOptions& o) {
   c10::intrusive_ptr<c10d::ProcessGroup> dp_group;
   if (o.dp > 1) dp_group = subgroup(store, "dp" + std::to_string(stage) + "/", replica, o.dp, timeout, addr);
   C10dCommunicator world_comm(world_group);
+  C10dCommunicator pp_comm(pp_group);
 
   TelemetryOptions topts;
   topts.enabled = o.otel_enabled;
@@ -97,6 +98,7 @@ int run_rank(const TrainOptions& o) {
   topts.service_name = o.otel_service_name;
   topts.trace_dir = o.trace_dir;
   topts.collective_timeout = timeout;
+  topts.coordinates = {stage, replica, 0};
   std::unique_ptr<Telemetry> telemetry;
   try {
     telemetry = create_distributed_telemetry(world_comm, o.pp, topts);
@@ -107,7 +109,10 @@ int run_rank(const TrainOptions& o) {
   StepTraceOptions sopts;
   sopts.pipeline_parallel_size = o.pp;
   sopts.pipeline_rank = stage;
-  StepTrace step_trace(telemetry.get(), &world_comm, sopts);
+  // World scope: rank 0 broadcasts to every rank. Pipeline scope (agreed at
+  // start-up): each replica's first stage broadcasts over its pipeline group.
+  const bool pipeline_scope = telemetry && telemetry->config().trace_scope == TraceScope::kPipeline;
+  StepTrace step_trace(telemetry.get(), pipeline_scope ? &pp_comm : &world_comm, sopts);
   Tracer tracer = step_trace.tracer();
 
   const int per_stage = o.layers / o.pp;
@@ -202,6 +207,7 @@ int run_rank(const TrainOptions& o) {
     const auto& stats = all.processor;
     report.spans_produced = stats.queued + stats.dropped_queue_full;
     report.spans_exported = stats.exported;
+    report.queue_high_water = stats.queue_high_water;
     report.spans_dropped = stats.dropped_queue_full + stats.export_failed + stats.dropped_at_shutdown;
     if (all.otlp) {
       report.otlp_requests = all.otlp->requests;

@@ -28,7 +28,7 @@ void write_report(const RankReport& r, const std::string& path) {
             {"trace_file", r.trace_file}, {"otlp_endpoint", r.otlp_endpoint},
             {"spans_produced", r.spans_produced}, {"spans_exported", r.spans_exported},
             {"otlp_requests", r.otlp_requests}, {"otlp_retries", r.otlp_retries},
-            {"spans_spooled", r.spans_spooled},
+            {"spans_spooled", r.spans_spooled}, {"queue_high_water", r.queue_high_water},
             {"spans_dropped", r.spans_dropped}, {"broadcasts", r.broadcasts},
             {"steps", steps}};
   const std::string tmp = path + ".tmp";
@@ -54,6 +54,7 @@ RankReport read_report(const std::string& path) {
   r.otlp_requests = j.value("otlp_requests", std::uint64_t{0});
   r.otlp_retries = j.value("otlp_retries", std::uint64_t{0});
   r.spans_spooled = j.value("spans_spooled", std::uint64_t{0});
+  r.queue_high_water = j.value("queue_high_water", std::uint64_t{0});
   r.spans_dropped = j.at("spans_dropped");
   r.broadcasts = j.at("broadcasts");
   for (const auto& s : j.at("steps")) {

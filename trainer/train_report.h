@@ -35,6 +35,7 @@ struct RankReport {
   std::uint64_t otlp_requests = 0;
   std::uint64_t otlp_retries = 0;
   std::uint64_t spans_spooled = 0;
+  std::uint64_t queue_high_water = 0;  // most spans waiting for export at once
   std::uint64_t broadcasts = 0;
   std::vector<StepReport> steps;
 };

@@ -42,6 +42,7 @@ struct ProcessorStats {
   std::uint64_t export_failed = 0;       ///< handed to the exporter, which failed
   std::uint64_t dropped_queue_full = 0;  ///< not accepted: the queue was full
   std::uint64_t dropped_at_shutdown = 0; ///< still queued when shutdown gave up
+  std::uint64_t queue_high_water = 0;    ///< most spans ever waiting in the queue at once
 };
 
 class BatchProcessor {
