@@ -248,7 +248,8 @@ PYBIND11_MODULE(_lens, m) {
          std::optional<std::string> exporter, std::optional<std::string> service_name,
          std::optional<int> rank, std::optional<int> world_size,
          std::optional<std::string> trace_dir, std::optional<std::string> trace_file,
-         std::optional<std::string> run_id, std::optional<double> collective_timeout) {
+         std::optional<std::string> run_id, std::optional<double> collective_timeout,
+         std::optional<std::tuple<int, int, int>> coordinates) {
         lens::TelemetryOptions o;
         o.enabled = enabled;
         o.span_groups = span_groups;
@@ -260,6 +261,10 @@ PYBIND11_MODULE(_lens, m) {
         o.trace_file = trace_file;
         o.run_id = run_id;
         if (collective_timeout) o.collective_timeout = to_ms(*collective_timeout);
+        if (coordinates) {
+          const auto [pp, dp, tp] = *coordinates;
+          o.coordinates = {pp, dp, tp};
+        }
         py::gil_scoped_release release;
         return lens::init(o) != nullptr;
       },
@@ -267,7 +272,8 @@ PYBIND11_MODULE(_lens, m) {
       py::arg("exporter") = py::none(), py::arg("service_name") = py::none(),
       py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
       py::arg("trace_dir") = py::none(), py::arg("trace_file") = py::none(),
-      py::arg("run_id") = py::none(), py::arg("collective_timeout") = py::none());
+      py::arg("run_id") = py::none(), py::arg("collective_timeout") = py::none(),
+      py::arg("coordinates") = py::none());
 
   m.def("is_initialized", [] { return lens::get_telemetry() != nullptr; });
   m.def("group_names", [] {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdio>
 
 #include "lens/broadcast_trace_context.h"
 #include "lens/carrier_slot.h"
@@ -129,8 +130,14 @@ StepScope::StepScope(StepTrace& trace, std::uint64_t step) {
       carrier_ = broadcast_trace_context(*trace.comm_, trace.options_.src_rank, local,
                                          trace.timeout_, step);
     } catch (const CommError& e) {
-      // The job is broken: leave a record on what is open (e.g. the job span).
-      trace.telemetry_->mark_open_spans("lens.failure", e.what());
+      // The job is broken: leave a record on what is open (e.g. the job
+      // span) and in the log, so the rank that diverged can be found.
+      for (const auto& line : trace.telemetry_->mark_open_spans("lens.failure", e.what())) {
+        if (line.starts_with("last span ended"))
+          std::fprintf(stderr, "lens: rank %d: %s\n", trace.global_rank_, line.c_str());
+        else
+          std::fprintf(stderr, "lens: rank %d was in: %s\n", trace.global_rank_, line.c_str());
+      }
       throw;
     }
     set_pp_trace_carrier(carrier_);

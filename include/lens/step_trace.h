@@ -110,9 +110,12 @@ class StepTrace {
   StepBudget budget_;
 };
 
-/// One step: runs the protocol in its constructor and keeps the step span open
-/// and current on this thread until destroyed. The carrier slot keeps the
-/// step's carrier until the next step replaces it.
+/// One step: runs the protocol in its constructor and keeps the step span
+/// open and current on this thread until destroyed. The carrier slot keeps
+/// the step's carrier until the next step replaces it. When the broadcast
+/// fails, the constructor adds a lens.failure event to the open spans, writes
+/// them and the last ended span to stderr ("lens: rank R was in: ...") and
+/// throws CommError.
 class StepScope {
  public:
   StepScope(StepTrace& trace, std::uint64_t step);

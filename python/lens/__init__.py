@@ -80,7 +80,11 @@ def init(**options):
 
     Options (all keyword, all optional, each overriding its variable):
     enabled, span_groups, exporter, service_name, rank, world_size, trace_dir,
-    trace_file, run_id, collective_timeout (seconds). Returns the Telemetry,
+    trace_file, run_id, collective_timeout (seconds), coordinates (this
+    rank's (pp, dp, tp), which LENS_EXPORT_FILTER selects on; a rank it
+    leaves out records nothing but still takes part in broadcasts).
+    LENS_TRACE_SCOPE=pipeline is not implemented by the Python package yet:
+    broadcast_trace_context gives world-scope semantics over the group passed. Returns the Telemetry,
     or None when telemetry is disabled. Raises ConfigError (a ValueError) on
     an invalid setting, naming the setting and what it accepts.
     """

@@ -189,6 +189,21 @@ class Configuration(unittest.TestCase):
         finally:
             del os.environ["MEGATRON_OTEL_SPAN_GROUPS"]
 
+    def test_export_filter_leaves_a_rank_out_by_its_coordinates(self):
+        os.environ["LENS_EXPORT_FILTER"] = "dp=0"
+        try:
+            kept = lens.init(enabled=True, exporter="none", span_groups="all", coordinates=(1, 0, 0))
+            self.assertTrue(kept.enabled("step"))
+            out = lens.init(enabled=True, exporter="none", span_groups="all", coordinates=(1, 1, 0))
+            self.assertIsNotNone(out, "a filtered rank keeps its telemetry: the gate stays uniform")
+            self.assertFalse(out.enabled("step"))
+            self.assertFalse(lens.managed_span("s", "step").recording)
+            carrier = lens._lens.reserve_step_carrier(0)   # still able to be a source
+            self.assertTrue(carrier.reserved_here)
+        finally:
+            del os.environ["LENS_EXPORT_FILTER"]
+            lens.shutdown()
+
     def test_bad_timeouts_are_rejected(self):
         with self.assertRaises(ValueError):
             lens.flush(-1)
