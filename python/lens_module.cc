@@ -23,6 +23,7 @@
 #include "lens/ids.h"
 #include "lens/linked_span.h"
 #include "lens/pipeline_stats.h"
+#include "lens/step_trace.h"
 #include "lens/telemetry.h"
 #include "lens/trace_context.h"
 
@@ -163,6 +164,25 @@ lens::Tracer& python_tracer() {
   return tracer;
 }
 
+// The step budget (LENS_STEP_BUDGET) of this process as a step source,
+// rebuilt whenever the process-wide telemetry changes.
+lens::StepBudget& python_step_budget() {
+  static lens::Telemetry* owner = nullptr;
+  static lens::StepBudget budget;
+  lens::Telemetry* t = lens::get_telemetry();
+  if (t != owner) {
+    budget = lens::StepBudget(t ? t->config().step_budget_per_minute : 0);
+    owner = t;
+  }
+  return budget;
+}
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 std::unique_ptr<PySpan> start_span(const std::string& name, const std::string& group,
                                    const py::dict& attributes, const PyCarrier* join) {
   const lens::SpanGroup g = group_from_name(group);
@@ -177,6 +197,17 @@ std::unique_ptr<PySpan> start_span(const std::string& name, const std::string& g
     start.trace_flags = join->carrier.context.trace_flags;
     start.tracestate = join->carrier.context.tracestate;
     if (join->reserved_here) start.span_id = join->carrier.context.span_id;
+    // Pipeline scope: a replica's step span links to global rank 0's.
+    const lens::Telemetry* t = lens::get_telemetry();
+    if (t && t->config().trace_scope == lens::TraceScope::kPipeline) {
+      lens::SpanContext anchor =
+          lens::anchor_step_context(t->config().run_key, t->config().run_id, join->carrier.step);
+      if (anchor.trace_id != join->carrier.context.trace_id) {
+        anchor.trace_flags = join->carrier.context.trace_flags;
+        anchor.remote = true;
+        start.links.push_back({anchor, {{"lens.link", std::string("global_rank_0_step")}}});
+      }
+    }
   }
   lens::Span span = tracer.start_span(g, name, start);
   for (const auto& [k, v] : attributes) span.set_attribute(std::string(py::str(k)), to_value(v));
@@ -249,7 +280,7 @@ PYBIND11_MODULE(_lens, m) {
          std::optional<int> rank, std::optional<int> world_size,
          std::optional<std::string> trace_dir, std::optional<std::string> trace_file,
          std::optional<std::string> run_id, std::optional<double> collective_timeout,
-         std::optional<std::tuple<int, int, int>> coordinates) {
+         std::optional<std::tuple<int, int, int>> coordinates, std::optional<std::uint64_t> run_key) {
         lens::TelemetryOptions o;
         o.enabled = enabled;
         o.span_groups = span_groups;
@@ -265,6 +296,7 @@ PYBIND11_MODULE(_lens, m) {
           const auto [pp, dp, tp] = *coordinates;
           o.coordinates = {pp, dp, tp};
         }
+        o.run_key = run_key;
         py::gil_scoped_release release;
         return lens::init(o) != nullptr;
       },
@@ -273,7 +305,29 @@ PYBIND11_MODULE(_lens, m) {
       py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
       py::arg("trace_dir") = py::none(), py::arg("trace_file") = py::none(),
       py::arg("run_id") = py::none(), py::arg("collective_timeout") = py::none(),
-      py::arg("coordinates") = py::none());
+      py::arg("coordinates") = py::none(), py::arg("run_key") = py::none());
+
+  // The settings the start-up check compares, resolved from the same options
+  // and environment as init (raises ConfigError like init).
+  m.def(
+      "resolve_settings",
+      [](std::optional<bool> enabled, std::optional<std::string> span_groups,
+         std::optional<std::string> run_id) {
+        lens::TelemetryOptions o;
+        o.enabled = enabled;
+        o.span_groups = span_groups;
+        o.run_id = run_id;
+        const lens::Config c = lens::resolve_config(o, lens::process_environment());
+        py::dict d;
+        d["enabled"] = c.enabled;
+        d["span_groups"] = c.span_groups.to_spec();
+        d["trace_scope"] = std::string(lens::trace_scope_name(c.trace_scope));
+        d["run_id"] = c.run_id;
+        d["run_key"] = c.run_key;
+        return d;
+      },
+      py::kw_only(), py::arg("enabled") = py::none(), py::arg("span_groups") = py::none(),
+      py::arg("run_id") = py::none());
 
   m.def("is_initialized", [] { return lens::get_telemetry() != nullptr; });
   m.def("group_names", [] {
@@ -333,14 +387,36 @@ PYBIND11_MODULE(_lens, m) {
       [](std::uint64_t step) {
         lens::Telemetry* t = lens::get_telemetry();
         if (!t) throw std::runtime_error("lens: telemetry is not initialised");
+        // As StepScope does on a source rank (step_trace.h): in pipeline
+        // scope global rank 0 takes the derived anchor context and every
+        // replica decides on the anchor's trace id; the step budget applies.
         PyCarrier c;
-        c.carrier.context.trace_id = lens::IdGenerator::new_trace_id();
-        c.carrier.context.span_id = lens::IdGenerator::new_span_id();
-        c.carrier.context.trace_flags =
-            t->sampler().should_sample_root(c.carrier.context.trace_id) ? lens::TraceFlags::kSampled : 0;
+        lens::TraceId decide_on;
+        const lens::Config& cfg = t->config();
+        if (cfg.trace_scope == lens::TraceScope::kPipeline) {
+          const lens::SpanContext anchor = lens::anchor_step_context(cfg.run_key, cfg.run_id, step);
+          decide_on = anchor.trace_id;
+          if (cfg.rank && *cfg.rank == 0) c.carrier.context = anchor;
+        }
+        if (!c.carrier.context.valid()) {
+          c.carrier.context.trace_id = lens::IdGenerator::new_trace_id();
+          c.carrier.context.span_id = lens::IdGenerator::new_span_id();
+          if (cfg.trace_scope != lens::TraceScope::kPipeline) decide_on = c.carrier.context.trace_id;
+        }
+        const bool sampled =
+            t->sampler().should_sample_root(decide_on) && python_step_budget().take(steady_ns());
+        c.carrier.context.trace_flags = sampled ? lens::TraceFlags::kSampled : 0;
         c.carrier.step = step;
         c.reserved_here = true;
         return c;
+      },
+      py::arg("step"));
+  m.def(
+      "anchor_step_context",
+      [](std::uint64_t step) -> std::optional<lens::SpanContext> {
+        const lens::Telemetry* t = lens::get_telemetry();
+        if (!t) return std::nullopt;
+        return lens::anchor_step_context(t->config().run_key, t->config().run_id, step);
       },
       py::arg("step"));
   m.attr("FRAME_BYTES") = lens::kCarrierFrameBytes;

@@ -7,6 +7,8 @@ per step: activations go forward and gradients backward with
 torch.distributed isend/recv (Gloo, on 127.0.0.1). The lens integration is
 the reference page's, in a few lines:
 
+  * at start-up: lens.distributed.init (every rank checks that all have the
+    same lens settings, and takes rank 0's run id);
   * before each step span: broadcast_trace_context from rank 0, then
     set_pp_trace_carrier (gated on get_telemetry() is not None and P > 1,
     the same on every rank);
@@ -50,6 +52,11 @@ def launch(args):
             env.setdefault("MEGATRON_OTEL_SPAN_GROUPS", "per_step,microbatch")
             env["LENS_TRACE_DIR"] = args.trace_dir
             env.setdefault("MEGATRON_OTEL_RUN_ID", run_id)  # one run directory for all ranks
+        for spec in args.rank_env:
+            at, _, assignment = spec.partition(":")
+            if at == str(rank):
+                key, _, value = assignment.partition("=")
+                env[key] = value
         procs.append(subprocess.Popen([sys.executable, __file__] + sys.argv[1:], env=env))
     codes = []
     for p in procs:
@@ -88,7 +95,11 @@ def run_rank(args):
     dist.init_process_group("gloo", rank=rank, world_size=world,
                             init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}")
     stage, stages = rank, world  # one pipeline: PP = world
-    lens.init(rank=rank, world_size=world)
+    try:
+        lens.distributed.init()  # the start-up check: same settings on every rank
+    except lens.ConfigError as error:
+        print(f"pp_train: rank {rank}: {error}", file=sys.stderr, flush=True)
+        return 2
 
     torch.manual_seed(1234 + stage)
     hidden = args.hidden
@@ -184,9 +195,15 @@ def main():
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--trace-dir", default="")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds the launcher waits")
+    parser.add_argument("--rank-env", action="append", default=[], metavar="RANK:NAME=VALUE",
+                        help="an environment variable for one rank only (to try mismatched settings)")
     args = parser.parse_args()
     if args.world < 1 or args.steps < 1 or args.microbatches < 1:
         parser.error("--world, --steps and --microbatches must be at least 1")
+    for spec in args.rank_env:
+        at, sep, assignment = spec.partition(":")
+        if not sep or not at.isdigit() or "=" not in assignment:
+            parser.error(f"--rank-env takes RANK:NAME=VALUE, not {spec!r}")
     if os.environ.get("PP_TRAIN_RANK_PROCESS") == "1":
         return run_rank(args)
     return launch(args)

@@ -82,9 +82,10 @@ def init(**options):
     enabled, span_groups, exporter, service_name, rank, world_size, trace_dir,
     trace_file, run_id, collective_timeout (seconds), coordinates (this
     rank's (pp, dp, tp), which LENS_EXPORT_FILTER selects on; a rank it
-    leaves out records nothing but still takes part in broadcasts).
-    LENS_TRACE_SCOPE=pipeline is not implemented by the Python package yet:
-    broadcast_trace_context gives world-scope semantics over the group passed. Returns the Telemetry,
+    leaves out records nothing but still takes part in broadcasts). With
+    LENS_TRACE_SCOPE=pipeline, pass each pipeline group to
+    broadcast_trace_context (src_rank: its first stage's global rank): each
+    replica's step spans then share a trace, linked to global rank 0's. Returns the Telemetry,
     or None when telemetry is disabled. Raises ConfigError (a ValueError) on
     an invalid setting, naming the setting and what it accepts.
     """

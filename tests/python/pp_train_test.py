@@ -45,11 +45,12 @@ def read_spans(directory):
     return out
 
 
-def run_training(directory, **env):
+def run_training(directory, extra=(), **env):
     e = dict(os.environ, **env)
     return subprocess.run([sys.executable, PP_TRAIN, "--world", str(WORLD), "--steps", str(STEPS),
                            "--microbatches", str(MICROBATCHES), "--trace-dir", directory,
-                           "--timeout", "120"], env=e, capture_output=True, text=True, timeout=180)
+                           "--timeout", "120", *extra], env=e, capture_output=True, text=True,
+                          timeout=180)
 
 
 class PythonPipelineTrace(unittest.TestCase):
@@ -107,6 +108,19 @@ class PythonPipelineTrace(unittest.TestCase):
         self.assertEqual(len(forwards), WORLD * STEPS * MICROBATCHES)
         for r, s in forwards:
             self.assertIn((r, s["parentSpanId"]), step_ids)
+
+
+class PythonStartupCheck(unittest.TestCase):
+    def test_mismatched_span_groups_fail_every_rank_naming_the_setting(self):
+        directory = tempfile.mkdtemp(prefix="lens-py-pp-mismatch-")
+        result = run_training(directory, extra=["--rank-env", "2:MEGATRON_OTEL_SPAN_GROUPS=all"])
+        self.assertNotEqual(result.returncode, 0, result.stdout)
+        self.assertNotEqual(result.returncode, 3, "the ranks hung instead of failing")
+        for rank in range(WORLD):
+            self.assertIn(f"pp_train: rank {rank}: lens start-up check failed", result.stderr)
+        self.assertIn("MEGATRON_OTEL_SPAN_GROUPS differs across ranks", result.stderr)
+        self.assertIn("rank(s) [2]", result.stderr)
+        self.assertEqual(read_spans(directory), [])
 
 
 class PythonPipelineDisabled(unittest.TestCase):

@@ -204,6 +204,44 @@ class Configuration(unittest.TestCase):
             del os.environ["LENS_EXPORT_FILTER"]
             lens.shutdown()
 
+    def test_pipeline_scope_links_a_replicas_step_to_global_rank_zero(self):
+        os.environ["LENS_TRACE_SCOPE"] = "pipeline"
+        directory = tempfile.mkdtemp(prefix="lens-py-scope-")
+        common = dict(enabled=True, exporter="file", trace_dir=directory, run_id="r",
+                      span_groups="all", world_size=4, run_key=77)
+        try:
+            # Global rank 0 reserves the anchor itself; its step span has no link.
+            t = lens.init(rank=0, **common)
+            anchor = lens._lens.anchor_step_context(3)
+            source = lens._lens.reserve_step_carrier(3)
+            self.assertEqual((source.trace_id, source.span_id), (anchor.trace_id, anchor.span_id))
+            lens.state.set_pp_trace_carrier(source)
+            with lens.managed_span("megatron.train_step", "step"):
+                pass
+            path0 = t.trace_file
+            lens.shutdown()
+            (step0,) = spans_of(path0)
+            self.assertEqual(step0["spanId"], anchor.span_id)
+            self.assertEqual(step0["links"], [])
+            # Another replica's first stage (global rank 2): its own trace,
+            # linked to the anchor, which it derives from the same run key.
+            t = lens.init(rank=2, **common)
+            self.assertEqual(lens._lens.anchor_step_context(3).span_id, anchor.span_id)
+            other = lens._lens.reserve_step_carrier(3)
+            self.assertNotEqual(other.trace_id, anchor.trace_id)
+            lens.state.set_pp_trace_carrier(other)
+            with lens.managed_span("megatron.train_step", "step"):
+                pass
+            path2 = t.trace_file
+            lens.shutdown()
+            (step2,) = spans_of(path2)
+            self.assertEqual(step2["traceId"], other.trace_id)
+            (link,) = step2["links"]
+            self.assertEqual((link["traceId"], link["spanId"]), (anchor.trace_id, anchor.span_id))
+        finally:
+            del os.environ["LENS_TRACE_SCOPE"]
+            lens.shutdown()
+
     def test_bad_timeouts_are_rejected(self):
         with self.assertRaises(ValueError):
             lens.flush(-1)
