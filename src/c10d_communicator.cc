@@ -1,5 +1,7 @@
 #include "lens/c10d_communicator.h"
 
+#include <algorithm>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
@@ -34,6 +36,58 @@ void C10dCommunicator::broadcast(std::span<std::uint8_t> data, int root,
     auto work = group_->broadcast(tensors, opts);
     if (!work->wait(timeout))
       throw std::runtime_error("did not complete within " + std::to_string(timeout.count()) + " ms");
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CommError(describe_failure("broadcast", e.what()));
+  }
+}
+
+namespace {
+
+class C10dPendingBroadcast : public PendingBroadcast {
+ public:
+  C10dPendingBroadcast(const C10dCommunicator* comm, at::Tensor tensor,
+                       c10::intrusive_ptr<c10d::Work> work)
+      : comm_(comm), tensor_(std::move(tensor)), work_(std::move(work)) {}
+  void wait(std::chrono::milliseconds timeout) override {
+    if (done_) return;
+    bool ok = false;
+    try {
+      ok = work_->wait(timeout);
+    } catch (const std::exception& e) {
+      throw CommError(comm_->failure_text("broadcast", e.what()));
+    }
+    if (!ok)
+      throw CommError(comm_->failure_text(
+          "broadcast", "did not complete within " + std::to_string(timeout.count()) + " ms"));
+    done_ = true;
+  }
+  std::span<const std::uint8_t> data() const override {
+    return {tensor_.data_ptr<std::uint8_t>(), static_cast<std::size_t>(tensor_.numel())};
+  }
+
+ private:
+  const C10dCommunicator* comm_;
+  at::Tensor tensor_;  // owned: the Work keeps it alive too, if abandoned
+  c10::intrusive_ptr<c10d::Work> work_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingBroadcast> C10dCommunicator::start_broadcast(
+    std::span<const std::uint8_t> data, int root, std::chrono::milliseconds timeout) {
+  try {
+    at::Tensor tensor = torch::empty({static_cast<std::int64_t>(data.size())},
+                                     torch::TensorOptions().dtype(torch::kUInt8));
+    std::copy(data.begin(), data.end(), tensor.data_ptr<std::uint8_t>());
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    opts.timeout = timeout;
+    auto work = group_->broadcast(tensors, opts);
+    return std::make_unique<C10dPendingBroadcast>(this, std::move(tensor), std::move(work));
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {

@@ -7,4 +7,27 @@ std::string Communicator::describe_failure(std::string_view what, std::string_vi
          std::to_string(size()) + " (" + engine() + "): " + std::string(why);
 }
 
+namespace {
+
+// A broadcast that already ran to completion when it was started.
+class CompletedBroadcast : public PendingBroadcast {
+ public:
+  explicit CompletedBroadcast(std::vector<std::uint8_t> data) : data_(std::move(data)) {}
+  void wait(std::chrono::milliseconds) override {}
+  std::span<const std::uint8_t> data() const override { return data_; }
+
+ private:
+  std::vector<std::uint8_t> data_;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingBroadcast> Communicator::start_broadcast(std::span<const std::uint8_t> data,
+                                                                int root,
+                                                                std::chrono::milliseconds timeout) {
+  std::vector<std::uint8_t> buffer(data.begin(), data.end());
+  broadcast(buffer, root, timeout);
+  return std::make_unique<CompletedBroadcast>(std::move(buffer));
+}
+
 }  // namespace lens

@@ -63,6 +63,50 @@ void MpiCommunicator::broadcast(std::span<std::uint8_t> data, int root,
   wait(request, "broadcast (MPI_Ibcast)", timeout);
 }
 
+namespace {
+
+class MpiPendingBroadcast : public PendingBroadcast {
+ public:
+  MpiPendingBroadcast(MpiCommunicator* comm, std::vector<std::uint8_t>* buffer)
+      : comm_(comm), buffer_(buffer) {}
+  ~MpiPendingBroadcast() override {
+    if (done_) delete buffer_;  // else MPI may still write into it: leaked on purpose
+  }
+  MPI_Request& request() { return request_; }
+  void wait(std::chrono::milliseconds timeout) override {
+    if (done_) return;
+    if (request_ == MPI_REQUEST_NULL) {
+      done_ = true;
+      return;
+    }
+    comm_->wait(request_, "broadcast (MPI_Ibcast)", timeout);
+    done_ = true;
+  }
+  std::span<const std::uint8_t> data() const override { return *buffer_; }
+
+ private:
+  MpiCommunicator* comm_;
+  std::vector<std::uint8_t>* buffer_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingBroadcast> MpiCommunicator::start_broadcast(std::span<const std::uint8_t> data,
+                                                                   int root,
+                                                                   std::chrono::milliseconds) {
+  auto* buffer = new std::vector<std::uint8_t>(data.begin(), data.end());
+  auto pending = std::make_unique<MpiPendingBroadcast>(this, buffer);
+  const int rc = MPI_Ibcast(buffer->data(), static_cast<int>(buffer->size()), MPI_BYTE, root, comm_,
+                            &pending->request());
+  if (rc != MPI_SUCCESS) {
+    pending->request() = MPI_REQUEST_NULL;
+    throw CommError(describe_failure("MPI_Ibcast", mpi_error_text(rc)));
+  }
+  return pending;
+}
+
 void MpiCommunicator::all_gather(std::span<const std::uint8_t> input,
                                  std::span<std::uint8_t> output,
                                  std::chrono::milliseconds timeout) {

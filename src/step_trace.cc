@@ -91,55 +91,94 @@ Span StepTrace::recv_forward_linked(std::int64_t microbatch_id) const {
                              {"dl.microbatch_id", microbatch_id}});
 }
 
+StepCarrier StepTrace::reserve(std::uint64_t step) {
+  // The source always reserves a valid context, even if it exports nothing
+  // itself, so links on other ranks never silently vanish.
+  StepCarrier reserved;
+  TraceId decide_on;
+  if (scope_ == TraceScope::kPipeline) {
+    // Every replica decides on the anchor's trace id, so a sampler keeps or
+    // drops the replicas of a step together.
+    const SpanContext anchor =
+        anchor_step_context(telemetry_->config().run_key, telemetry_->config().run_id, step);
+    decide_on = anchor.trace_id;
+    if (global_rank_ == 0) {
+      reserved.context = anchor;
+    } else {
+      reserved.context.trace_id = IdGenerator::new_trace_id();
+      reserved.context.span_id = IdGenerator::new_span_id();
+    }
+  } else {
+    reserved.context.trace_id = IdGenerator::new_trace_id();
+    reserved.context.span_id = IdGenerator::new_span_id();
+    decide_on = reserved.context.trace_id;
+  }
+  const bool sampled =
+      telemetry_->sampler().should_sample_root(decide_on) && budget_.take(detail_steady_now_ns());
+  reserved.context.trace_flags = sampled ? TraceFlags::kSampled : 0;
+  reserved.step = step;
+  return reserved;
+}
+
+void StepTrace::record_failure(const CommError& e) {
+  // The job is broken: leave a record on what is open (e.g. the job span)
+  // and in the log, so the rank that diverged can be found.
+  for (const auto& line : telemetry_->mark_open_spans("lens.failure", e.what())) {
+    if (line.starts_with("last span ended"))
+      std::fprintf(stderr, "lens: rank %d: %s\n", global_rank_, line.c_str());
+    else
+      std::fprintf(stderr, "lens: rank %d was in: %s\n", global_rank_, line.c_str());
+  }
+}
+
+std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step) {
+  const bool source = comm_->rank() == options_.src_rank;
+  std::optional<StepCarrier> carrier;
+  try {
+    if (pending_) {
+      // Posted by the previous step: usually finished by now.
+      auto pending = std::move(pending_);
+      pending->wait(timeout_);
+      carrier = accept_carrier_frame(pending->data(), step);
+    } else {
+      std::optional<StepCarrier> local;
+      if (source) local = reserve(step);
+      carrier = broadcast_trace_context(*comm_, options_.src_rank, local, timeout_, step);
+    }
+    if (options_.prefetch_next_step) {
+      if (options_.src_rank < 0 || options_.src_rank >= comm_->size())
+        throw CommError("lens: broadcast_trace_context: source rank " +
+                        std::to_string(options_.src_rank) + " is outside the group of " +
+                        std::to_string(comm_->size()));
+      const CarrierFrame next =
+          encode_carrier(source ? std::optional<StepCarrier>(reserve(step + 1)) : std::nullopt);
+      pending_ = comm_->start_broadcast(next, options_.src_rank, timeout_);
+    }
+  } catch (const CommError& e) {
+    record_failure(e);
+    throw;
+  }
+  return carrier;
+}
+
+StepTrace::~StepTrace() {
+  if (!pending_) return;
+  // Every rank posted this broadcast, so it finishes unless the job is
+  // already broken; then give up after a short wait (the pending broadcast
+  // owns its buffer, so abandoning it is safe).
+  try {
+    pending_->wait(std::min(timeout_, std::chrono::milliseconds(5000)));
+  } catch (const CommError&) {
+  }
+}
+
 StepScope::StepScope(StepTrace& trace, std::uint64_t step) {
   if (trace.telemetry_ == nullptr) return;
   StartOptions start;
   start.root = true;
   if (trace.gated_) {
-    std::optional<StepCarrier> local;
     const bool source = trace.comm_->rank() == trace.options_.src_rank;
-    if (source) {
-      // The source always reserves a valid context, even if it exports
-      // nothing itself, so links on other ranks never silently vanish.
-      StepCarrier reserved;
-      TraceId decide_on;
-      if (trace.scope_ == TraceScope::kPipeline) {
-        // Every replica decides on the anchor's trace id, so a sampler
-        // keeps or drops the replicas of a step together.
-        const SpanContext anchor = anchor_step_context(trace.telemetry_->config().run_key,
-                                                       trace.telemetry_->config().run_id, step);
-        decide_on = anchor.trace_id;
-        if (trace.global_rank_ == 0) {
-          reserved.context = anchor;
-        } else {
-          reserved.context.trace_id = IdGenerator::new_trace_id();
-          reserved.context.span_id = IdGenerator::new_span_id();
-        }
-      } else {
-        reserved.context.trace_id = IdGenerator::new_trace_id();
-        reserved.context.span_id = IdGenerator::new_span_id();
-        decide_on = reserved.context.trace_id;
-      }
-      const bool sampled = trace.telemetry_->sampler().should_sample_root(decide_on) &&
-                           trace.budget_.take(detail_steady_now_ns());
-      reserved.context.trace_flags = sampled ? TraceFlags::kSampled : 0;
-      reserved.step = step;
-      local = reserved;
-    }
-    try {
-      carrier_ = broadcast_trace_context(*trace.comm_, trace.options_.src_rank, local,
-                                         trace.timeout_, step);
-    } catch (const CommError& e) {
-      // The job is broken: leave a record on what is open (e.g. the job
-      // span) and in the log, so the rank that diverged can be found.
-      for (const auto& line : trace.telemetry_->mark_open_spans("lens.failure", e.what())) {
-        if (line.starts_with("last span ended"))
-          std::fprintf(stderr, "lens: rank %d: %s\n", trace.global_rank_, line.c_str());
-        else
-          std::fprintf(stderr, "lens: rank %d was in: %s\n", trace.global_rank_, line.c_str());
-      }
-      throw;
-    }
+    carrier_ = trace.exchange(step);
     set_pp_trace_carrier(carrier_);
     if (carrier_) {
       start.trace_id = carrier_->context.trace_id;
@@ -150,7 +189,7 @@ StepScope::StepScope(StepTrace& trace, std::uint64_t step) {
   }
   if (trace.gated_ && carrier_ && trace.scope_ == TraceScope::kPipeline) {
     const SpanContext anchor = anchor_step_context(trace.telemetry_->config().run_key,
-                                                   trace.telemetry_->config().run_id, step);
+                                                   trace.telemetry_->config().run_id, carrier_->step);
     if (anchor.trace_id != carrier_->context.trace_id) {
       SpanContext link = anchor;
       link.trace_flags = carrier_->context.trace_flags;

@@ -52,7 +52,10 @@ int run_rank(const std::string& out_dir, int steps) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
     return 3;
   }
-  lens::StepTrace trace(telemetry.get(), &comm);
+  lens::StepTraceOptions so;
+  // A test hook: post each next step's broadcast early (c10d Work).
+  so.prefetch_next_step = std::getenv("LENS_TEST_PREFETCH") != nullptr;
+  lens::StepTrace trace(telemetry.get(), &comm, so);
   for (int step = 0; step < steps; ++step) {
     lens::StepScope scope(trace, static_cast<std::uint64_t>(step));
     for (int mb = 0; mb < expected_linked(world, rank); ++mb) {

@@ -17,23 +17,26 @@ test -f "$work/prefix/lib/pkgconfig/lens.pc"
 
 cmake -S "$src/tests/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log"
 cmake --build "$work/consumer" > "$work/build.log"
+# (ldd's output is captured first: with pipefail, `ldd | grep -q` fails when
+# grep stops reading early.)
 "$work/consumer/consumer"
-if ldd "$work/consumer/consumer" | grep -Eq 'libtorch|libmpi|libc10'; then
+libs=$(ldd "$work/consumer/consumer")
+if grep -Eq 'libtorch|libmpi|libc10' <<<"$libs"; then
   echo "FAIL: the find_package consumer links libtorch or MPI"; exit 1
 fi
 
 "$work/consumer/consumer_shared"
-if ! ldd "$work/consumer/consumer_shared" | grep -q "liblens.so"; then
+if ! grep -q "liblens.so" <<<"$(ldd "$work/consumer/consumer_shared")"; then
   echo "FAIL: the lens::shared consumer does not load liblens.so"; exit 1
 fi
-if ldd "$work/consumer/consumer" | grep -q "liblens.so"; then
+if grep -q "liblens.so" <<<"$libs"; then
   echo "FAIL: the lens::lens consumer loads liblens.so"; exit 1
 fi
 
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 g++ "$src/tests/consumer/main.cc" -o "$work/consumer-pc" $(pkg-config --cflags --libs lens)
 LD_LIBRARY_PATH="$work/prefix/lib" "$work/consumer-pc"
-if LD_LIBRARY_PATH="$work/prefix/lib" ldd "$work/consumer-pc" | grep -Eq 'libtorch|libmpi|libc10'; then
+if grep -Eq 'libtorch|libmpi|libc10' <<<"$(LD_LIBRARY_PATH="$work/prefix/lib" ldd "$work/consumer-pc")"; then
   echo "FAIL: the pkg-config consumer links libtorch or MPI"; exit 1
 fi
 g++ "$src/tests/consumer/main.cc" -o "$work/consumer-pc-static" \

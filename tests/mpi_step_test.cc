@@ -42,7 +42,10 @@ int main(int argc, char** argv) {
   }
   std::string run_dir = telemetry ? out_dir + "/" + telemetry->config().run_id : "";
   {
-    lens::StepTrace trace(telemetry.get(), &comm);
+    lens::StepTraceOptions so;
+    // A test hook: post each next step's broadcast early (MPI_Ibcast).
+    so.prefetch_next_step = std::getenv("LENS_TEST_PREFETCH") != nullptr;
+    lens::StepTrace trace(telemetry.get(), &comm, so);
     for (int step = 0; step < steps; ++step) {
       lens::StepScope scope(trace, static_cast<std::uint64_t>(step));
       const int warmup = std::min(pp - comm.rank() - 1, kMicrobatches);

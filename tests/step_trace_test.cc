@@ -32,6 +32,7 @@ struct RunOptions {
   int microbatches = 2;
   std::string groups = "all";
   bool telemetry = true;
+  bool prefetch = false;
   std::map<std::string, std::string> env;
 };
 
@@ -50,7 +51,9 @@ std::vector<RankResult> run_pipeline(const RunOptions& o, std::uint64_t* collect
       opts.span_groups = o.groups;
       std::optional<testing::MemoryTelemetry> mt;
       if (o.telemetry) mt.emplace(opts, o.env);
-      StepTrace trace(mt ? mt->telemetry.get() : nullptr, comm.get());
+      StepTraceOptions so;
+      so.prefetch_next_step = o.prefetch;
+      StepTrace trace(mt ? mt->telemetry.get() : nullptr, comm.get(), so);
       for (int step = 0; step < o.steps; ++step) {
         StepScope scope(trace, static_cast<std::uint64_t>(step));
         results[static_cast<std::size_t>(r)].carriers.push_back(scope.carrier());
@@ -79,14 +82,16 @@ std::int64_t int_attr(const SpanRecord& s, std::string_view key) {
   return v ? std::get<std::int64_t>(*v) : -1;
 }
 
-class StepProtocol : public ::testing::TestWithParam<int> {};
+class StepProtocol : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(StepProtocol, EveryRankSharesTheTraceAndLinksResolveToRankZeroStepSpan) {
   RunOptions o;
-  o.ranks = GetParam();
+  o.ranks = std::get<0>(GetParam());
+  o.prefetch = std::get<1>(GetParam());
   std::uint64_t collectives = 0;
   auto results = run_pipeline(o, &collectives);
-  EXPECT_EQ(collectives, o.ranks > 1 ? static_cast<std::uint64_t>(o.steps) : 0u);
+  // Prefetching posts one broadcast ahead: the one after the last step.
+  EXPECT_EQ(collectives, o.ranks > 1 ? static_cast<std::uint64_t>(o.steps + (o.prefetch ? 1 : 0)) : 0u);
 
   auto rank0_steps = named(results[0], "megatron.train_step");
   ASSERT_EQ(rank0_steps.size(), static_cast<std::size_t>(o.steps));
@@ -136,8 +141,12 @@ TEST_P(StepProtocol, EveryRankSharesTheTraceAndLinksResolveToRankZeroStepSpan) {
   EXPECT_EQ(step_traces.size(), static_cast<std::size_t>(o.steps));  // a new trace per step
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, StepProtocol, ::testing::Values(1, 2, 4, 8),
-                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+INSTANTIATE_TEST_SUITE_P(Ranks, StepProtocol,
+                         ::testing::Combine(::testing::Values(1, 2, 4, 8), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks" +
+                                  (std::get<1>(info.param) ? "Prefetch" : "");
+                         });
 
 TEST(StepProtocolGates, DefaultGroupsKeepTheBroadcastAndDropLinkedSpans) {
   RunOptions o;
@@ -195,6 +204,35 @@ TEST(StepProtocolSampling, EveryRankKeepsOrDropsTheSameSteps) {
     std::set<std::int64_t> kept;
     for (auto* s : named(r, "megatron.train_step")) kept.insert(int_attr(*s, "dl.step"));
     EXPECT_EQ(kept, kept_by_rank0);
+  }
+}
+
+TEST(StepProtocolPrefetch, AStepOutOfSequenceUsesThePostedContextAndIsCounted) {
+  InProcessGroup group(2);
+  const std::uint64_t before = pipeline_stats().step_mismatches;
+  std::vector<std::vector<SpanRecord>> spans(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = group.communicator(r);
+      TelemetryOptions opts;
+      opts.rank = r;
+      testing::MemoryTelemetry mt(opts);
+      StepTraceOptions so;
+      so.prefetch_next_step = true;
+      StepTrace trace(mt.telemetry.get(), comm.get(), so);
+      for (std::uint64_t step : {0u, 1u, 7u}) StepScope scope(trace, step);
+      spans[static_cast<std::size_t>(r)] = mt.spans();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(pipeline_stats().step_mismatches - before, 2u) << "step 7 arrived where 2 was posted, on both ranks";
+  for (std::int64_t step : {0, 1, 7}) {
+    std::set<TraceId> traces;
+    for (const auto& rank_spans : spans)
+      for (const auto& s : rank_spans)
+        if (s.name == "megatron.train_step" && int_attr(s, "dl.step") == step) traces.insert(s.context.trace_id);
+    EXPECT_EQ(traces.size(), 1u) << "step " << step << " is one trace on both ranks";
   }
 }
 

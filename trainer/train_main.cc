@@ -112,6 +112,10 @@ int run_rank(const TrainOptions& o) {
   // World scope: rank 0 broadcasts to every rank. Pipeline scope (agreed at
   // start-up): each replica's first stage broadcasts over its pipeline group.
   const bool pipeline_scope = telemetry && telemetry->config().trace_scope == TraceScope::kPipeline;
+  // The world group carries nothing else during a step, so the next step's
+  // broadcast can be in flight meanwhile; the pipeline group carries the
+  // schedule's p2p transfers, so pipeline scope broadcasts in step.
+  sopts.prefetch_next_step = o.step_prefetch && !pipeline_scope;
   StepTrace step_trace(telemetry.get(), pipeline_scope ? &pp_comm : &world_comm, sopts);
   Tracer tracer = step_trace.tracer();
 
@@ -251,7 +255,9 @@ int launch(const TrainOptions& o) {
     launch.argv.push_back(report_dir);
   }
   launch.master_port = server.port();
-  launch.grace = std::chrono::seconds(std::min(o.timeout_s, 60));
+  // Longer than the collective timeout: a survivor blocked on the lost rank
+  // gets to notice, write its failure record and flush its spans.
+  launch.grace = std::chrono::seconds(o.timeout_s + 10);
   std::fprintf(stderr, "lens-train: starting %d ranks (pp=%d x dp=%d) on 127.0.0.1:%d\n",
                launch.world_size, o.pp, o.dp, launch.master_port);
   LaunchResult result = launch_local_ranks(launch);

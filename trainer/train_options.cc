@@ -34,6 +34,10 @@ TrainOptions parse_train_options(int argc, char** argv) {
   app.add_option("--trace-dir", o.trace_dir,
                  "where rank-<r>.otlp.jsonl files go (under <dir>/<run-id>/); default: "
                  "LENS_TRACE_DIR, else lens-traces");
+  app.add_option("--step-prefetch", o.step_prefetch,
+                 "post each next step's trace-context broadcast as soon as a step's has arrived, "
+                 "so its latency hides behind the step (world scope; true/false)")
+      ->default_val(true);
   app.add_option("--report-dir", o.report_dir, "(set by the launcher) where ranks write reports");
   try {
     app.parse(argc, argv);

@@ -35,6 +35,10 @@ class C10dCommunicator : public Communicator {
 
   void broadcast(std::span<std::uint8_t> data, int root,
                  std::chrono::milliseconds timeout) override;
+  /// Posts the broadcast on the process group (an owned uint8 tensor) and
+  /// returns at once; wait() waits for the group's Work.
+  std::unique_ptr<PendingBroadcast> start_broadcast(std::span<const std::uint8_t> data, int root,
+                                                    std::chrono::milliseconds timeout) override;
   void all_gather(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
                   std::chrono::milliseconds timeout) override;
 

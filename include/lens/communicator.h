@@ -15,15 +15,31 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace lens {
 
 class CommError : public std::runtime_error {
  public:
   explicit CommError(const std::string& message) : std::runtime_error(message) {}
+};
+
+/// A broadcast that was started and may still be running (see
+/// Communicator::start_broadcast). It owns its buffer, so abandoning it
+/// (destroying it without a successful wait) never leaves an engine writing
+/// into freed memory.
+class PendingBroadcast {
+ public:
+  virtual ~PendingBroadcast() = default;
+  /// Waits for the broadcast to finish; throws CommError on failure or when
+  /// it does not finish within the timeout.
+  virtual void wait(std::chrono::milliseconds timeout) = 0;
+  /// The broadcast bytes (the root's, on every rank) once wait() returned.
+  virtual std::span<const std::uint8_t> data() const = 0;
 };
 
 class Communicator {
@@ -39,10 +55,22 @@ class Communicator {
   virtual void broadcast(std::span<std::uint8_t> data, int root,
                          std::chrono::milliseconds timeout) = 0;
 
+  /// Starts a broadcast of a copy of `data` from `root` and returns without
+  /// waiting for it where the engine allows (c10d, MPI); other collectives
+  /// on other groups may run meanwhile. The default runs broadcast() at once.
+  virtual std::unique_ptr<PendingBroadcast> start_broadcast(std::span<const std::uint8_t> data,
+                                                            int root,
+                                                            std::chrono::milliseconds timeout);
+
   /// Every rank contributes input (same size everywhere); output receives
   /// size() * input.size() bytes, rank 0's first.
   virtual void all_gather(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
                           std::chrono::milliseconds timeout) = 0;
+
+  /// "lens: <what> failed on rank R of N (<engine>): <why>"
+  std::string failure_text(std::string_view what, std::string_view why) const {
+    return describe_failure(what, why);
+  }
 
  protected:
   /// "lens: <what> failed on rank R of N (<engine>): <why>"

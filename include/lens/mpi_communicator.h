@@ -36,11 +36,18 @@ class MpiCommunicator : public Communicator {
                  std::chrono::milliseconds timeout) override;
   void all_gather(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
                   std::chrono::milliseconds timeout) override;
+  /// MPI_Ibcast into an owned buffer; wait() polls it (or MPI_Wait with
+  /// Wait::kBlocking). An abandoned request's buffer is deliberately leaked:
+  /// MPI may still write into it.
+  std::unique_ptr<PendingBroadcast> start_broadcast(std::span<const std::uint8_t> data, int root,
+                                                    std::chrono::milliseconds timeout) override;
 
   MPI_Comm comm() const { return comm_; }
 
- private:
+  /// Waits for a request the way this communicator's Wait mode says.
   void wait(MPI_Request& request, std::string_view what, std::chrono::milliseconds timeout);
+
+ private:
 
   MPI_Comm comm_;
   Wait wait_mode_;

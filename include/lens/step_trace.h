@@ -27,6 +27,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -54,6 +55,15 @@ struct StepTraceOptions {
   /// every rank derives from the run key, the run id and the step without
   /// any further collective (anchor_step_context).
   int trace_scope = -1;
+  /// Post the next step's broadcast as soon as this step's has arrived, and
+  /// wait for it only when the next StepScope opens, so its latency hides
+  /// behind the step (the communicator must allow the step's other
+  /// collectives meanwhile: true when they run on other groups, as the PP
+  /// p2p and DP all-reduce groups are). The source then decides step s+1's
+  /// context at the start of step s. Step numbers must be consecutive; a
+  /// StepScope for another step uses the posted context and counts a step
+  /// mismatch. The destructor waits (at most 5 s) for the last posted one.
+  bool prefetch_next_step = false;
   std::string step_span_name = "megatron.train_step";
   std::string linked_span_name = "megatron.pp.recv_forward.linked";
   std::string tracer_name = "nemo.lens";
@@ -83,6 +93,9 @@ class StepTrace {
  public:
   /// telemetry may be null (disabled); comm may be null only if PP size is 1.
   StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions options = {});
+  ~StepTrace();
+  StepTrace(const StepTrace&) = delete;
+  StepTrace& operator=(const StepTrace&) = delete;
 
   /// True when steps run the collective (same value on every rank).
   bool gated() const { return gated_; }
@@ -98,6 +111,9 @@ class StepTrace {
 
  private:
   friend class StepScope;
+  StepCarrier reserve(std::uint64_t step);
+  std::optional<StepCarrier> exchange(std::uint64_t step);
+  void record_failure(const CommError& e);
   Telemetry* telemetry_;
   Communicator* comm_;
   StepTraceOptions options_;
@@ -108,6 +124,7 @@ class StepTrace {
   std::chrono::milliseconds timeout_;
   TraceScope scope_ = TraceScope::kWorld;
   StepBudget budget_;
+  std::unique_ptr<PendingBroadcast> pending_;  ///< the next step's, when prefetching
 };
 
 /// One step: runs the protocol in its constructor and keeps the step span
