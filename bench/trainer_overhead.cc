@@ -1,7 +1,8 @@
 // The cost of tracing on a real pipeline-parallel run: lens-train untraced
 // (MEGATRON_OTEL_ENABLED=0), traced with all span groups, and traced with the
-// default groups, run alternately in one session; prints each mode's median
-// step time and the ratios to untraced.
+// default groups, each traced mode also without the step broadcast's
+// prefetch (--step-prefetch=false), run alternately in one session; prints
+// each mode's median step time and the ratios to untraced.
 //
 //   lens_trainer_overhead [rounds] [steps]   (run from the build directory's bin/)
 //
@@ -21,13 +22,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<double> run(const std::string& trainer, const std::string& env, int steps,
-                        const fs::path& dir) {
+std::vector<double> run(const std::string& trainer, const std::string& env,
+                        const std::string& flags, int steps, const fs::path& dir) {
   fs::remove_all(dir);
   fs::create_directories(dir / "reports");
   const std::string cmd = "env " + env + " " + trainer +
                           " --pp 2 --microbatches 8 --hidden 128 --layers 8 --microbatch-size 32 "
-                          "--steps " + std::to_string(steps) + " --trace-dir " +
+                          "--steps " + std::to_string(steps) + " " + flags + " --trace-dir " +
                           (dir / "traces").string() + " --report-dir " +
                           (dir / "reports").string() + " > " + (dir / "out.txt").string() + " 2>&1";
   if (std::system(cmd.c_str()) != 0) {
@@ -57,16 +58,22 @@ int main(int argc, char** argv) {
   struct Mode {
     const char* name;
     const char* env;
+    const char* flags;
     std::vector<double> ms;
   } modes[] = {
-      {"untraced", "MEGATRON_OTEL_ENABLED=0", {}},
-      {"traced, all groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all", {}},
-      {"traced, default groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default", {}},
+      {"untraced", "MEGATRON_OTEL_ENABLED=0", "", {}},
+      {"traced, all groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all", "", {}},
+      {"traced, default groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default", "", {}},
+      {"all groups, no prefetch", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
+       "--step-prefetch=false", {}},
+      {"default, no prefetch", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
+       "--step-prefetch=false", {}},
   };
+  constexpr int kModes = sizeof(modes) / sizeof(modes[0]);
   for (int r = 0; r < rounds; ++r) {
-    for (int k = 0; k < 3; ++k) {
-      Mode& m = modes[(r + k) % 3];  // rotate which mode runs first
-      auto ms = run(trainer, m.env, steps, dir);
+    for (int k = 0; k < kModes; ++k) {
+      Mode& m = modes[(r + k) % kModes];  // rotate which mode runs first
+      auto ms = run(trainer, m.env, m.flags, steps, dir);
       m.ms.insert(m.ms.end(), ms.begin(), ms.end());
     }
   }
