@@ -1,7 +1,7 @@
 // The cost of tracing on a real pipeline-parallel run: lens-train untraced
 // (MEGATRON_OTEL_ENABLED=0), traced with all span groups, and traced with the
-// default groups, each traced mode also without the step broadcast's
-// prefetch (--step-prefetch=false), run alternately in one session; prints
+// default groups, each traced mode also with the step broadcast's prefetch
+// (--step-prefetch=true), run alternately in one session; prints
 // each mode's median step time and the ratios to untraced.
 //
 //   lens_trainer_overhead [rounds] [steps]   (run from the build directory's bin/)
@@ -64,10 +64,10 @@ int main(int argc, char** argv) {
       {"untraced", "MEGATRON_OTEL_ENABLED=0", "", {}},
       {"traced, all groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all", "", {}},
       {"traced, default groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default", "", {}},
-      {"all groups, no prefetch", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
-       "--step-prefetch=false", {}},
-      {"default, no prefetch", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
-       "--step-prefetch=false", {}},
+      {"all groups, prefetch", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
+       "--step-prefetch=true", {}},
+      {"default, prefetch", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
+       "--step-prefetch=true", {}},
   };
   constexpr int kModes = sizeof(modes) / sizeof(modes[0]);
   for (int r = 0; r < rounds; ++r) {

@@ -143,6 +143,26 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Correlation,
                                   std::to_string(std::get<2>(info.param));
                          });
 
+// The step prefetch (the next step's broadcast posted early over the world
+// group) keeps every invariant, with data parallelism too.
+TEST(TrainerGates, StepPrefetchKeepsEveryStepOneTrace) {
+  TrainerRun r;
+  r.pp = 2;
+  r.dp = 2;
+  r.microbatches = 3;
+  r.steps = 4;
+  r.flags = "--otel-enabled=true --otel-span-groups per_step,microbatch --step-prefetch=true";
+  RunOutput out = run_trainer(r, "prefetch");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  auto spans = lens::testing::read_run(out.trace_dir / out.run_id);
+  lens::testing::CorrelationExpectation expect;
+  expect.ranks = 4;
+  expect.steps = r.steps;
+  expect.linked_per_step = [&](int stage) { return expected_linked(2, stage, 3); };
+  for (const auto& problem : lens::testing::check_correlation(spans, expect)) ADD_FAILURE() << problem;
+  for (const auto& rep : out.reports) EXPECT_EQ(rep["broadcasts"], r.steps) << "rank " << rep["rank"];
+}
+
 TEST(TrainerGates, LinkedSpanCountDoesNotGrowWithMicrobatches) {
   TrainerRun a;
   a.pp = 4;

@@ -37,7 +37,7 @@ TrainOptions parse_train_options(int argc, char** argv) {
   app.add_option("--step-prefetch", o.step_prefetch,
                  "post each next step's trace-context broadcast as soon as a step's has arrived, "
                  "so its latency hides behind the step (world scope; true/false)")
-      ->default_val(true);
+      ->default_val(false);
   app.add_option("--report-dir", o.report_dir, "(set by the launcher) where ranks write reports");
   try {
     app.parse(argc, argv);

@@ -27,7 +27,7 @@ struct TrainOptions {
   std::optional<std::string> otel_service_name;
   std::optional<std::string> trace_dir;
   // Post each next step's trace-context broadcast early (world scope).
-  bool step_prefetch = true;
+  bool step_prefetch = false;
   // Where each rank writes its JSON report (set by the local launcher).
   std::string report_dir;
   // The arguments as given, for relaunching ranks.
