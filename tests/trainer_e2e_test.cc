@@ -402,7 +402,16 @@ KillOutcome kill_rank_mid_run(int victim, const std::string& name,
     ranks = children_of(pid);
   }
   if (ranks.size() < 2) return k;
-  std::this_thread::sleep_for(std::chrono::seconds(2));  // training is under way
+  // Training is under way once the ranks have agreed at start-up and
+  // created their trace files (slow on a loaded machine), plus a moment.
+  auto trace_files = [&] {
+    int n = 0;
+    if (fs::exists(base / "traces"))
+      for (const auto& e : fs::recursive_directory_iterator(base / "traces")) n += e.is_regular_file();
+    return n;
+  };
+  for (int i = 0; i < 600 && trace_files() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   const auto start = std::chrono::steady_clock::now();
   kill(ranks[static_cast<std::size_t>(victim)], SIGKILL);
   // The launcher is not our child (the shell started it): poll for its exit.
@@ -486,7 +495,8 @@ TEST(TrainerFailures, FullDiskMidRunLosesSpansNotTraining) {
   TrainerRun r;
   r.steps = 40;
   r.microbatches = 4;
-  r.env = "OTEL_BSP_SCHEDULE_DELAY=50 " LENS_SMALL_DISK " 98304 " + (base / "traces").string() + " " +
+  // Small batches (lines of ~10 KiB): some fit before the disk is full.
+  r.env = "OTEL_BSP_SCHEDULE_DELAY=50 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=24 " LENS_SMALL_DISK " 98304 " + (base / "traces").string() + " " +
           copy.string();
   r.flags = "--otel-enabled=true --otel-span-groups all";
   RunOutput out = run_trainer(r, name);
