@@ -86,7 +86,7 @@ StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions 
 
 Span StepTrace::recv_forward_linked(std::int64_t microbatch_id) const {
   if (!gated_ || first_stage() || !tracer_.enabled(SpanGroup::kCommunication)) return Span();
-  return create_linked_span(tracer_, options_.linked_span_name, get_pp_trace_carrier(),
+  return create_linked_span(tracer_, options_.linked_span_name, carrier_,
                             {{"dl.pipeline_parallel.rank", std::int64_t{pipeline_rank_}},
                              {"dl.microbatch_id", microbatch_id}});
 }
@@ -179,6 +179,7 @@ StepScope::StepScope(StepTrace& trace, std::uint64_t step) {
   if (trace.gated_) {
     const bool source = trace.comm_->rank() == trace.options_.src_rank;
     carrier_ = trace.exchange(step);
+    trace.carrier_ = carrier_;
     set_pp_trace_carrier(carrier_);
     if (carrier_) {
       start.trace_id = carrier_->context.trace_id;

@@ -105,8 +105,10 @@ class StepTrace {
 
   /// The linked span for a warmup or pre-1F1B recv_forward on a non-first
   /// stage: child of the current (step) span, linked to the source rank's
-  /// step span via the carrier slot. Empty on the first stage, when the
-  /// `communication` group is off, or when the gate is closed.
+  /// step span (this StepTrace's current carrier, the one its last
+  /// StepScope also put into the process's carrier slot). Empty on the first
+  /// stage, when the `communication` group is off, or when the gate is
+  /// closed.
   Span recv_forward_linked(std::int64_t microbatch_id) const;
 
  private:
@@ -125,6 +127,7 @@ class StepTrace {
   TraceScope scope_ = TraceScope::kWorld;
   StepBudget budget_;
   std::unique_ptr<PendingBroadcast> pending_;  ///< the next step's, when prefetching
+  std::optional<StepCarrier> carrier_;          ///< this step's, for recv_forward_linked
 };
 
 /// One step: runs the protocol in its constructor and keeps the step span
