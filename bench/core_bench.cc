@@ -59,8 +59,8 @@ void BM_SpanTwoAttributes(benchmark::State& state) {
   lens::Tracer tracer = telemetry->tracer();
   std::int64_t i = 0;
   for (auto _ : state) {
-    lens::Span span = tracer.start_span(lens::SpanGroup::kMicrobatch,
-                                        "megatron.microbatch.forward");
+    lens::Span span =
+        tracer.start_span(lens::SpanGroup::kMicrobatch, "megatron.microbatch.forward");
     span.set_attribute("dl.microbatch_id", i++);
     span.set_attribute("dl.pipeline_parallel.rank", 1);
   }
@@ -78,8 +78,8 @@ void BM_SpanTwoAttributesOneLink(benchmark::State& state) {
   remote.remote = true;
   std::int64_t i = 0;
   for (auto _ : state) {
-    lens::Span span = tracer.start_span(lens::SpanGroup::kCommunication,
-                                        "megatron.pp.recv_forward.linked");
+    lens::Span span =
+        tracer.start_span(lens::SpanGroup::kCommunication, "megatron.pp.recv_forward.linked");
     span.set_attribute("dl.microbatch_id", i++);
     span.set_attribute("dl.pipeline_parallel.rank", 1);
     span.add_link(remote);

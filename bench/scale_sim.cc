@@ -116,21 +116,35 @@ Shape parse(int argc, char** argv) {
     const std::string a = argv[i];
     if (i + 1 >= argc) usage("missing value for " + a);
     const std::string v = argv[++i];
-    if (a == "--tp") s.tp = static_cast<int>(number(a, v, 1, 1024));
-    else if (a == "--pp") s.pp = static_cast<int>(number(a, v, 1, 1024));
-    else if (a == "--dp") s.dp = static_cast<int>(number(a, v, 1, 65536));
-    else if (a == "--microbatches") s.microbatches = static_cast<int>(number(a, v, 1, 4096));
-    else if (a == "--steps") s.steps = static_cast<int>(number(a, v, 1, 1000));
-    else if (a == "--step-ms") s.step_ms = static_cast<double>(number(a, v, 1, 86400000));
-    else if (a == "--groups") s.groups = v;
+    if (a == "--tp")
+      s.tp = static_cast<int>(number(a, v, 1, 1024));
+    else if (a == "--pp")
+      s.pp = static_cast<int>(number(a, v, 1, 1024));
+    else if (a == "--dp")
+      s.dp = static_cast<int>(number(a, v, 1, 65536));
+    else if (a == "--microbatches")
+      s.microbatches = static_cast<int>(number(a, v, 1, 4096));
+    else if (a == "--steps")
+      s.steps = static_cast<int>(number(a, v, 1, 1000));
+    else if (a == "--step-ms")
+      s.step_ms = static_cast<double>(number(a, v, 1, 86400000));
+    else if (a == "--groups")
+      s.groups = v;
     else if (a == "--scope") {
-      if (v == "world") s.scope = lens::TraceScope::kWorld;
-      else if (v == "pipeline") s.scope = lens::TraceScope::kPipeline;
-      else usage("--scope must be world or pipeline");
-    } else if (a == "--filter") s.filter = v;
-    else if (a == "--budget") s.budget = static_cast<std::uint32_t>(number(a, v, 0, 1000000));
-    else if (a == "--max-ranks") s.max_ranks = static_cast<int>(number(a, v, 1, 8192));
-    else usage("unknown option " + a);
+      if (v == "world")
+        s.scope = lens::TraceScope::kWorld;
+      else if (v == "pipeline")
+        s.scope = lens::TraceScope::kPipeline;
+      else
+        usage("--scope must be world or pipeline");
+    } else if (a == "--filter")
+      s.filter = v;
+    else if (a == "--budget")
+      s.budget = static_cast<std::uint32_t>(number(a, v, 0, 1000000));
+    else if (a == "--max-ranks")
+      s.max_ranks = static_cast<int>(number(a, v, 1, 8192));
+    else
+      usage("unknown option " + a);
   }
   return s;
 }
@@ -141,8 +155,10 @@ std::pair<int, int> simulated_dp_tp(const Shape& s, const lens::ExportFilter& f)
   const int min_dp = std::min(s.dp, f.dp ? *f.dp + 2 : 2);
   const int min_tp = std::min(s.tp, f.tp ? *f.tp + 2 : 1);
   while (s.pp * dp * tp > s.max_ranks && (tp > min_tp || dp > min_dp)) {
-    if (tp > min_tp) tp = std::max(min_tp, tp / 2);
-    else dp = std::max(min_dp, dp / 2);
+    if (tp > min_tp)
+      tp = std::max(min_tp, tp / 2);
+    else
+      dp = std::max(min_dp, dp / 2);
   }
   return {dp, tp};
 }
@@ -170,7 +186,8 @@ int main(int argc, char** argv) {
   Collector collector;
   lens::InProcessGroup world(ranks);
   std::vector<std::unique_ptr<lens::InProcessGroup>> pipelines;  // by (dp, tp)
-  for (int i = 0; i < dp * tp; ++i) pipelines.push_back(std::make_unique<lens::InProcessGroup>(shape.pp));
+  for (int i = 0; i < dp * tp; ++i)
+    pipelines.push_back(std::make_unique<lens::InProcessGroup>(shape.pp));
   // Per rank and step: wall time in StepScope (waiting for the slowest peer
   // included) and the CPU time this rank spent in it.
   std::vector<std::vector<double>> protocol_us(static_cast<std::size_t>(ranks));
@@ -245,7 +262,8 @@ int main(int argc, char** argv) {
           for (int j = m - warmup; j < m; ++j) backward();
         }
         fb.end();
-        if (shape.dp > 1) tr.start_span(SpanGroup::kCommunication, "megatron.grads.all_reduce").end();
+        if (shape.dp > 1)
+          tr.start_span(SpanGroup::kCommunication, "megatron.grads.all_reduce").end();
         tr.start_span(SpanGroup::kOptimizer, "megatron.optimizer.step").end();
       }
       telemetry->shutdown(std::chrono::seconds(60));
@@ -293,9 +311,11 @@ int main(int argc, char** argv) {
   std::printf("bytes/step   %.0f (OTLP/protobuf)\n", bytes_per_step);
   std::printf("traces/step  %.0f, spans/trace %.0f\n", traces_per_step, spans_per_trace);
   std::printf("kept steps   %.1f%% (%.1f steps/min)\n", kept * 100, steps_per_minute * kept);
-  std::printf("collector    %.0f spans/s, %.2f MB/s\n", collector_spans_per_s, collector_bytes_per_s / 1e6);
-  std::printf("protocol     per rank per step in StepScope, %d in-process ranks on %u cores: CPU %.1f us "
-              "median (p99 %.1f); wall %.0f us median (p99 %.0f), waiting for peers included\n",
-              ranks, std::thread::hardware_concurrency(), median_cpu_us, p99_cpu_us, median_us, p99_us);
+  std::printf("collector    %.0f spans/s, %.2f MB/s\n", collector_spans_per_s,
+              collector_bytes_per_s / 1e6);
+  std::printf(
+      "protocol     per rank per step in StepScope, %d in-process ranks on %u cores: CPU %.1f us "
+      "median (p99 %.1f); wall %.0f us median (p99 %.0f), waiting for peers included\n",
+      ranks, std::thread::hardware_concurrency(), median_cpu_us, p99_cpu_us, median_us, p99_us);
   return 0;
 }

@@ -28,7 +28,8 @@ std::vector<double> run(const std::string& trainer, const std::string& env,
   fs::create_directories(dir / "reports");
   const std::string cmd = "env " + env + " " + trainer +
                           " --pp 2 --microbatches 8 --hidden 128 --layers 8 --microbatch-size 32 "
-                          "--steps " + std::to_string(steps) + " " + flags + " --trace-dir " +
+                          "--steps " +
+                          std::to_string(steps) + " " + flags + " --trace-dir " +
                           (dir / "traces").string() + " --report-dir " +
                           (dir / "reports").string() + " > " + (dir / "out.txt").string() + " 2>&1";
   if (std::system(cmd.c_str()) != 0) {
@@ -37,8 +38,10 @@ std::vector<double> run(const std::string& trainer, const std::string& env,
   }
   std::vector<double> ms;
   for (int rank = 0; rank < 2; ++rank) {
-    auto report = lens::train::read_report((dir / "reports" / ("rank-" + std::to_string(rank) + ".json")).string());
-    for (std::size_t i = 3; i < report.steps.size(); ++i) ms.push_back(report.steps[i].milliseconds);
+    auto report = lens::train::read_report(
+        (dir / "reports" / ("rank-" + std::to_string(rank) + ".json")).string());
+    for (std::size_t i = 3; i < report.steps.size(); ++i)
+      ms.push_back(report.steps[i].milliseconds);
   }
   return ms;
 }
@@ -53,7 +56,8 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 5;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 40;
-  const std::string trainer = (fs::canonical("/proc/self/exe").parent_path() / "lens-train").string();
+  const std::string trainer =
+      (fs::canonical("/proc/self/exe").parent_path() / "lens-train").string();
   const fs::path dir = fs::temp_directory_path() / "lens-trainer-overhead";
   struct Mode {
     const char* name;
@@ -63,11 +67,18 @@ int main(int argc, char** argv) {
   } modes[] = {
       {"untraced", "MEGATRON_OTEL_ENABLED=0", "", {}},
       {"traced, all groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all", "", {}},
-      {"traced, default groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default", "", {}},
-      {"all groups, prefetch", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
-       "--step-prefetch=true", {}},
-      {"default, prefetch", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
-       "--step-prefetch=true", {}},
+      {"traced, default groups",
+       "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
+       "",
+       {}},
+      {"all groups, prefetch",
+       "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
+       "--step-prefetch=true",
+       {}},
+      {"default, prefetch",
+       "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
+       "--step-prefetch=true",
+       {}},
   };
   constexpr int kModes = sizeof(modes) / sizeof(modes[0]);
   for (int r = 0; r < rounds; ++r) {

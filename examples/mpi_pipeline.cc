@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<lens::Telemetry> telemetry;
   try {
     lens::TelemetryOptions options;
-    options.span_groups = "per_step";  // a default; MEGATRON_OTEL_SPAN_GROUPS is ignored when set here
+    options.span_groups =
+        "per_step";  // a default; MEGATRON_OTEL_SPAN_GROUPS is ignored when set here
     telemetry = lens::create_distributed_telemetry(world, stages, options);
   } catch (const lens::ConfigError& e) {
     std::fprintf(stderr, "rank %d: %s\n", stage, e.what());
@@ -54,16 +55,20 @@ int main(int argc, char** argv) {
         //    source rank's step span. (In 1F1B: the warmup and pre-1F1B ones.)
         lens::Span linked;
         if (mb < stages - stage) linked = step_trace.recv_forward_linked(mb);
-        lens::Span recv = tracer.start_span(lens::SpanGroup::kCommunication, "megatron.p2p.recv_forward");
-        MPI_Recv(activation.data(), 16, MPI_FLOAT, stage - 1, mb, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        lens::Span recv =
+            tracer.start_span(lens::SpanGroup::kCommunication, "megatron.p2p.recv_forward");
+        MPI_Recv(activation.data(), 16, MPI_FLOAT, stage - 1, mb, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
       }
       {
-        lens::Span forward = tracer.start_span(lens::SpanGroup::kMicrobatch, "megatron.microbatch.forward");
+        lens::Span forward =
+            tracer.start_span(lens::SpanGroup::kMicrobatch, "megatron.microbatch.forward");
         forward.set_attribute("dl.microbatch_id", mb);
         for (auto& x : activation) x = x * 0.5f + 1.0f;
       }
       if (stage < stages - 1) {
-        lens::Span send = tracer.start_span(lens::SpanGroup::kCommunication, "megatron.p2p.send_forward");
+        lens::Span send =
+            tracer.start_span(lens::SpanGroup::kCommunication, "megatron.p2p.send_forward");
         MPI_Send(activation.data(), 16, MPI_FLOAT, stage + 1, mb, MPI_COMM_WORLD);
       }
     }

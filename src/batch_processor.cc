@@ -82,8 +82,7 @@ void BatchProcessor::State::run() {
         size -= n;
         taken += n;
       }
-      if (timer || size < options.max_export_batch_size)
-        next_export = now + options.schedule_delay;
+      if (timer || size < options.max_export_batch_size) next_export = now + options.schedule_delay;
     }
     if (finished) break;
     if (batch.empty()) continue;
@@ -109,7 +108,8 @@ void BatchProcessor::State::run() {
 }
 
 BatchProcessor::BatchProcessor(std::shared_ptr<SpanExporter> exporter, Resource resource,
-                               BatchProcessorOptions options, std::shared_ptr<const void> keep_alive)
+                               BatchProcessorOptions options,
+                               std::shared_ptr<const void> keep_alive)
     : options_(options), state_(std::make_shared<State>()) {
   state_->keep_alive = std::move(keep_alive);
   if (options_.max_queue_size == 0) options_.max_queue_size = 1;

@@ -148,7 +148,8 @@ void resolve_otlp(const Env& env, const std::optional<Setting>& traces_endpoint,
     o.headers = parse_headers(*h);
   if (auto t = env.get({"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"}))
     o.timeout = std::chrono::milliseconds(parse_uint(*t, 1, kMaxMillis));
-  if (auto z = env.get({"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION"})) {
+  if (auto z =
+          env.get({"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION"})) {
     const std::string v = lower(z->value);
     if (v == "gzip")
       o.gzip = true;
@@ -157,8 +158,10 @@ void resolve_otlp(const Env& env, const std::optional<Setting>& traces_endpoint,
     else
       fail(*z, "gzip, none");
   }
-  if (auto cert = env.get({"OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE"})) {
-    if (::access(cert->value.c_str(), R_OK) != 0) fail(*cert, "the path of a readable CA certificate file");
+  if (auto cert =
+          env.get({"OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE"})) {
+    if (::access(cert->value.c_str(), R_OK) != 0)
+      fail(*cert, "the path of a readable CA certificate file");
     o.certificate = cert->value;
   }
 }
@@ -306,8 +309,7 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
   } else {
     c.trace_file = c.rank ? "rank-{rank}.otlp.jsonl" : "process-{pid}.otlp.jsonl";
   }
-  if (c.trace_file.find('/') != std::string::npos || c.trace_file == "." ||
-      c.trace_file == "..") {
+  if (c.trace_file.find('/') != std::string::npos || c.trace_file == "." || c.trace_file == "..") {
     throw ConfigError("LENS_TRACE_FILE='" + c.trace_file +
                       "' is not valid; accepted: a file name (no '/'), with {rank}, {pid} and "
                       "{run_id} placeholders");
@@ -372,8 +374,8 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
       c.sampler.ratio = 1.0;
       if (auto arg = env.get({"OTEL_TRACES_SAMPLER_ARG"})) {
         double ratio = -1;
-        auto [ptr, ec] = std::from_chars(arg->value.data(), arg->value.data() + arg->value.size(),
-                                         ratio);
+        auto [ptr, ec] =
+            std::from_chars(arg->value.data(), arg->value.data() + arg->value.size(), ratio);
         if (ec != std::errc() || ptr != arg->value.data() + arg->value.size() || !(ratio >= 0) ||
             ratio > 1)
           fail(*arg, "a number from 0 to 1");
@@ -446,13 +448,17 @@ ExportFilter ExportFilter::parse(std::string_view spec, std::string_view setting
     if (item.empty() || eq == std::string::npos) fail(whole, accepted);
     const std::string axis = lower(trimmed(std::string_view(item).substr(0, eq)));
     const Setting value{std::string(setting), trimmed(std::string_view(item).substr(eq + 1))};
-    std::optional<int>* slot = axis == "pp" ? &f.pp : axis == "dp" ? &f.dp : axis == "tp" ? &f.tp : nullptr;
+    std::optional<int>* slot = axis == "pp"   ? &f.pp
+                               : axis == "dp" ? &f.dp
+                               : axis == "tp" ? &f.tp
+                                              : nullptr;
     if (slot == nullptr || slot->has_value()) fail(whole, accepted);
     std::uint64_t v = 0;
     const char* first = value.value.data();
     const char* last = first + value.value.size();
     auto [ptr, ec] = std::from_chars(first, last, v);
-    if (value.value.empty() || ec != std::errc() || ptr != last || v > (1u << 30)) fail(whole, accepted);
+    if (value.value.empty() || ec != std::errc() || ptr != last || v > (1u << 30))
+      fail(whole, accepted);
     *slot = static_cast<int>(v);
     begin = end + 1;
   }

@@ -71,9 +71,10 @@ ExportResult OtlpJsonFileExporter::export_spans(const Resource& resource,
       const int error = errno;
       if (left < line_.size() && start >= 0) (void)::ftruncate(fd_, start);
       const std::uint64_t failed = failed_writes_.fetch_add(1) + 1;
-      write_warning().warn("trace file '" + label_ + "': a batch of " + std::to_string(spans.size()) +
-                          " spans could not be written (" + std::strerror(error) + "); " +
-                          std::to_string(failed) + " batches lost so far, training goes on");
+      write_warning().warn("trace file '" + label_ + "': a batch of " +
+                           std::to_string(spans.size()) + " spans could not be written (" +
+                           std::strerror(error) + "); " + std::to_string(failed) +
+                           " batches lost so far, training goes on");
       return ExportResult::kFailure;
     }
     p += n;

@@ -57,8 +57,8 @@ void MpiCommunicator::broadcast(std::span<std::uint8_t> data, int root,
     return;
   }
   MPI_Request request;
-  const int rc = MPI_Ibcast(data.data(), static_cast<int>(data.size()), MPI_BYTE, root, comm_,
-                            &request);
+  const int rc =
+      MPI_Ibcast(data.data(), static_cast<int>(data.size()), MPI_BYTE, root, comm_, &request);
   if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Ibcast", mpi_error_text(rc)));
   wait(request, "broadcast (MPI_Ibcast)", timeout);
 }
@@ -93,9 +93,8 @@ class MpiPendingBroadcast : public PendingBroadcast {
 
 }  // namespace
 
-std::unique_ptr<PendingBroadcast> MpiCommunicator::start_broadcast(std::span<const std::uint8_t> data,
-                                                                   int root,
-                                                                   std::chrono::milliseconds) {
+std::unique_ptr<PendingBroadcast> MpiCommunicator::start_broadcast(
+    std::span<const std::uint8_t> data, int root, std::chrono::milliseconds) {
   auto* buffer = new std::vector<std::uint8_t>(data.begin(), data.end());
   auto pending = std::make_unique<MpiPendingBroadcast>(this, buffer);
   const int rc = MPI_Ibcast(buffer->data(), static_cast<int>(buffer->size()), MPI_BYTE, root, comm_,
@@ -119,9 +118,9 @@ void MpiCommunicator::all_gather(std::span<const std::uint8_t> input,
     return;
   }
   MPI_Request request;
-  const int rc = MPI_Iallgather(input.data(), static_cast<int>(input.size()), MPI_BYTE,
-                                output.data(), static_cast<int>(input.size()), MPI_BYTE, comm_,
-                                &request);
+  const int rc =
+      MPI_Iallgather(input.data(), static_cast<int>(input.size()), MPI_BYTE, output.data(),
+                     static_cast<int>(input.size()), MPI_BYTE, comm_, &request);
   if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Iallgather", mpi_error_text(rc)));
   wait(request, "all_gather (MPI_Iallgather)", timeout);
 }

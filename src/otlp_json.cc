@@ -84,7 +84,8 @@ void append_hex_id(std::string& out, const SpanId& id) {
 }
 
 template <typename T>
-void append_array(std::string& out, const std::vector<T>& values, void (*one)(std::string&, const T&)) {
+void append_array(std::string& out, const std::vector<T>& values,
+                  void (*one)(std::string&, const T&)) {
   out += "{\"arrayValue\":{\"values\":[";
   bool first = true;
   for (const auto& v : values) {
@@ -247,14 +248,36 @@ void append_json_string(std::string& out, std::string_view s) {
       continue;
     }
     switch (c) {
-      case '"': out += "\\\""; ++i; continue;
-      case '\\': out += "\\\\"; ++i; continue;
-      case '\n': out += "\\n"; ++i; continue;
-      case '\r': out += "\\r"; ++i; continue;
-      case '\t': out += "\\t"; ++i; continue;
-      case '\b': out += "\\b"; ++i; continue;
-      case '\f': out += "\\f"; ++i; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        ++i;
+        continue;
+      case '\\':
+        out += "\\\\";
+        ++i;
+        continue;
+      case '\n':
+        out += "\\n";
+        ++i;
+        continue;
+      case '\r':
+        out += "\\r";
+        ++i;
+        continue;
+      case '\t':
+        out += "\\t";
+        ++i;
+        continue;
+      case '\b':
+        out += "\\b";
+        ++i;
+        continue;
+      case '\f':
+        out += "\\f";
+        ++i;
+        continue;
+      default:
+        break;
     }
     if (c < 0x20) {
       out += "\\u00";

@@ -24,7 +24,9 @@ class Writer {
     buf[n++] = static_cast<char>(v);
     out_.append(buf, static_cast<std::size_t>(n));
   }
-  void tag(std::uint32_t field, WireType type) { varint((static_cast<std::uint64_t>(field) << 3) | type); }
+  void tag(std::uint32_t field, WireType type) {
+    varint((static_cast<std::uint64_t>(field) << 3) | type);
+  }
 
   void uint_field(std::uint32_t field, std::uint64_t v) {
     if (v == 0) return;  // proto3 default
@@ -186,7 +188,7 @@ void append_otlp_proto(std::string& out, const Resource& resource,
                        std::span<const SpanRecord* const> spans) {
   const std::vector<const InstrumentationScope*> scopes = detail::scopes_in_order(spans);
   Writer w(out);
-  const auto rs = w.begin(1);  // ExportTraceServiceRequest.resource_spans
+  const auto rs = w.begin(1);   // ExportTraceServiceRequest.resource_spans
   const auto res = w.begin(1);  // ResourceSpans.resource
   attributes(w, 1, resource.attributes);
   w.end(res);

@@ -67,7 +67,8 @@ std::vector<std::string> TelemetryCore::mark_open_spans(std::string_view event,
   std::string last_ended = "(none)";
   if (last_ended_length > 0) {
     last_ended.assign(last_ended_name, last_ended_length);
-    last_ended += " (ended " + std::to_string((now - last_ended_steady_ns) / 1000000) + " ms before)";
+    last_ended +=
+        " (ended " + std::to_string((now - last_ended_steady_ns) / 1000000) + " ms before)";
   }
   for (LiveSpan* s = open_head.next; s != &open_head; s = s->next) {
     std::string line = s->name;
@@ -205,8 +206,7 @@ LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
         continue;
       }
       s->links.push_back(link);
-      detail::limit_attributes(s->links.back().attributes,
-                               core_->limits.attribute_per_link_count,
+      detail::limit_attributes(s->links.back().attributes, core_->limits.attribute_per_link_count,
                                s->links.back().dropped_attributes_count);
     }
   }
@@ -249,8 +249,7 @@ void Span::add_event(std::string_view name, Attributes attributes) {
   }
   SpanEvent& e = live_->events.emplace_back();
   e.name.assign(name);
-  e.time_unix_ns =
-      live_->start_time_unix_ns + (detail::steady_now_ns() - live_->start_steady_ns);
+  e.time_unix_ns = live_->start_time_unix_ns + (detail::steady_now_ns() - live_->start_steady_ns);
   e.attributes = std::move(attributes);
   detail::limit_attributes(e.attributes, limits.attribute_per_event_count,
                            e.dropped_attributes_count);

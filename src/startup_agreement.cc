@@ -71,7 +71,8 @@ Settings decode(const std::uint8_t* r) {
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
-  for (std::size_t i = 0; i < ranks.size() && i < 16; ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
+  for (std::size_t i = 0; i < ranks.size() && i < 16; ++i)
+    out += (i ? "," : "") + std::to_string(ranks[i]);
   if (ranks.size() > 16) out += ",... (" + std::to_string(ranks.size()) + " ranks)";
   return out;
 }
@@ -118,27 +119,32 @@ StartupAgreement compare(const Communicator& comm, const std::vector<Settings>& 
   auto check = [&](const char* setting, auto value_of, auto show) {
     std::vector<int> differing;
     for (int r = 1; r < comm.size(); ++r)
-      if (value_of(ranks[static_cast<std::size_t>(r)]) != value_of(ranks[0])) differing.push_back(r);
+      if (value_of(ranks[static_cast<std::size_t>(r)]) != value_of(ranks[0]))
+        differing.push_back(r);
     if (differing.empty()) return;
     const Settings& other = ranks[static_cast<std::size_t>(differing[0])];
     throw ConfigError("lens start-up check failed on rank " + std::to_string(comm.rank()) + ": " +
                       setting + " differs across ranks: rank 0 has " + show(ranks[0]) +
-                      ", rank(s) " + rank_list(differing) + " have " + show(other) +
-                      " (rank " + std::to_string(differing[0]) +
-                      "); accepted: the same value on every rank");
+                      ", rank(s) " + rank_list(differing) + " have " + show(other) + " (rank " +
+                      std::to_string(differing[0]) + "); accepted: the same value on every rank");
   };
-  check("lens step protocol version", [](const Settings& s) { return s.protocol; },
-        [](const Settings& s) { return std::to_string(s.protocol); });
-  check("MEGATRON_OTEL_ENABLED", [](const Settings& s) { return s.enabled; },
-        [](const Settings& s) { return std::string(s.enabled ? "1" : "0"); });
-  check("pipeline-parallel size", [](const Settings& s) { return s.pp_size; },
-        [](const Settings& s) { return std::to_string(s.pp_size); });
-  check("MEGATRON_OTEL_SPAN_GROUPS", [](const Settings& s) { return s.span_groups; },
-        [](const Settings& s) { return "'" + SpanGroupSet(s.span_groups).to_string() + "'"; });
-  check("LENS_TRACE_SCOPE", [](const Settings& s) { return s.trace_scope; },
-        [](const Settings& s) {
-          return std::string(trace_scope_name(static_cast<TraceScope>(s.trace_scope & 1)));
-        });
+  check(
+      "lens step protocol version", [](const Settings& s) { return s.protocol; },
+      [](const Settings& s) { return std::to_string(s.protocol); });
+  check(
+      "MEGATRON_OTEL_ENABLED", [](const Settings& s) { return s.enabled; },
+      [](const Settings& s) { return std::string(s.enabled ? "1" : "0"); });
+  check(
+      "pipeline-parallel size", [](const Settings& s) { return s.pp_size; },
+      [](const Settings& s) { return std::to_string(s.pp_size); });
+  check(
+      "MEGATRON_OTEL_SPAN_GROUPS", [](const Settings& s) { return s.span_groups; },
+      [](const Settings& s) { return "'" + SpanGroupSet(s.span_groups).to_string() + "'"; });
+  check(
+      "LENS_TRACE_SCOPE", [](const Settings& s) { return s.trace_scope; },
+      [](const Settings& s) {
+        return std::string(trace_scope_name(static_cast<TraceScope>(s.trace_scope & 1)));
+      });
   return {ranks[0].run_id, ranks[0].run_key};
 }
 
@@ -173,7 +179,8 @@ std::unique_ptr<Telemetry> create_distributed_telemetry(Communicator& comm,
   }
   StartupAgreement agreed{config.run_id, config.run_key};
   if (comm.size() > 1) {
-    auto ranks = exchange(comm, mine, error ? Config().collective_timeout : config.collective_timeout);
+    auto ranks =
+        exchange(comm, mine, error ? Config().collective_timeout : config.collective_timeout);
     if (error) throw *error;
     agreed = compare(comm, ranks);
   } else if (error) {

@@ -109,8 +109,7 @@ TEST(BatchProcessor, ScheduleDelayExportsWithoutFlush) {
   opts.schedule_delay = 20ms;
   MemoryTelemetry mt(opts);
   mt.telemetry->tracer().start_span(SpanGroup::kJob, "timed").end();
-  for (int i = 0; i < 500 && mt.exporter->spans().empty(); ++i)
-    std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 500 && mt.exporter->spans().empty(); ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(mt.exporter->spans().size(), 1u);
 }
 

@@ -6,14 +6,13 @@
 #include <unistd.h>
 
 #include <csignal>
-
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "lens/telemetry.h"
-#include "test_env.h"
 #include "remote_context.h"
+#include "test_env.h"
 
 namespace lens {
 namespace {

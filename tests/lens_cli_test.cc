@@ -35,7 +35,8 @@ std::vector<std::string> read_lines(const fs::path& p) {
   return lines;
 }
 
-void write_lines(const fs::path& p, const std::vector<std::string>& lines, bool last_newline = true) {
+void write_lines(const fs::path& p, const std::vector<std::string>& lines,
+                 bool last_newline = true) {
   std::ofstream out(p, std::ios::trunc);
   for (std::size_t i = 0; i < lines.size(); ++i) {
     out << lines[i];
@@ -86,7 +87,8 @@ TEST_F(LensCli, RetargetedLinkIsReportedWithStepAndRank) {
   fs::path dir = copy("retargeted");
   auto lines = read_lines(dir / "rank-2.otlp.jsonl");
   // Point the first link of rank 2 at a span that does not exist.
-  std::regex link_span(R"delim(("links":\[\{"traceId":"[0-9a-f]{32}","spanId":")[0-9a-f]{16})delim");
+  std::regex link_span(
+      R"delim(("links":\[\{"traceId":"[0-9a-f]{32}","spanId":")[0-9a-f]{16})delim");
   bool changed = false;
   for (auto& l : lines) {
     if (changed) break;
@@ -120,7 +122,8 @@ TEST_F(LensCli, TraceIdChangedOnOneRankIsReported) {
   // Replace rank 1's trace ids wholesale with another id.
   auto lines = read_lines(dir / "rank-1.otlp.jsonl");
   std::regex trace(R"delim("traceId":"[0-9a-f]{32}")delim");
-  for (auto& l : lines) l = std::regex_replace(l, trace, R"("traceId":"0123456789abcdef0123456789abcdef")");
+  for (auto& l : lines)
+    l = std::regex_replace(l, trace, R"("traceId":"0123456789abcdef0123456789abcdef")");
   write_lines(dir / "rank-1.otlp.jsonl", lines);
   Result r = run(lens("check " + dir.string()));
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -169,7 +172,8 @@ TEST_F(LensCli, SummaryReportsStagesAndBubble) {
               row["step_ms"].get<double>());
   }
   Result table = run(lens("summary " + run_dir_.string()));
-  EXPECT_NE(table.output.find("theoretical (P-1)/(M+P-1) = 0.429"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("theoretical (P-1)/(M+P-1) = 0.429"), std::string::npos)
+      << table.output;
   EXPECT_NE(table.output.find("slowest stage:"), std::string::npos) << table.output;
 }
 
@@ -188,14 +192,16 @@ TEST_F(LensCli, TimelineRendersInChromiumWithALanePerRankAndAnArrowPerLink) {
     }
   ASSERT_GT(linked, 0);
   const fs::path profile = base_ / "chromium-profile";
-  Result dom = run("timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic "
-                   "--no-first-run --disable-background-networking --disable-component-update "
-                   "--disable-sync --user-data-dir=" + profile.string() +
-                   " --dump-dom file://" + html.string());
+  Result dom =
+      run("timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic "
+          "--no-first-run --disable-background-networking --disable-component-update "
+          "--disable-sync --user-data-dir=" +
+          profile.string() + " --dump-dom file://" + html.string());
   ASSERT_EQ(dom.exit_code, 0) << dom.output;
   // The page's script runs to its end and records what it found in the DOM.
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(dom.output, m, std::regex(R"re(data-ready="lanes=(\d+) links=(\d+) spans=(\d+)")re")))
+  ASSERT_TRUE(std::regex_search(
+      dom.output, m, std::regex(R"re(data-ready="lanes=(\d+) links=(\d+) spans=(\d+)")re")))
       << dom.output.substr(0, 2000);
   EXPECT_EQ(std::stoi(m[1]), 4);
   EXPECT_EQ(std::stoi(m[2]), linked);
@@ -246,7 +252,8 @@ TEST_F(LensCli, JaegerExportHasProcessesAndParentFirstReferences) {
     for (const auto& s : trace["spans"]) {
       EXPECT_EQ(s["traceID"], trace["traceID"]);
       ASSERT_TRUE(trace["processes"].contains(s["processID"].get<std::string>()));
-      EXPECT_EQ(trace["processes"][s["processID"].get<std::string>()]["serviceName"], "megatron-lm");
+      EXPECT_EQ(trace["processes"][s["processID"].get<std::string>()]["serviceName"],
+                "megatron-lm");
       if (s["operationName"] == "megatron.pp.recv_forward.linked") {
         ++linked;
         ASSERT_EQ(s["references"].size(), 2u);
@@ -261,7 +268,8 @@ TEST_F(LensCli, JaegerExportHasProcessesAndParentFirstReferences) {
 TEST_F(LensCli, UsageErrorsExitWithTwo) {
   EXPECT_EQ(run(lens("")).exit_code, 2);
   EXPECT_EQ(run(lens("frobnicate x")).exit_code, 2);
-  EXPECT_EQ(run(lens("timeline " + run_dir_.string() + " -o /tmp/x.html --steps a-b")).exit_code, 2);
+  EXPECT_EQ(run(lens("timeline " + run_dir_.string() + " -o /tmp/x.html --steps a-b")).exit_code,
+            2);
 }
 
 }  // namespace

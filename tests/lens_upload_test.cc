@@ -39,8 +39,9 @@ std::size_t spans_in_files(const fs::path& dir) {
 class Upload : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("lens-upload-" + std::to_string(getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("lens-upload-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -92,11 +93,13 @@ TEST_F(Upload, FilesOfARunArriveComplete) {
   OtlpReceiver receiver;
   receiver.start();
   Result up = run(std::string(LENS_BIN) + " upload " + (dir_ / "traces").string() +
-                      " --batch-spans 50 --endpoint " + receiver.endpoint(), dir_);
+                      " --batch-spans 50 --endpoint " + receiver.endpoint(),
+                  dir_);
   EXPECT_EQ(up.exit_code, 0) << up.output;
   EXPECT_EQ(receiver.accepted_spans(), in_files);
   EXPECT_GT(receiver.requests(), 1);  // batches of at most 50 spans
-  EXPECT_NE(up.output.find(std::to_string(in_files) + " spans sent"), std::string::npos) << up.output;
+  EXPECT_NE(up.output.find(std::to_string(in_files) + " spans sent"), std::string::npos)
+      << up.output;
 }
 
 TEST_F(Upload, CorruptLineIsNamedAndTheValidLinesStillGo) {
@@ -113,7 +116,8 @@ TEST_F(Upload, CorruptLineIsNamedAndTheValidLinesStillGo) {
     std::ifstream in(file);
     for (std::string l; std::getline(in, l);) lines.push_back(l);
   }
-  lines.insert(lines.begin(), R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"XYZ"}]}]}]})");
+  lines.insert(lines.begin(),
+               R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"XYZ"}]}]}]})");
   {
     std::ofstream out(file, std::ios::trunc);
     for (const auto& l : lines) out << l << "\n";
@@ -121,7 +125,8 @@ TEST_F(Upload, CorruptLineIsNamedAndTheValidLinesStillGo) {
   OtlpReceiver receiver;
   receiver.start();
   Result up = run(std::string(LENS_BIN) + " upload " + file.parent_path().string() +
-                      " --endpoint " + receiver.endpoint(), dir_);
+                      " --endpoint " + receiver.endpoint(),
+                  dir_);
   EXPECT_EQ(up.exit_code, 1) << up.output;
   EXPECT_NE(up.output.find(file.string() + ":1: skipped"), std::string::npos) << up.output;
   EXPECT_EQ(receiver.accepted_spans(), in_files);
@@ -132,7 +137,8 @@ TEST_F(Upload, UnreachableEndpointCountsFailedSpans) {
   Result r = run(trainer("MEGATRON_OTEL_EXPORTER=file"), dir_);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   Result up = run("OTEL_EXPORTER_OTLP_TIMEOUT=300 " + std::string(LENS_BIN) + " upload " +
-                      (dir_ / "traces").string() + " --max-attempts 2 --endpoint http://127.0.0.1:1/v1/traces",
+                      (dir_ / "traces").string() +
+                      " --max-attempts 2 --endpoint http://127.0.0.1:1/v1/traces",
                   dir_);
   EXPECT_EQ(up.exit_code, 1) << up.output;
   EXPECT_NE(up.output.find("0 spans sent"), std::string::npos) << up.output;

@@ -2,8 +2,6 @@
 // decoding of protobuf and JSON, and the delivery rules under faults. In
 // every fault test the traced program ends normally and every span is either
 // delivered (once) or counted as failed and spooled.
-#include "lens/otlp_http_exporter.h"
-
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -12,10 +10,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "lens/otlp_http_exporter.h"
 #include "lens/telemetry.h"
 #include "otlp_receiver.h"
-#include "test_env.h"
 #include "remote_context.h"
+#include "test_env.h"
 
 namespace lens {
 namespace {
@@ -342,7 +341,9 @@ class ResettingServer {
     close(fd_);
     thread_.join();
   }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1/traces"; }
+  std::string endpoint() const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/v1/traces";
+  }
   int connections() const { return connections_.load(); }
   int completed() const { return completed_.load(); }
 

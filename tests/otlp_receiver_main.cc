@@ -5,6 +5,8 @@
 //   {"requests", "failed", "accepted_spans", "distinct_spans"}
 //
 //   lens-test-receiver --port-file F --stats F [--fail-ratio 0.2] [--seed 1]
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -12,7 +14,6 @@
 #include <fstream>
 #include <set>
 #include <string>
-#include <unistd.h>
 
 #include "otlp_receiver.h"
 
@@ -29,10 +30,11 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64
 }
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "lens-test-receiver: %s\n"
-               "usage: lens-test-receiver --port-file FILE --stats FILE [--fail-ratio R] [--seed N]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "lens-test-receiver: %s\n"
+      "usage: lens-test-receiver --port-file FILE --stats FILE [--fail-ratio R] [--seed N]\n",
+      why);
   std::exit(2);
 }
 

@@ -25,12 +25,23 @@ TEST(ExportFilter, ParsesWhatItAcceptsAndNamesTheSettingOtherwise) {
     std::string canonical;  // "" = error
   };
   const Row rows[] = {
-      {"dp=0", "dp=0"},          {"DP = 3", "dp=3"},       {"dp=0,tp=0", "dp=0,tp=0"},
-      {"tp=1, pp=2", "pp=2,tp=1"}, {"pp=1073741824", "pp=1073741824"},
-      {"", ""},                  {"dp", ""},               {"dp=", ""},
-      {"dp=-1", ""},             {"dp=x", ""},             {"xp=0", ""},
-      {"dp=0,dp=1", ""},         {"dp=0,", ""},            {",dp=0", ""},
-      {"dp=1073741825", ""},     {"dp=0x1", ""},           {"dp=1 2", ""},
+      {"dp=0", "dp=0"},
+      {"DP = 3", "dp=3"},
+      {"dp=0,tp=0", "dp=0,tp=0"},
+      {"tp=1, pp=2", "pp=2,tp=1"},
+      {"pp=1073741824", "pp=1073741824"},
+      {"", ""},
+      {"dp", ""},
+      {"dp=", ""},
+      {"dp=-1", ""},
+      {"dp=x", ""},
+      {"xp=0", ""},
+      {"dp=0,dp=1", ""},
+      {"dp=0,", ""},
+      {",dp=0", ""},
+      {"dp=1073741825", ""},
+      {"dp=0x1", ""},
+      {"dp=1 2", ""},
   };
   for (const auto& row : rows) {
     if (row.canonical.empty()) {
@@ -58,15 +69,15 @@ TEST(ExportFilter, KeepsOnlyRanksMatchingEveryNamedCoordinate) {
 
 TEST(ScaleConfig, ScopeFilterAndBudgetComeFromTheEnvironment) {
   const Config c = resolve_config({}, testing::fake_env({{"MEGATRON_OTEL_ENABLED", "1"},
-                                                        {"LENS_TRACE_SCOPE", "Pipeline"},
-                                                        {"LENS_EXPORT_FILTER", "dp=0"},
-                                                        {"LENS_STEP_BUDGET", "12"}}));
+                                                         {"LENS_TRACE_SCOPE", "Pipeline"},
+                                                         {"LENS_EXPORT_FILTER", "dp=0"},
+                                                         {"LENS_STEP_BUDGET", "12"}}));
   EXPECT_EQ(c.trace_scope, TraceScope::kPipeline);
   EXPECT_EQ(c.export_filter.to_string(), "dp=0");
   EXPECT_EQ(c.step_budget_per_minute, 12u);
-  for (auto [name, value] : {std::pair{"LENS_TRACE_SCOPE", "replica"},
-                             std::pair{"LENS_STEP_BUDGET", "-1"}, std::pair{"LENS_STEP_BUDGET", "1e3"},
-                             std::pair{"LENS_EXPORT_FILTER", "rank=0"}}) {
+  for (auto [name, value] :
+       {std::pair{"LENS_TRACE_SCOPE", "replica"}, std::pair{"LENS_STEP_BUDGET", "-1"},
+        std::pair{"LENS_STEP_BUDGET", "1e3"}, std::pair{"LENS_EXPORT_FILTER", "rank=0"}}) {
     try {
       resolve_config({}, testing::fake_env({{"MEGATRON_OTEL_ENABLED", "1"}, {name, value}}));
       ADD_FAILURE() << name << "=" << value << " accepted";
@@ -84,7 +95,8 @@ TEST(AnchorStepContext, IsTheSameEverywhereAndDiffersPerStepAndRun) {
   EXPECT_NE(a.trace_id, anchor_step_context(43, "run", 7).trace_id);
   EXPECT_NE(a.trace_id, anchor_step_context(42, "run2", 7).trace_id);
   std::set<std::string> ids;
-  for (std::uint64_t step = 0; step < 1000; ++step) ids.insert(anchor_step_context(1, "r", step).trace_id.to_hex());
+  for (std::uint64_t step = 0; step < 1000; ++step)
+    ids.insert(anchor_step_context(1, "r", step).trace_id.to_hex());
   EXPECT_EQ(ids.size(), 1000u);
 }
 
@@ -127,9 +139,10 @@ std::vector<RankOut> run_job(const Job& j) {
   for (int r = 0; r < world; ++r) {
     // Megatron's order: rank = replica * pp + stage.
     const int stage = r % j.pp, replica = r / j.pp;
-    std::unique_ptr<Communicator> comm = j.scope == TraceScope::kPipeline
-                                             ? pipelines[static_cast<std::size_t>(replica)]->communicator(stage)
-                                             : world_group.communicator(r);
+    std::unique_ptr<Communicator> comm =
+        j.scope == TraceScope::kPipeline
+            ? pipelines[static_cast<std::size_t>(replica)]->communicator(stage)
+            : world_group.communicator(r);
     threads.emplace_back([&, r, stage, replica, comm = std::move(comm)] {
       TelemetryOptions o;
       o.rank = r;
@@ -185,7 +198,8 @@ TEST(TraceScope, PipelineScopeGivesEachReplicaItsOwnTraceLinkedToGlobalRankZero)
         const RankOut& r = out[static_cast<std::size_t>(d * j.pp + p)];
         const SpanRecord* s = step_span(r, step);
         ASSERT_NE(s, nullptr);
-        EXPECT_EQ(s->context.trace_id, first->context.trace_id) << "rank " << r.rank << " step " << step;
+        EXPECT_EQ(s->context.trace_id, first->context.trace_id)
+            << "rank " << r.rank << " step " << step;
         if (d == 0) {
           EXPECT_TRUE(s->links.empty()) << "replica 0 is global rank 0's own trace";
         } else {

@@ -59,7 +59,8 @@ std::vector<RankResult> run_pipeline(const RunOptions& o, std::uint64_t* collect
         results[static_cast<std::size_t>(r)].carriers.push_back(scope.carrier());
         for (int mb = 0; mb < o.microbatches; ++mb) {
           Span link = trace.recv_forward_linked(mb);
-          Span recv = trace.tracer().start_span(SpanGroup::kCommunication, "megatron.p2p.recv_forward");
+          Span recv =
+              trace.tracer().start_span(SpanGroup::kCommunication, "megatron.p2p.recv_forward");
         }
       }
       if (mt) results[static_cast<std::size_t>(r)].spans = mt->spans();
@@ -91,7 +92,8 @@ TEST_P(StepProtocol, EveryRankSharesTheTraceAndLinksResolveToRankZeroStepSpan) {
   std::uint64_t collectives = 0;
   auto results = run_pipeline(o, &collectives);
   // Prefetching posts one broadcast ahead: the one after the last step.
-  EXPECT_EQ(collectives, o.ranks > 1 ? static_cast<std::uint64_t>(o.steps + (o.prefetch ? 1 : 0)) : 0u);
+  EXPECT_EQ(collectives,
+            o.ranks > 1 ? static_cast<std::uint64_t>(o.steps + (o.prefetch ? 1 : 0)) : 0u);
 
   auto rank0_steps = named(results[0], "megatron.train_step");
   ASSERT_EQ(rank0_steps.size(), static_cast<std::size_t>(o.steps));
@@ -197,7 +199,8 @@ TEST(StepProtocolSampling, EveryRankKeepsOrDropsTheSameSteps) {
   o.env = {{"OTEL_TRACES_SAMPLER", "traceidratio"}, {"OTEL_TRACES_SAMPLER_ARG", "0.5"}};
   auto results = run_pipeline(o);
   std::set<std::int64_t> kept_by_rank0;
-  for (auto* s : named(results[0], "megatron.train_step")) kept_by_rank0.insert(int_attr(*s, "dl.step"));
+  for (auto* s : named(results[0], "megatron.train_step"))
+    kept_by_rank0.insert(int_attr(*s, "dl.step"));
   EXPECT_GT(kept_by_rank0.size(), 5u);
   EXPECT_LT(kept_by_rank0.size(), 35u);
   for (const auto& r : results) {
@@ -226,12 +229,14 @@ TEST(StepProtocolPrefetch, AStepOutOfSequenceUsesThePostedContextAndIsCounted) {
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(pipeline_stats().step_mismatches - before, 2u) << "step 7 arrived where 2 was posted, on both ranks";
+  EXPECT_EQ(pipeline_stats().step_mismatches - before, 2u)
+      << "step 7 arrived where 2 was posted, on both ranks";
   for (std::int64_t step : {0, 1, 7}) {
     std::set<TraceId> traces;
     for (const auto& rank_spans : spans)
       for (const auto& s : rank_spans)
-        if (s.name == "megatron.train_step" && int_attr(s, "dl.step") == step) traces.insert(s.context.trace_id);
+        if (s.name == "megatron.train_step" && int_attr(s, "dl.step") == step)
+          traces.insert(s.context.trace_id);
     EXPECT_EQ(traces.size(), 1u) << "step " << step << " is one trace on both ranks";
   }
 }
@@ -242,7 +247,8 @@ TEST(LinkedSpan, InvalidRemoteGivesSpanWithoutLinkAndIsCounted) {
   Tracer tracer = mt.telemetry->tracer();
   {
     Span a = create_linked_span(tracer, "no-remote", std::optional<StepCarrier>());
-    Span b = create_linked_span(tracer, "invalid-remote", std::optional<SpanContext>(SpanContext()));
+    Span b =
+        create_linked_span(tracer, "invalid-remote", std::optional<SpanContext>(SpanContext()));
     EXPECT_TRUE(a.recording());
     EXPECT_TRUE(b.recording());
   }
@@ -288,9 +294,12 @@ std::vector<std::string> startup(int ranks,
 
 TEST(StartupAgreement, RanksTakeRankZeroRunId) {
   std::vector<std::string> run_ids;
-  auto errors = startup(4, [](int) {
-    return std::map<std::string, std::string>{{"MEGATRON_OTEL_ENABLED", "1"}};
-  }, &run_ids);
+  auto errors = startup(
+      4,
+      [](int) {
+        return std::map<std::string, std::string>{{"MEGATRON_OTEL_ENABLED", "1"}};
+      },
+      &run_ids);
   for (const auto& e : errors) EXPECT_EQ(e, "");
   for (const auto& id : run_ids) EXPECT_EQ(id, run_ids[0]);
   EXPECT_FALSE(run_ids[0].empty());
@@ -311,17 +320,20 @@ TEST(StartupAgreement, MismatchedEnabledFailsEveryRankIncludingDisabledOnes) {
   auto errors = startup(3, [](int r) {
     return std::map<std::string, std::string>{{"MEGATRON_OTEL_ENABLED", r == 1 ? "0" : "1"}};
   });
-  for (const auto& e : errors) EXPECT_NE(e.find("MEGATRON_OTEL_ENABLED differs"), std::string::npos) << e;
+  for (const auto& e : errors)
+    EXPECT_NE(e.find("MEGATRON_OTEL_ENABLED differs"), std::string::npos) << e;
 }
 
 TEST(StartupAgreement, OneRankWithBadConfigurationFailsAllWithoutWaiting) {
   auto errors = startup(4, [](int r) {
     return std::map<std::string, std::string>{
-        {"MEGATRON_OTEL_ENABLED", "1"}, {"MEGATRON_OTEL_SPAN_GROUPS", r == 3 ? "bogus" : "default"}};
+        {"MEGATRON_OTEL_ENABLED", "1"},
+        {"MEGATRON_OTEL_SPAN_GROUPS", r == 3 ? "bogus" : "default"}};
   });
   EXPECT_NE(errors[3].find("unknown span group 'bogus'"), std::string::npos) << errors[3];
   for (int r = 0; r < 3; ++r)
-    EXPECT_NE(errors[static_cast<std::size_t>(r)].find("rank(s) 3 could not read"), std::string::npos)
+    EXPECT_NE(errors[static_cast<std::size_t>(r)].find("rank(s) 3 could not read"),
+              std::string::npos)
         << errors[static_cast<std::size_t>(r)];
 }
 

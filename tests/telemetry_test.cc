@@ -18,8 +18,8 @@ using testing::MemoryTelemetry;
 TEST(Telemetry, DisabledGivesNull) {
   EXPECT_EQ(Telemetry::create({}, fake_env({})), nullptr);
   EXPECT_EQ(Telemetry::create({}, fake_env({{"MEGATRON_OTEL_ENABLED", "0"}})), nullptr);
-  EXPECT_EQ(Telemetry::create({}, fake_env({{"MEGATRON_OTEL_ENABLED", "1"},
-                                            {"OTEL_SDK_DISABLED", "true"}})),
+  EXPECT_EQ(Telemetry::create(
+                {}, fake_env({{"MEGATRON_OTEL_ENABLED", "1"}, {"OTEL_SDK_DISABLED", "true"}})),
             nullptr);
 }
 
@@ -160,8 +160,8 @@ TEST(Telemetry, GlobalInitAndShutdown) {
 }
 
 TEST(Telemetry, DefaultFileExporterWritesUnderTraceDirAndRunId) {
-  auto dir = std::filesystem::temp_directory_path() / ("lens-telemetry-test-" +
-                                                       std::to_string(::getpid()));
+  auto dir = std::filesystem::temp_directory_path() /
+             ("lens-telemetry-test-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   {
     auto t = Telemetry::create({}, fake_env({{"MEGATRON_OTEL_ENABLED", "1"},
@@ -181,12 +181,12 @@ TEST(Telemetry, DefaultFileExporterWritesUnderTraceDirAndRunId) {
 }
 
 TEST(Telemetry, UnwritableTraceDirFailsAtStartup) {
-  auto file = std::filesystem::temp_directory_path() / ("lens-not-a-dir-" +
-                                                        std::to_string(::getpid()));
+  auto file =
+      std::filesystem::temp_directory_path() / ("lens-not-a-dir-" + std::to_string(::getpid()));
   std::ofstream(file) << "x";
   try {
-    Telemetry::create({}, fake_env({{"MEGATRON_OTEL_ENABLED", "1"},
-                                    {"LENS_TRACE_DIR", file.string()}}));
+    Telemetry::create(
+        {}, fake_env({{"MEGATRON_OTEL_ENABLED", "1"}, {"LENS_TRACE_DIR", file.string()}}));
     ADD_FAILURE() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();

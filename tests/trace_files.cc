@@ -16,10 +16,9 @@ std::vector<ExportedSpan> read_run(const std::filesystem::path& dir) {
   const lens::tools::Run run = lens::tools::read_run(dir);
   std::vector<ExportedSpan> out;
   for (const auto& f : run.files) {
-    const std::map<std::string, std::string> resource = {
-        {"dl.rank", std::to_string(f.rank)},
-        {"service.name", f.service_name},
-        {"nemo.run.id", f.run_id}};
+    const std::map<std::string, std::string> resource = {{"dl.rank", std::to_string(f.rank)},
+                                                         {"service.name", f.service_name},
+                                                         {"nemo.run.id", f.run_id}};
     for (const auto& s : f.spans) {
       ExportedSpan e;
       e.file = f.path.string();
@@ -51,8 +50,9 @@ std::vector<std::string> check_correlation(const std::vector<ExportedSpan>& span
   for (const auto& s : spans) {
     if (s.name != "megatron.train_step") continue;
     auto key = std::make_pair(s.int_attr("dl.step"), s.int_attr("dl.rank"));
-    if (step_spans.count(key)) complain("two step spans for step " + std::to_string(key.first) +
-                                        " on rank " + std::to_string(key.second));
+    if (step_spans.count(key))
+      complain("two step spans for step " + std::to_string(key.first) + " on rank " +
+               std::to_string(key.second));
     step_spans[key] = &s;
   }
   for (int step = 0; step < expect.steps; ++step) {
@@ -70,7 +70,8 @@ std::vector<std::string> check_correlation(const std::vector<ExportedSpan>& span
       }
       const ExportedSpan& mine = *it->second;
       if (mine.trace_id != root->trace_id)
-        complain(where + ": trace id " + mine.trace_id + " differs from rank 0's " + root->trace_id);
+        complain(where + ": trace id " + mine.trace_id + " differs from rank 0's " +
+                 root->trace_id);
       if (!mine.parent_span_id.empty()) complain(where + ": step span has a parent");
       const int stage = static_cast<int>(mine.int_attr("dl.pipeline_parallel.rank"));
       int linked = 0;
@@ -87,7 +88,8 @@ std::vector<std::string> check_correlation(const std::vector<ExportedSpan>& span
           complain(where + ": link does not point at rank 0's step span");
         if (s.int_attr("dl.pipeline_parallel.rank") != stage)
           complain(where + ": linked span has the wrong dl.pipeline_parallel.rank");
-        if (s.int_attr("dl.microbatch_id") < 0) complain(where + ": linked span has no dl.microbatch_id");
+        if (s.int_attr("dl.microbatch_id") < 0)
+          complain(where + ": linked span has no dl.microbatch_id");
       }
       const int expected = expect.linked_per_step(stage);
       if (linked != expected)

@@ -8,7 +8,8 @@ namespace lens::tools {
 std::string format_violation(const Violation& v) {
   std::string where;
   if (v.step >= 0) where += "step " + std::to_string(v.step);
-  if (v.rank >= 0) where += std::string(where.empty() ? "" : ", ") + "rank " + std::to_string(v.rank);
+  if (v.rank >= 0)
+    where += std::string(where.empty() ? "" : ", ") + "rank " + std::to_string(v.rank);
   return (where.empty() ? "" : where + ": ") + v.what;
 }
 
@@ -30,15 +31,17 @@ std::vector<Violation> check_run(const Run& run, const PipelineView& view) {
   if (world > 0 && filter.empty()) {
     for (int r = 0; r < world; ++r)
       if (!present.count(r))
-        out.push_back({-1, r, "no trace file for this rank (the run has " + std::to_string(world) +
-                                  " ranks)"});
+        out.push_back(
+            {-1, r,
+             "no trace file for this rank (the run has " + std::to_string(world) + " ranks)"});
   }
   std::set<std::string> run_ids;
   for (const auto& f : run.files)
     if (!f.run_id.empty()) run_ids.insert(f.run_id);
   if (run_ids.size() > 1)
-    out.push_back({-1, -1, "files of " + std::to_string(run_ids.size()) +
-                               " different runs (nemo.run.id) are mixed in this directory"});
+    out.push_back({-1, -1,
+                   "files of " + std::to_string(run_ids.size()) +
+                       " different runs (nemo.run.id) are mixed in this directory"});
 
   // Links must resolve to a span of the run, in the trace they name.
   for (const auto& f : run.files) {
@@ -52,8 +55,9 @@ std::vector<Violation> check_run(const Run& run, const PipelineView& view) {
       }
       auto t = s.attributes.find("nemo.span.truncated");
       if (t != s.attributes.end() && t->second == "true")
-        out.push_back({-1, s.rank, s.name + " was still open when its process shut down "
-                                            "(nemo.span.truncated)"});
+        out.push_back({-1, s.rank,
+                       s.name + " was still open when its process shut down "
+                                "(nemo.span.truncated)"});
     }
   }
 
@@ -76,14 +80,16 @@ std::vector<Violation> check_run(const Run& run, const PipelineView& view) {
         out.push_back({sv.step, r, "no megatron.train_step span for this step"});
     for (const auto& [rank, sr] : sv.ranks) {
       const StepOnRank* source = sources[replica(rank)];
-      if (pipeline_scope && source != global_source && sr.step_span->trace_id != global_source->step_span->trace_id) {
+      if (pipeline_scope && source != global_source &&
+          sr.step_span->trace_id != global_source->step_span->trace_id) {
         bool linked_to_global = false;
         for (const auto& [t, sp] : sr.step_span->links)
           linked_to_global |= sp == global_source->step_span->span_id;
         if (!linked_to_global)
-          out.push_back({sv.step, rank, "step span of replica " + std::to_string(replica(rank)) +
-                                            " does not link to rank " +
-                                            std::to_string(global_source->rank) + "'s step span"});
+          out.push_back({sv.step, rank,
+                         "step span of replica " + std::to_string(replica(rank)) +
+                             " does not link to rank " + std::to_string(global_source->rank) +
+                             "'s step span"});
       }
       if (sr.step_span->trace_id != source->step_span->trace_id)
         out.push_back({sv.step, rank,
@@ -95,13 +101,15 @@ std::vector<Violation> check_run(const Run& run, const PipelineView& view) {
         if (kind_of(*s) != SpanKind::kLinked) continue;
         ++linked;
         if (sr.stage == 0)
-          out.push_back({sv.step, rank, "a linked span on the first pipeline stage (only later "
-                                        "stages link to the source)"});
+          out.push_back({sv.step, rank,
+                         "a linked span on the first pipeline stage (only later "
+                         "stages link to the source)"});
         if (s->parent_span_id != sr.step_span->span_id)
           out.push_back({sv.step, rank, "linked span is not a child of this rank's step span"});
         if (s->links.size() != 1 || s->links[0].second != source->step_span->span_id)
-          out.push_back({sv.step, rank, "linked span does not link to rank " +
-                                            std::to_string(source->rank) + "'s step span"});
+          out.push_back({sv.step, rank,
+                         "linked span does not link to rank " + std::to_string(source->rank) +
+                             "'s step span"});
       }
       linked_counts[rank].insert(linked);
       if (view.pipeline_stages > 0 && sr.stage > 0 &&

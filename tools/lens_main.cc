@@ -7,21 +7,21 @@
 //   lens upload DIR|FILE... [--endpoint URL]   send files to an OTLP/HTTP endpoint
 //
 // RUN_DIR is a directory of rank-<r>.otlp.jsonl files (lens-traces/<run-id>).
-#include <algorithm>
-#include <CLI/CLI.hpp>
-
-#include <cstdio>
-#include <fstream>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
 #include "check.h"
+#include "lens/config.h"
+#include "lens/error.h"
+#include "lens/version.h"
 #include "run_reader.h"
 #include "summary.h"
 #include "timeline.h"
 #include "upload.h"
-#include "lens/config.h"
-#include "lens/error.h"
-#include "lens/version.h"
 #include "viewer_export.h"
 
 namespace {
@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
   summary->add_flag("--json", as_json, "machine-readable output");
 
   std::string output, steps = "0-2";
-  auto* timeline = app.add_subcommand("timeline", "draw the pipeline wave as a self-contained HTML file");
+  auto* timeline =
+      app.add_subcommand("timeline", "draw the pipeline wave as a self-contained HTML file");
   timeline->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
   timeline->add_option("-o,--output", output, "HTML file to write")->required();
   timeline->add_option("--steps", steps, "steps to draw, A-B or A")->capture_default_str();
@@ -108,7 +109,8 @@ int main(int argc, char** argv) {
     }
     if (!endpoint.empty()) {
       if (!(endpoint.starts_with("http://") || endpoint.starts_with("https://"))) {
-        std::fprintf(stderr, "lens: --endpoint '%s' is not valid; accepted: an http:// or https:// URL\n",
+        std::fprintf(stderr,
+                     "lens: --endpoint '%s' is not valid; accepted: an http:// or https:// URL\n",
                      endpoint.c_str());
         return kBadInput;
       }
@@ -132,10 +134,11 @@ int main(int argc, char** argv) {
       return kBadInput;
     }
     for (const auto& p : report.problems) std::fprintf(stderr, "lens: %s\n", p.c_str());
-    std::printf("uploaded to %s: %zu spans sent (%zu rejected by the receiver), %zu failed; "
-                "%zu files, %zu lines, %zu batches\n",
-                options.endpoint.c_str(), report.spans_sent, report.spans_rejected,
-                report.spans_failed, report.files, report.lines, report.batches);
+    std::printf(
+        "uploaded to %s: %zu spans sent (%zu rejected by the receiver), %zu failed; "
+        "%zu files, %zu lines, %zu batches\n",
+        options.endpoint.c_str(), report.spans_sent, report.spans_rejected, report.spans_failed,
+        report.files, report.lines, report.batches);
     return report.problems.empty() ? kOk : kViolations;
   }
 
@@ -151,14 +154,15 @@ int main(int argc, char** argv) {
   if (check->parsed()) {
     auto violations = check_run(run, view);
     for (const auto& v : violations) std::printf("FAIL %s\n", format_violation(v).c_str());
-    std::printf("%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), run.files.size(),
-                view.steps.size(), run.span_count(),
-                violations.empty()
-                    ? (std::any_of(run.files.begin(), run.files.end(),
-                                   [](const RankFile& f) { return f.trace_scope == "pipeline"; })
-                           ? "every replica's step is one trace, linked to rank 0's; every link resolves"
-                           : "every step is one trace; every link resolves")
-                                   : (std::to_string(violations.size()) + " violations").c_str());
+    std::printf(
+        "%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), run.files.size(),
+        view.steps.size(), run.span_count(),
+        violations.empty()
+            ? (std::any_of(run.files.begin(), run.files.end(),
+                           [](const RankFile& f) { return f.trace_scope == "pipeline"; })
+                   ? "every replica's step is one trace, linked to rank 0's; every link resolves"
+                   : "every step is one trace; every link resolves")
+            : (std::to_string(violations.size()) + " violations").c_str());
     return violations.empty() ? kOk : kViolations;
   }
   if (summary->parsed()) {

@@ -74,7 +74,8 @@ void read_line(RankFile& file, const std::string& line) {
     if (resource.count("service.name")) file.service_name = resource["service.name"];
     if (resource.count("lens.trace_scope")) file.trace_scope = resource["lens.trace_scope"];
     if (resource.count("lens.export_filter")) file.export_filter = resource["lens.export_filter"];
-    if (resource.count("dl.data_parallel.rank")) file.replica = std::stoi(resource["dl.data_parallel.rank"]);
+    if (resource.count("dl.data_parallel.rank"))
+      file.replica = std::stoi(resource["dl.data_parallel.rank"]);
     for (const auto& ss : rs.at("scopeSpans")) {
       for (const auto& s : ss.at("spans")) {
         SpanRow row;
@@ -125,8 +126,10 @@ RankFile read_file(const std::filesystem::path& path) {
                                 "writing it)");
         break;
       }
-      throw ReadError(path.string() + ":" + std::to_string(number) + ": not an OTLP/JSON "
-                      "request: " + e.what());
+      throw ReadError(path.string() + ":" + std::to_string(number) +
+                      ": not an OTLP/JSON "
+                      "request: " +
+                      e.what());
     }
   }
   return file;
@@ -144,7 +147,8 @@ Run read_run(const std::filesystem::path& dir,
     paths.push_back(dir);
   } else if (std::filesystem::is_directory(dir, ec)) {
     for (const auto& e : std::filesystem::directory_iterator(dir))
-      if (e.is_regular_file() && e.path().string().ends_with(".otlp.jsonl")) paths.push_back(e.path());
+      if (e.is_regular_file() && e.path().string().ends_with(".otlp.jsonl"))
+        paths.push_back(e.path());
   } else {
     throw ReadError(dir.string() + ": no such file or directory");
   }

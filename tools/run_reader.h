@@ -22,7 +22,7 @@ struct SpanRow {
   int rank = -1;  // dl.rank of the file's resource
   std::string trace_id, span_id, parent_span_id, name;
   std::int64_t start_ns = 0, end_ns = 0;
-  std::map<std::string, std::string> attributes;  // scalar values as text
+  std::map<std::string, std::string> attributes;           // scalar values as text
   std::vector<std::pair<std::string, std::string>> links;  // (trace id, span id)
 
   std::int64_t int_attr(const std::string& key, std::int64_t fallback = -1) const;

@@ -21,7 +21,7 @@ P2PCommunicator::P2PCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> pp_group
       tracer_(tracer) {}
 
 c10::intrusive_ptr<c10d::Work> P2PCommunicator::post_send(const torch::Tensor& t, int peer,
-                                                         int tag) {
+                                                          int tag) {
   std::vector<torch::Tensor> tensors{t.detach().contiguous()};
   keep_alive_.push_back(tensors[0]);
   return group_->send(tensors, peer, tag);

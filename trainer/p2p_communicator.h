@@ -12,12 +12,12 @@
 // Thread safety: one per rank, used by the training thread.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <functional>
 #include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
 
 #include "lens/tracer.h"

@@ -11,16 +11,16 @@
 namespace lens::train {
 
 struct TrainOptions {
-  int pp = 2;             // pipeline-parallel stages
-  int dp = 1;             // data-parallel replicas
-  int microbatches = 4;   // per step and replica
+  int pp = 2;            // pipeline-parallel stages
+  int dp = 1;            // data-parallel replicas
+  int microbatches = 4;  // per step and replica
   int steps = 10;
-  int layers = 8;         // Linear+GELU blocks, split evenly over the stages
+  int layers = 8;  // Linear+GELU blocks, split evenly over the stages
   int hidden = 64;
   int microbatch_size = 16;
   double lr = 3e-3;
   std::uint64_t seed = 1234;
-  int timeout_s = 120;    // for every collective and p2p transfer
+  int timeout_s = 120;  // for every collective and p2p transfer
   // Megatron's flags; unset falls back to MEGATRON_OTEL_* in the environment.
   std::optional<bool> otel_enabled;
   std::optional<std::string> otel_span_groups;

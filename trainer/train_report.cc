@@ -1,6 +1,5 @@
 #include "train_report.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -22,14 +21,22 @@ void write_report(const RankReport& r, const std::string& path) {
                      {"milliseconds", s.milliseconds},
                      {"trace_id", s.trace_id}});
   }
-  json j = {{"rank", r.rank},         {"stage", r.stage},
-            {"replica", r.replica},   {"tracing", r.tracing},
-            {"span_groups", r.span_groups}, {"run_id", r.run_id},
-            {"trace_file", r.trace_file}, {"otlp_endpoint", r.otlp_endpoint},
-            {"spans_produced", r.spans_produced}, {"spans_exported", r.spans_exported},
-            {"otlp_requests", r.otlp_requests}, {"otlp_retries", r.otlp_retries},
-            {"spans_spooled", r.spans_spooled}, {"queue_high_water", r.queue_high_water},
-            {"spans_dropped", r.spans_dropped}, {"broadcasts", r.broadcasts},
+  json j = {{"rank", r.rank},
+            {"stage", r.stage},
+            {"replica", r.replica},
+            {"tracing", r.tracing},
+            {"span_groups", r.span_groups},
+            {"run_id", r.run_id},
+            {"trace_file", r.trace_file},
+            {"otlp_endpoint", r.otlp_endpoint},
+            {"spans_produced", r.spans_produced},
+            {"spans_exported", r.spans_exported},
+            {"otlp_requests", r.otlp_requests},
+            {"otlp_retries", r.otlp_retries},
+            {"spans_spooled", r.spans_spooled},
+            {"queue_high_water", r.queue_high_water},
+            {"spans_dropped", r.spans_dropped},
+            {"broadcasts", r.broadcasts},
             {"steps", steps}};
   const std::string tmp = path + ".tmp";
   std::ofstream(tmp) << j.dump(1) << "\n";
@@ -94,7 +101,8 @@ std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int 
     std::vector<double> ms;
     for (const auto& s : first->steps) ms.push_back(s.milliseconds);
     std::sort(ms.begin(), ms.end());
-    std::snprintf(line, sizeof line, "  step time     %.1f ms median (rank 0; first step %.1f ms)\n",
+    std::snprintf(line, sizeof line,
+                  "  step time     %.1f ms median (rank 0; first step %.1f ms)\n",
                   ms[ms.size() / 2], first->steps.front().milliseconds);
     out << line;
   }
@@ -112,12 +120,14 @@ std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int 
     if (!first->otlp_endpoint.empty()) {
       out << "  traces        sent to " << first->otlp_endpoint << " (OTLP/HTTP)\n";
     } else if (!first->trace_file.empty()) {
-      out << "  traces        " << dir << "/rank-*.otlp.jsonl (OTLP JSON lines, one file per rank)\n";
+      out << "  traces        " << dir
+          << "/rank-*.otlp.jsonl (OTLP JSON lines, one file per rank)\n";
       out << "  look at them  build/bin/lens check|summary|timeline " << dir << "\n"
           << "                build/bin/lens upload " << dir
           << " --endpoint http://localhost:4318/v1/traces  (Jaeger)\n";
     }
-    out << "  in Jaeger     search service.name=megatron-lm, tag nemo.run.id=" << first->run_id << "\n";
+    out << "  in Jaeger     search service.name=megatron-lm, tag nemo.run.id=" << first->run_id
+        << "\n";
   } else {
     out << "  tracing       off (pass --otel-enabled=true or set MEGATRON_OTEL_ENABLED=1)\n";
   }

@@ -25,8 +25,8 @@ struct RankReport {
   bool tracing = false;
   std::string span_groups;
   std::string run_id;
-  std::string trace_file;   // when spans go to files
-  std::string otlp_endpoint;  // when spans go to an OTLP/HTTP endpoint
+  std::string trace_file;            // when spans go to files
+  std::string otlp_endpoint;         // when spans go to an OTLP/HTTP endpoint
   std::uint64_t spans_produced = 0;  // ended and sampled: offered to the processor
   std::uint64_t spans_exported = 0;
   std::uint64_t spans_dropped = 0;

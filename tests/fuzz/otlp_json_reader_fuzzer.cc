@@ -12,7 +12,8 @@
 #include "run_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const std::string path = "/tmp/lens-reader-fuzz-" + std::to_string(getpid()) + ".otlp.jsonl";
+  static const std::string path =
+      "/tmp/lens-reader-fuzz-" + std::to_string(getpid()) + ".otlp.jsonl";
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) return 0;
   std::fwrite(data, 1, size, f);
