@@ -124,7 +124,8 @@ class PySpan {
     else if (code == "unset")
       span_.set_status(lens::StatusCode::kUnset, message);
     else
-      throw py::value_error("lens: span status must be 'ok', 'error' or 'unset', not '" + code + "'");
+      throw py::value_error("lens: span status must be 'ok', 'error' or 'unset', not '" + code +
+                            "'");
   }
   PySpan& enter() {
     if (!scope_) scope_.emplace(span_);
@@ -152,41 +153,30 @@ class PySpan {
   std::optional<lens::Scope> scope_;
 };
 
-lens::Tracer& python_tracer() {
-  // Rebuilt whenever the process-wide telemetry changes.
-  static lens::Telemetry* owner = nullptr;
-  static lens::Tracer tracer;
-  lens::Telemetry* t = lens::get_telemetry();
-  if (t != owner) {
-    tracer = t ? t->tracer(lens::kDefaultTracerName) : lens::Tracer();
-    owner = t;
-  }
-  return tracer;
-}
+// What the module keeps per process-wide telemetry: its tracer and, as a
+// step source, its step budget (LENS_STEP_BUDGET). Rebuilt whenever the
+// telemetry changes (init, shutdown).
+struct PerTelemetry {
+  lens::Telemetry* owner = nullptr;
+  lens::Tracer tracer;
+  lens::StepBudget budget;
+};
 
-// The step budget (LENS_STEP_BUDGET) of this process as a step source,
-// rebuilt whenever the process-wide telemetry changes.
-lens::StepBudget& python_step_budget() {
-  static lens::Telemetry* owner = nullptr;
-  static lens::StepBudget budget;
+PerTelemetry& per_telemetry() {
+  static PerTelemetry state;
   lens::Telemetry* t = lens::get_telemetry();
-  if (t != owner) {
-    budget = lens::StepBudget(t ? t->config().step_budget_per_minute : 0);
-    owner = t;
+  if (t != state.owner) {
+    state.tracer = t ? t->tracer(lens::kDefaultTracerName) : lens::Tracer();
+    state.budget = lens::StepBudget(t ? t->config().step_budget_per_minute : 0);
+    state.owner = t;
   }
-  return budget;
-}
-
-std::int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return state;
 }
 
 std::unique_ptr<PySpan> start_span(const std::string& name, const std::string& group,
                                    const py::dict& attributes, const PyCarrier* join) {
   const lens::SpanGroup g = group_from_name(group);
-  lens::Tracer& tracer = python_tracer();
+  lens::Tracer& tracer = per_telemetry().tracer;
   if (!tracer.enabled(g)) return std::make_unique<PySpan>(lens::Span());
   lens::StartOptions start;
   if (join) {
@@ -199,15 +189,8 @@ std::unique_ptr<PySpan> start_span(const std::string& name, const std::string& g
     if (join->reserved_here) start.span_id = join->carrier.context.span_id;
     // Pipeline scope: a replica's step span links to global rank 0's.
     const lens::Telemetry* t = lens::get_telemetry();
-    if (t && t->config().trace_scope == lens::TraceScope::kPipeline) {
-      lens::SpanContext anchor =
-          lens::anchor_step_context(t->config().run_key, t->config().run_id, join->carrier.step);
-      if (anchor.trace_id != join->carrier.context.trace_id) {
-        anchor.trace_flags = join->carrier.context.trace_flags;
-        anchor.remote = true;
-        start.links.push_back({anchor, {{"lens.link", std::string("global_rank_0_step")}}});
-      }
-    }
+    if (t && t->config().trace_scope == lens::TraceScope::kPipeline)
+      if (auto link = lens::global_rank_zero_link(*t, join->carrier)) start.links.push_back(*link);
   }
   lens::Span span = tracer.start_span(g, name, start);
   for (const auto& [k, v] : attributes) span.set_attribute(std::string(py::str(k)), to_value(v));
@@ -233,9 +216,12 @@ PYBIND11_MODULE(_lens, m) {
   py::register_exception<lens::ConfigError>(m, "ConfigError", PyExc_ValueError);
 
   py::class_<lens::SpanContext>(m, "SpanContext")
-      .def_property_readonly("trace_id", [](const lens::SpanContext& c) { return c.trace_id.to_hex(); })
-      .def_property_readonly("span_id", [](const lens::SpanContext& c) { return c.span_id.to_hex(); })
-      .def_property_readonly("trace_flags", [](const lens::SpanContext& c) { return c.trace_flags; })
+      .def_property_readonly("trace_id",
+                             [](const lens::SpanContext& c) { return c.trace_id.to_hex(); })
+      .def_property_readonly("span_id",
+                             [](const lens::SpanContext& c) { return c.span_id.to_hex(); })
+      .def_property_readonly("trace_flags",
+                             [](const lens::SpanContext& c) { return c.trace_flags; })
       .def_property_readonly("sampled", &lens::SpanContext::sampled)
       .def_property_readonly("is_remote", [](const lens::SpanContext& c) { return c.remote; })
       .def_property_readonly("tracestate", [](const lens::SpanContext& c) { return c.tracestate; })
@@ -252,9 +238,12 @@ PYBIND11_MODULE(_lens, m) {
 
   py::class_<PyCarrier>(m, "Carrier")
       .def_property_readonly("context", [](const PyCarrier& c) { return c.carrier.context; })
-      .def_property_readonly("trace_id", [](const PyCarrier& c) { return c.carrier.context.trace_id.to_hex(); })
-      .def_property_readonly("span_id", [](const PyCarrier& c) { return c.carrier.context.span_id.to_hex(); })
-      .def_property_readonly("sampled", [](const PyCarrier& c) { return c.carrier.context.sampled(); })
+      .def_property_readonly("trace_id",
+                             [](const PyCarrier& c) { return c.carrier.context.trace_id.to_hex(); })
+      .def_property_readonly("span_id",
+                             [](const PyCarrier& c) { return c.carrier.context.span_id.to_hex(); })
+      .def_property_readonly("sampled",
+                             [](const PyCarrier& c) { return c.carrier.context.sampled(); })
       .def_property_readonly("step", [](const PyCarrier& c) { return c.carrier.step; })
       .def_readonly("reserved_here", &PyCarrier::reserved_here)
       .def("__repr__", [](const PyCarrier& c) {
@@ -280,7 +269,8 @@ PYBIND11_MODULE(_lens, m) {
          std::optional<int> rank, std::optional<int> world_size,
          std::optional<std::string> trace_dir, std::optional<std::string> trace_file,
          std::optional<std::string> run_id, std::optional<double> collective_timeout,
-         std::optional<std::tuple<int, int, int>> coordinates, std::optional<std::uint64_t> run_key) {
+         std::optional<std::tuple<int, int, int>> coordinates,
+         std::optional<std::uint64_t> run_key) {
         lens::TelemetryOptions o;
         o.enabled = enabled;
         o.span_groups = span_groups;
@@ -376,9 +366,10 @@ PYBIND11_MODULE(_lens, m) {
   });
   m.def(
       "create_linked_span",
-      [](const std::string& name, const std::optional<PyCarrier>& remote, const py::dict& attributes) {
-        return std::make_unique<PySpan>(
-            lens::create_linked_span(python_tracer(), name, unwrap(remote), to_attributes(attributes)));
+      [](const std::string& name, const std::optional<PyCarrier>& remote,
+         const py::dict& attributes) {
+        return std::make_unique<PySpan>(lens::create_linked_span(
+            per_telemetry().tracer, name, unwrap(remote), to_attributes(attributes)));
       },
       py::arg("name"), py::arg("remote_carrier"), py::arg("attributes") = py::dict());
 
@@ -387,26 +378,11 @@ PYBIND11_MODULE(_lens, m) {
       [](std::uint64_t step) {
         lens::Telemetry* t = lens::get_telemetry();
         if (!t) throw std::runtime_error("lens: telemetry is not initialised");
-        // As StepScope does on a source rank (step_trace.h): in pipeline
-        // scope global rank 0 takes the derived anchor context and every
-        // replica decides on the anchor's trace id; the step budget applies.
-        PyCarrier c;
-        lens::TraceId decide_on;
+        // As StepScope does on a source rank (step_trace.h).
         const lens::Config& cfg = t->config();
-        if (cfg.trace_scope == lens::TraceScope::kPipeline) {
-          const lens::SpanContext anchor = lens::anchor_step_context(cfg.run_key, cfg.run_id, step);
-          decide_on = anchor.trace_id;
-          if (cfg.rank && *cfg.rank == 0) c.carrier.context = anchor;
-        }
-        if (!c.carrier.context.valid()) {
-          c.carrier.context.trace_id = lens::IdGenerator::new_trace_id();
-          c.carrier.context.span_id = lens::IdGenerator::new_span_id();
-          if (cfg.trace_scope != lens::TraceScope::kPipeline) decide_on = c.carrier.context.trace_id;
-        }
-        const bool sampled =
-            t->sampler().should_sample_root(decide_on) && python_step_budget().take(steady_ns());
-        c.carrier.context.trace_flags = sampled ? lens::TraceFlags::kSampled : 0;
-        c.carrier.step = step;
+        PyCarrier c;
+        c.carrier = lens::reserve_step_context(*t, cfg.trace_scope, cfg.rank.value_or(-1), step,
+                                               per_telemetry().budget);
         c.reserved_here = true;
         return c;
       },
@@ -440,9 +416,8 @@ PYBIND11_MODULE(_lens, m) {
         return PyCarrier{*c, reserved_here};
       },
       py::arg("frame"), py::arg("expected_step") = py::none(), py::arg("reserved_here") = false);
-  m.def("set_pp_trace_carrier", [](const std::optional<PyCarrier>& c) {
-    lens::set_pp_trace_carrier(unwrap(c));
-  });
+  m.def("set_pp_trace_carrier",
+        [](const std::optional<PyCarrier>& c) { lens::set_pp_trace_carrier(unwrap(c)); });
   m.def("get_pp_trace_carrier", []() -> std::optional<PyCarrier> {
     auto c = lens::get_pp_trace_carrier();
     if (!c) return std::nullopt;
@@ -460,9 +435,8 @@ PYBIND11_MODULE(_lens, m) {
     return d;
   });
 
-  m.def("mark_open_spans", [](const std::string& event, const std::string& detail) {
-    lens::Telemetry* t = lens::get_telemetry();
-    return t ? t->mark_open_spans(event, detail) : std::vector<std::string>{};
+  m.def("write_failure_record", [](const std::string& who, const std::string& detail) {
+    if (lens::Telemetry* t = lens::get_telemetry()) lens::write_failure_record(*t, who, detail);
   });
   m.def(
       "flush",

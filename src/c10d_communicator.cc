@@ -1,12 +1,11 @@
 #include "lens/c10d_communicator.h"
 
-#include <algorithm>
-
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 namespace lens {
 namespace {
@@ -35,7 +34,8 @@ void C10dCommunicator::broadcast(std::span<std::uint8_t> data, int root,
     opts.timeout = timeout;
     auto work = group_->broadcast(tensors, opts);
     if (!work->wait(timeout))
-      throw std::runtime_error("did not complete within " + std::to_string(timeout.count()) + " ms");
+      throw std::runtime_error("did not complete within " + std::to_string(timeout.count()) +
+                               " ms");
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {
@@ -56,10 +56,10 @@ class C10dPendingBroadcast : public PendingBroadcast {
     try {
       ok = work_->wait(timeout);
     } catch (const std::exception& e) {
-      throw CommError(comm_->failure_text("broadcast", e.what()));
+      throw CommError(comm_->describe_failure("broadcast", e.what()));
     }
     if (!ok)
-      throw CommError(comm_->failure_text(
+      throw CommError(comm_->describe_failure(
           "broadcast", "did not complete within " + std::to_string(timeout.count()) + " ms"));
     done_ = true;
   }
@@ -101,17 +101,17 @@ void C10dCommunicator::all_gather(std::span<const std::uint8_t> input,
   if (output.size() != input.size() * static_cast<std::size_t>(size_))
     throw CommError(describe_failure("all_gather", "output size is not size() * input size"));
   try {
-    std::vector<at::Tensor> in{
-        bytes_tensor(const_cast<std::uint8_t*>(input.data()), input.size())};
+    std::vector<at::Tensor> in{bytes_tensor(const_cast<std::uint8_t*>(input.data()), input.size())};
     std::vector<std::vector<at::Tensor>> out(1);
     for (int r = 0; r < size_; ++r)
-      out[0].push_back(bytes_tensor(output.data() + static_cast<std::size_t>(r) * input.size(),
-                                    input.size()));
+      out[0].push_back(
+          bytes_tensor(output.data() + static_cast<std::size_t>(r) * input.size(), input.size()));
     c10d::AllgatherOptions opts;
     opts.timeout = timeout;
     auto work = group_->allgather(out, in, opts);
     if (!work->wait(timeout))
-      throw std::runtime_error("did not complete within " + std::to_string(timeout.count()) + " ms");
+      throw std::runtime_error("did not complete within " + std::to_string(timeout.count()) +
+                               " ms");
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {
@@ -133,8 +133,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_process_group(
     }
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
   } catch (const std::exception& e) {
-    throw CommError("lens: creating the Gloo process group failed on rank " +
-                    std::to_string(rank) + " of " + std::to_string(size) + ": " + e.what());
+    throw CommError("lens: creating the Gloo process group failed on rank " + std::to_string(rank) +
+                    " of " + std::to_string(size) + ": " + e.what());
   }
 }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstdio>
 
 #include "lens/broadcast_trace_context.h"
 #include "lens/carrier_slot.h"
@@ -12,12 +11,6 @@
 namespace lens {
 
 namespace {
-
-std::int64_t detail_steady_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::uint64_t splitmix(std::uint64_t& state) {
   std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
@@ -28,7 +21,8 @@ std::uint64_t splitmix(std::uint64_t& state) {
 
 }  // namespace
 
-SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id, std::uint64_t step) {
+SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id,
+                                std::uint64_t step) {
   std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a of the run id
   for (unsigned char c : run_id) h = (h ^ c) * 0x100000001b3ULL;
   std::uint64_t state = run_key ^ h ^ (step * 0xd1b54a32d192ed03ULL);
@@ -49,8 +43,8 @@ SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id, 
 bool StepBudget::take(std::int64_t now_ns) {
   if (per_minute_ == 0) return true;
   if (last_ns_ >= 0 && now_ns > last_ns_) {
-    tokens_ = std::min<double>(per_minute_, tokens_ + static_cast<double>(now_ns - last_ns_) *
-                                                          per_minute_ / 60e9);
+    tokens_ = std::min<double>(
+        per_minute_, tokens_ + static_cast<double>(now_ns - last_ns_) * per_minute_ / 60e9);
   }
   last_ns_ = now_ns;
   if (tokens_ < 1.0) return false;
@@ -60,13 +54,13 @@ bool StepBudget::take(std::int64_t now_ns) {
 
 StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions options)
     : telemetry_(telemetry), comm_(comm), options_(std::move(options)) {
-  const int pp_size = options_.pipeline_parallel_size >= 0
-                          ? options_.pipeline_parallel_size
-                          : (comm_ ? comm_->size() : 1);
+  const int pp_size = options_.pipeline_parallel_size >= 0 ? options_.pipeline_parallel_size
+                                                           : (comm_ ? comm_->size() : 1);
   if (pp_size > 1 && comm_ == nullptr)
     throw CommError("lens: StepTrace with pipeline-parallel size " + std::to_string(pp_size) +
                     " needs a communicator");
-  pipeline_rank_ = options_.pipeline_rank >= 0 ? options_.pipeline_rank : (comm_ ? comm_->rank() : 0);
+  pipeline_rank_ =
+      options_.pipeline_rank >= 0 ? options_.pipeline_rank : (comm_ ? comm_->rank() : 0);
   global_rank_ = comm_ ? comm_->rank() : 0;
   if (telemetry_) {
     tracer_ = telemetry_->tracer(options_.tracer_name);
@@ -78,10 +72,9 @@ StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions 
                                        : telemetry_->config().trace_scope;
     budget_ = StepBudget(telemetry_->config().step_budget_per_minute);
   }
-  timeout_ = options_.timeout.count() >= 0
-                 ? options_.timeout
-                 : (telemetry_ ? telemetry_->config().collective_timeout
-                               : std::chrono::milliseconds(300000));
+  timeout_ = options_.timeout.count() >= 0 ? options_.timeout
+                                           : (telemetry_ ? telemetry_->config().collective_timeout
+                                                         : std::chrono::milliseconds(300000));
 }
 
 Span StepTrace::recv_forward_linked(std::int64_t microbatch_id) const {
@@ -91,44 +84,37 @@ Span StepTrace::recv_forward_linked(std::int64_t microbatch_id) const {
                              {"dl.microbatch_id", microbatch_id}});
 }
 
-StepCarrier StepTrace::reserve(std::uint64_t step) {
+StepCarrier reserve_step_context(const Telemetry& telemetry, TraceScope scope, int global_rank,
+                                 std::uint64_t step, StepBudget& budget) {
   // The source always reserves a valid context, even if it exports nothing
   // itself, so links on other ranks never silently vanish.
   StepCarrier reserved;
-  TraceId decide_on;
-  if (scope_ == TraceScope::kPipeline) {
-    // Every replica decides on the anchor's trace id, so a sampler keeps or
-    // drops the replicas of a step together.
-    const SpanContext anchor =
-        anchor_step_context(telemetry_->config().run_key, telemetry_->config().run_id, step);
-    decide_on = anchor.trace_id;
-    if (global_rank_ == 0) {
-      reserved.context = anchor;
-    } else {
-      reserved.context.trace_id = IdGenerator::new_trace_id();
-      reserved.context.span_id = IdGenerator::new_span_id();
-    }
-  } else {
-    reserved.context.trace_id = IdGenerator::new_trace_id();
-    reserved.context.span_id = IdGenerator::new_span_id();
-    decide_on = reserved.context.trace_id;
-  }
-  const bool sampled =
-      telemetry_->sampler().should_sample_root(decide_on) && budget_.take(detail_steady_now_ns());
-  reserved.context.trace_flags = sampled ? TraceFlags::kSampled : 0;
   reserved.step = step;
+  reserved.context.trace_id = IdGenerator::new_trace_id();
+  reserved.context.span_id = IdGenerator::new_span_id();
+  TraceId decide_on = reserved.context.trace_id;
+  if (scope == TraceScope::kPipeline) {
+    const SpanContext anchor =
+        anchor_step_context(telemetry.config().run_key, telemetry.config().run_id, step);
+    decide_on = anchor.trace_id;
+    if (global_rank == 0) reserved.context = anchor;
+  }
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  const bool sampled = telemetry.sampler().should_sample_root(decide_on) && budget.take(now);
+  reserved.context.trace_flags = sampled ? TraceFlags::kSampled : 0;
   return reserved;
 }
 
-void StepTrace::record_failure(const CommError& e) {
-  // The job is broken: leave a record on what is open (e.g. the job span)
-  // and in the log, so the rank that diverged can be found.
-  for (const auto& line : telemetry_->mark_open_spans("lens.failure", e.what())) {
-    if (line.starts_with("last span ended"))
-      std::fprintf(stderr, "lens: rank %d: %s\n", global_rank_, line.c_str());
-    else
-      std::fprintf(stderr, "lens: rank %d was in: %s\n", global_rank_, line.c_str());
-  }
+std::optional<SpanLink> global_rank_zero_link(const Telemetry& telemetry,
+                                              const StepCarrier& carrier) {
+  SpanContext anchor =
+      anchor_step_context(telemetry.config().run_key, telemetry.config().run_id, carrier.step);
+  if (anchor.trace_id == carrier.context.trace_id) return std::nullopt;
+  anchor.trace_flags = carrier.context.trace_flags;
+  anchor.remote = true;
+  return SpanLink{anchor, {{"lens.link", std::string("global_rank_0_step")}}};
 }
 
 std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step) {
@@ -142,20 +128,22 @@ std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step) {
       carrier = accept_carrier_frame(pending->data(), step);
     } else {
       std::optional<StepCarrier> local;
-      if (source) local = reserve(step);
+      if (source) local = reserve_step_context(*telemetry_, scope_, global_rank_, step, budget_);
       carrier = broadcast_trace_context(*comm_, options_.src_rank, local, timeout_, step);
     }
     if (options_.prefetch_next_step) {
-      if (options_.src_rank < 0 || options_.src_rank >= comm_->size())
-        throw CommError("lens: broadcast_trace_context: source rank " +
-                        std::to_string(options_.src_rank) + " is outside the group of " +
-                        std::to_string(comm_->size()));
-      const CarrierFrame next =
-          encode_carrier(source ? std::optional<StepCarrier>(reserve(step + 1)) : std::nullopt);
+      // (The first step went through broadcast_trace_context, which checked
+      // the source rank.)
+      std::optional<StepCarrier> next_local;
+      if (source)
+        next_local = reserve_step_context(*telemetry_, scope_, global_rank_, step + 1, budget_);
+      const CarrierFrame next = encode_carrier(next_local);
       pending_ = comm_->start_broadcast(next, options_.src_rank, timeout_);
     }
   } catch (const CommError& e) {
-    record_failure(e);
+    // The job is broken: leave a record on what is open (e.g. the job span)
+    // and in the log, so the rank that diverged can be found.
+    write_failure_record(*telemetry_, "lens: rank " + std::to_string(global_rank_), e.what());
     throw;
   }
   return carrier;
@@ -188,16 +176,9 @@ StepScope::StepScope(StepTrace& trace, std::uint64_t step) {
       if (source) start.span_id = carrier_->context.span_id;
     }
   }
-  if (trace.gated_ && carrier_ && trace.scope_ == TraceScope::kPipeline) {
-    const SpanContext anchor = anchor_step_context(trace.telemetry_->config().run_key,
-                                                   trace.telemetry_->config().run_id, carrier_->step);
-    if (anchor.trace_id != carrier_->context.trace_id) {
-      SpanContext link = anchor;
-      link.trace_flags = carrier_->context.trace_flags;
-      link.remote = true;
-      start.links.push_back({link, {{"lens.link", std::string("global_rank_0_step")}}});
-    }
-  }
+  if (trace.gated_ && carrier_ && trace.scope_ == TraceScope::kPipeline)
+    if (auto link = global_rank_zero_link(*trace.telemetry_, *carrier_))
+      start.links.push_back(*link);
   span_ = trace.tracer_.start_span(SpanGroup::kStep, trace.options_.step_span_name, start);
   span_.set_attribute("dl.step", static_cast<std::int64_t>(step));
   span_.set_attribute("dl.rank", static_cast<std::int64_t>(trace.global_rank_));

@@ -47,9 +47,12 @@ Resource build_resource(const Config& c) {
     r.set("service.instance.id", c.run_id + "-pid" + std::to_string(::getpid()));
   }
   if (c.world_size) r.set("dl.world_size", static_cast<std::int64_t>(*c.world_size));
-  if (c.coordinates.pp >= 0) r.set("dl.pipeline_parallel.rank", static_cast<std::int64_t>(c.coordinates.pp));
-  if (c.coordinates.dp >= 0) r.set("dl.data_parallel.rank", static_cast<std::int64_t>(c.coordinates.dp));
-  if (c.coordinates.tp >= 0) r.set("dl.tensor_parallel.rank", static_cast<std::int64_t>(c.coordinates.tp));
+  if (c.coordinates.pp >= 0)
+    r.set("dl.pipeline_parallel.rank", static_cast<std::int64_t>(c.coordinates.pp));
+  if (c.coordinates.dp >= 0)
+    r.set("dl.data_parallel.rank", static_cast<std::int64_t>(c.coordinates.dp));
+  if (c.coordinates.tp >= 0)
+    r.set("dl.tensor_parallel.rank", static_cast<std::int64_t>(c.coordinates.tp));
   r.set("lens.trace_scope", std::string(trace_scope_name(c.trace_scope)));
   if (!c.export_filter.empty()) r.set("lens.export_filter", c.export_filter.to_string());
   return r;
@@ -92,10 +95,10 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
   } else if (c.exporter == "otlp") {
     OtlpHttpOptions otlp = c.otlp;
     if (!c.spool_dir.empty() && otlp.spool_path.empty()) {
-      otlp.spool_path = c.spool_dir + "/" + c.run_id + "/spool-" +
-                        (c.rank ? "rank-" + std::to_string(*c.rank)
-                                : "pid-" + std::to_string(::getpid())) +
-                        ".otlp.jsonl";
+      otlp.spool_path =
+          c.spool_dir + "/" + c.run_id + "/spool-" +
+          (c.rank ? "rank-" + std::to_string(*c.rank) : "pid-" + std::to_string(::getpid())) +
+          ".otlp.jsonl";
     }
     impl->exporter = std::make_shared<OtlpHttpExporter>(std::move(otlp));
   } else if (c.exporter == "console") {
@@ -106,7 +109,8 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
   detail::refresh_clock_offset();
   impl->core.limits = c.span_limits;
   impl->core.sampler = c.sampler;
-  impl->core.switches.bits.store(c.exporting ? c.span_groups.bits() : 0u, std::memory_order_relaxed);
+  impl->core.switches.bits.store(c.exporting ? c.span_groups.bits() : 0u,
+                                 std::memory_order_relaxed);
   impl->core.processor =
       std::make_unique<BatchProcessor>(impl->exporter, impl->resource, c.batch, impl->scopes);
   return std::unique_ptr<Telemetry>(new Telemetry(std::move(impl)));
@@ -120,7 +124,8 @@ Tracer Telemetry::tracer(std::string_view name, std::string_view version) {
   std::lock_guard<std::mutex> lock(impl_->scopes_mu);
   auto& scopes = *impl_->scopes;
   for (const auto& s : scopes)
-    if (s.name == name && s.version == version) return Tracer(&impl_->core, &impl_->core.switches, &s);
+    if (s.name == name && s.version == version)
+      return Tracer(&impl_->core, &impl_->core.switches, &s);
   scopes.push_back({std::string(name), std::string(version)});
   return Tracer(&impl_->core, &impl_->core.switches, &scopes.back());
 }
@@ -171,6 +176,14 @@ bool Telemetry::shutdown(std::chrono::milliseconds timeout) {
 std::vector<std::string> Telemetry::mark_open_spans(std::string_view event,
                                                     std::string_view detail) {
   return impl_->core.mark_open_spans(event, detail);
+}
+
+void write_failure_record(Telemetry& telemetry, std::string_view who, std::string_view detail) {
+  const std::string prefix(who);
+  for (const auto& line : telemetry.mark_open_spans("lens.failure", detail)) {
+    const char* joint = line.starts_with("last span ended") ? ":" : " was in:";
+    std::fprintf(stderr, "%s%s %s\n", prefix.c_str(), joint, line.c_str());
+  }
 }
 
 TelemetryStats Telemetry::stats() const {

@@ -4,13 +4,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <csignal>
 #include <sstream>
 #include <thread>
 
@@ -54,10 +54,12 @@ RunOutput run_trainer(const TrainerRun& r, const std::string& name) {
   const std::string command =
       "env " + r.env + " " LENS_TRAIN_BIN " --pp " + std::to_string(r.pp) + " --dp " +
       std::to_string(r.dp) + " --microbatches " + std::to_string(r.microbatches) + " --steps " +
-      std::to_string(r.steps) + " --layers 4 --hidden 32 --microbatch-size 32 --lr 0.01 --timeout-s 60" +
-      (r.flags.find("--trace-dir") == std::string::npos ? " --trace-dir " + out.trace_dir.string() : "") +
-      " --report-dir " + (base / "reports").string() +
-      " " + r.flags + " > " + (base / "output.txt").string() + " 2>&1";
+      std::to_string(r.steps) +
+      " --layers 4 --hidden 32 --microbatch-size 32 --lr 0.01 --timeout-s 60" +
+      (r.flags.find("--trace-dir") == std::string::npos ? " --trace-dir " + out.trace_dir.string()
+                                                        : "") +
+      " --report-dir " + (base / "reports").string() + " " + r.flags + " > " +
+      (base / "output.txt").string() + " 2>&1";
   const int status = std::system(command.c_str());
   out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   std::ifstream in(base / "output.txt");
@@ -126,9 +128,9 @@ TEST_P(Correlation, EveryStepIsOneTraceWithLinksWhereTheReferenceSays) {
     EXPECT_EQ(s.resource.at("service.name"), "megatron-lm");
     EXPECT_EQ(s.resource.at("nemo.run.id"), out.run_id);
   }
-  for (const char* expected : {"megatron.train_step", "megatron.microbatch.forward",
-                               "megatron.microbatch.backward", "megatron.optimizer.step",
-                               "megatron.p2p.send_forward", "megatron.p2p.recv_backward"})
+  for (const char* expected :
+       {"megatron.train_step", "megatron.microbatch.forward", "megatron.microbatch.backward",
+        "megatron.optimizer.step", "megatron.p2p.send_forward", "megatron.p2p.recv_backward"})
     EXPECT_TRUE(names.count(expected)) << expected;
   expect_loss_decreases(out, pp);
 }
@@ -159,8 +161,10 @@ TEST(TrainerGates, StepPrefetchKeepsEveryStepOneTrace) {
   expect.ranks = 4;
   expect.steps = r.steps;
   expect.linked_per_step = [&](int stage) { return expected_linked(2, stage, 3); };
-  for (const auto& problem : lens::testing::check_correlation(spans, expect)) ADD_FAILURE() << problem;
-  for (const auto& rep : out.reports) EXPECT_EQ(rep["broadcasts"], r.steps) << "rank " << rep["rank"];
+  for (const auto& problem : lens::testing::check_correlation(spans, expect))
+    ADD_FAILURE() << problem;
+  for (const auto& rep : out.reports)
+    EXPECT_EQ(rep["broadcasts"], r.steps) << "rank " << rep["rank"];
 }
 
 TEST(TrainerGates, LinkedSpanCountDoesNotGrowWithMicrobatches) {
@@ -252,7 +256,8 @@ TEST(TrainerErrors, BadFlagNamesTheFlag) {
 namespace {
 
 // Scale: pipeline scope and export filters on a real 2 x 2 run.
-std::map<int, const lens::tools::SpanRow*> step_spans_of(const lens::tools::Run& run, std::int64_t step) {
+std::map<int, const lens::tools::SpanRow*> step_spans_of(const lens::tools::Run& run,
+                                                         std::int64_t step) {
   std::map<int, const lens::tools::SpanRow*> out;  // by rank
   for (const auto& f : run.files)
     for (const auto& s : f.spans)
@@ -260,11 +265,22 @@ std::map<int, const lens::tools::SpanRow*> step_spans_of(const lens::tools::Run&
   return out;
 }
 
-TEST(TrainerScale, PipelineScopeGivesEachReplicaATraceLinkedToRankZero) {
+// A 2 x 2 run with all groups traced and the scale setting `env`.
+TrainerRun scaled_run(const std::string& env) {
   TrainerRun r;
   r.dp = 2;
-  r.env = "LENS_TRACE_SCOPE=pipeline";
+  r.env = env;
   r.flags = "--otel-enabled=true --otel-span-groups all";
+  return r;
+}
+
+void expect_lens_check_passes(const lens::tools::Run& run) {
+  for (const auto& v : lens::tools::check_run(run, lens::tools::build_view(run)))
+    ADD_FAILURE() << lens::tools::format_violation(v);
+}
+
+TEST(TrainerScale, PipelineScopeGivesEachReplicaATraceLinkedToRankZero) {
+  const TrainerRun r = scaled_run("LENS_TRACE_SCOPE=pipeline");
   RunOutput out = run_trainer(r, "scope-pipeline");
   ASSERT_EQ(out.exit_code, 0) << out.output;
   const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
@@ -274,8 +290,7 @@ TEST(TrainerScale, PipelineScopeGivesEachReplicaATraceLinkedToRankZero) {
     EXPECT_EQ(f.trace_scope, "pipeline");
     replica_of[f.rank] = f.replica;
   }
-  const auto violations = lens::tools::check_run(run, lens::tools::build_view(run));
-  for (const auto& v : violations) ADD_FAILURE() << lens::tools::format_violation(v);
+  expect_lens_check_passes(run);
   for (int step = 0; step < r.steps; ++step) {
     const auto spans = step_spans_of(run, step);
     ASSERT_EQ(spans.size(), 4u) << "step " << step;
@@ -287,7 +302,8 @@ TEST(TrainerScale, PipelineScopeGivesEachReplicaATraceLinkedToRankZero) {
         EXPECT_TRUE(s->links.empty()) << "rank " << rank;
       } else {
         ASSERT_EQ(s->links.size(), 1u) << "rank " << rank;
-        EXPECT_EQ(s->links[0], std::make_pair(global0->trace_id, global0->span_id)) << "rank " << rank;
+        EXPECT_EQ(s->links[0], std::make_pair(global0->trace_id, global0->span_id))
+            << "rank " << rank;
       }
     }
     ASSERT_EQ(traces.size(), 2u);
@@ -309,10 +325,7 @@ TEST(TrainerScale, PipelineScopeGivesEachReplicaATraceLinkedToRankZero) {
 }
 
 TEST(TrainerScale, ExportFilterLeavesRanksOutButNotTheirCollectives) {
-  TrainerRun r;
-  r.dp = 2;
-  r.env = "LENS_EXPORT_FILTER=dp=0";
-  r.flags = "--otel-enabled=true --otel-span-groups all";
+  const TrainerRun r = scaled_run("LENS_EXPORT_FILTER=dp=0");
   RunOutput out = run_trainer(r, "filter-dp0");
   ASSERT_EQ(out.exit_code, 0) << out.output;
   ASSERT_EQ(out.reports.size(), 4u);
@@ -331,8 +344,7 @@ TEST(TrainerScale, ExportFilterLeavesRanksOutButNotTheirCollectives) {
     EXPECT_EQ(f.export_filter, "dp=0");
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 2})) << "only replica 0 (ranks 0 and 2) writes files";
-  const auto violations = lens::tools::check_run(run, lens::tools::build_view(run));
-  for (const auto& v : violations) ADD_FAILURE() << lens::tools::format_violation(v);
+  expect_lens_check_passes(run);
   std::size_t linked = 0;
   for (const auto& f : run.files)
     for (const auto& s : f.spans) linked += s.name == "megatron.pp.recv_forward.linked";
@@ -384,14 +396,18 @@ struct KillOutcome {
 KillOutcome kill_rank_mid_run(int victim, const std::string& name,
                               const std::string& shape = "--pp 2 --dp 1") {
   KillOutcome k;
-  const fs::path base = fs::temp_directory_path() / ("lens-e2e-kill-" + std::to_string(getpid()) + name);
+  const fs::path base =
+      fs::temp_directory_path() / ("lens-e2e-kill-" + std::to_string(getpid()) + name);
   fs::remove_all(base);
   fs::create_directories(base);
   const fs::path out = base / "output.txt";
-  FILE* launcher = popen((std::string(LENS_TRAIN_BIN) +
-                          " " + shape + " --microbatches 4 --steps 100000 --layers 2 --hidden 16"
-                          " --microbatch-size 4 --timeout-s 20 --otel-enabled=true --otel-span-groups per_step --trace-dir " +
-                          (base / "traces").string() + " > " + out.string() + " 2>&1 & echo $!").c_str(), "r");
+  FILE* launcher = popen((std::string(LENS_TRAIN_BIN) + " " + shape +
+                          " --microbatches 4 --steps 100000 --layers 2 --hidden 16"
+                          " --microbatch-size 4 --timeout-s 20 --otel-enabled=true "
+                          "--otel-span-groups per_step --trace-dir " +
+                          (base / "traces").string() + " > " + out.string() + " 2>&1 & echo $!")
+                             .c_str(),
+                         "r");
   if (launcher == nullptr) return k;
   int pid = 0;
   if (fscanf(launcher, "%d", &pid) != 1) pid = 0;
@@ -407,10 +423,12 @@ KillOutcome kill_rank_mid_run(int victim, const std::string& name,
   auto trace_files = [&] {
     int n = 0;
     if (fs::exists(base / "traces"))
-      for (const auto& e : fs::recursive_directory_iterator(base / "traces")) n += e.is_regular_file();
+      for (const auto& e : fs::recursive_directory_iterator(base / "traces"))
+        n += e.is_regular_file();
     return n;
   };
-  for (int i = 0; i < 600 && trace_files() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 600 && trace_files() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   const auto start = std::chrono::steady_clock::now();
   kill(ranks[static_cast<std::size_t>(victim)], SIGKILL);
@@ -446,7 +464,8 @@ TEST(TrainerFailures, KilledRankStopsTheJobWithAnErrorNamingIt) {
   const bool in_broadcast = k.output.find("broadcast") != std::string::npos;
   EXPECT_TRUE(in_p2p || in_broadcast) << k.output;
   if (in_p2p)
-    EXPECT_NE(k.output.find("rank 0 was in: megatron.train_step dl.step="), std::string::npos) << k.output;
+    EXPECT_NE(k.output.find("rank 0 was in: megatron.train_step dl.step="), std::string::npos)
+        << k.output;
   EXPECT_NE(k.output.find("rank 0 was in: megatron.job"), std::string::npos) << k.output;
   EXPECT_NE(k.output.find("rank 0: last span ended: megatron."), std::string::npos) << k.output;
   EXPECT_GT(k.failure_events, 0);
@@ -466,14 +485,16 @@ TEST(TrainerFailures, KilledDataParallelPeerFailsTheAllReduceWithARecord) {
   EXPECT_TRUE(k.launcher_exited) << "the job is still running after rank 1 died";
   EXPECT_LT(k.after_kill, std::chrono::seconds(60));
   EXPECT_NE(k.output.find("rank 1 was killed by signal 9"), std::string::npos) << k.output;
-  EXPECT_NE(k.output.find("lens-train: rank 0 was in: megatron.grads.all_reduce"), std::string::npos)
+  EXPECT_NE(k.output.find("lens-train: rank 0 was in: megatron.grads.all_reduce"),
+            std::string::npos)
       << k.output;
   EXPECT_NE(k.output.find("lens-train: rank 0: last span ended: "), std::string::npos) << k.output;
   EXPECT_GT(k.failure_events, 0);
 }
 
 TEST(TrainerFailures, UnwritableTraceDirectoryIsAStartupError) {
-  const fs::path file = fs::temp_directory_path() / ("lens-e2e-not-a-dir-" + std::to_string(getpid()));
+  const fs::path file =
+      fs::temp_directory_path() / ("lens-e2e-not-a-dir-" + std::to_string(getpid()));
   std::ofstream(file) << "x";
   TrainerRun bad;
   bad.flags = "--otel-enabled=true --trace-dir " + file.string();
@@ -490,14 +511,16 @@ TEST(TrainerFailures, UnwritableTraceDirectoryIsAStartupError) {
 TEST(TrainerFailures, FullDiskMidRunLosesSpansNotTraining) {
   const std::string name = "fulldisk";
   const fs::path base = fs::temp_directory_path() / ("lens-e2e-" + std::to_string(getpid())) / name;
-  const fs::path copy = fs::temp_directory_path() / ("lens-e2e-fulldisk-copy-" + std::to_string(getpid()));
+  const fs::path copy =
+      fs::temp_directory_path() / ("lens-e2e-fulldisk-copy-" + std::to_string(getpid()));
   fs::remove_all(copy);
   TrainerRun r;
   r.steps = 40;
   r.microbatches = 4;
   // Small batches (lines of ~10 KiB): some fit before the disk is full.
-  r.env = "OTEL_BSP_SCHEDULE_DELAY=50 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=24 " LENS_SMALL_DISK " 98304 " + (base / "traces").string() + " " +
-          copy.string();
+  r.env = "OTEL_BSP_SCHEDULE_DELAY=50 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=24 " LENS_SMALL_DISK
+          " 98304 " +
+          (base / "traces").string() + " " + copy.string();
   r.flags = "--otel-enabled=true --otel-span-groups all";
   RunOutput out = run_trainer(r, name);
   ASSERT_EQ(out.exit_code, 0) << out.output;

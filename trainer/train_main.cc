@@ -6,12 +6,11 @@
 // (a rank that dies makes the others stop), and prints a summary. With
 // torchrun's variables set (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) it
 // runs as that one rank.
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "lens/broadcast_trace_context.h"
 #include "lens/c10d_communicator.h"
@@ -57,7 +56,8 @@ void all_reduce_gradients(StageModel& model, c10d::ProcessGroup& dp_group, int d
     if (p.grad().defined()) grads.push_back(p.grad().view(-1));
   if (grads.empty()) return;
   std::vector<torch::Tensor> flat{torch::cat(grads)};
-  if (!dp_group.allreduce(flat)->wait(timeout)) throw std::runtime_error("gradient all-reduce timed out");
+  if (!dp_group.allreduce(flat)->wait(timeout))
+    throw std::runtime_error("gradient all-reduce timed out");
   flat[0].div_(dp);
   std::int64_t offset = 0;
   for (auto& g : grads) {
@@ -88,7 +88,8 @@ int run_rank(const TrainOptions& o) {
   auto world_group = subgroup(store, "world/", rank, world, timeout, addr);
   auto pp_group = subgroup(store, "pp" + std::to_string(replica) + "/", stage, o.pp, timeout, addr);
   c10::intrusive_ptr<c10d::ProcessGroup> dp_group;
-  if (o.dp > 1) dp_group = subgroup(store, "dp" + std::to_string(stage) + "/", replica, o.dp, timeout, addr);
+  if (o.dp > 1)
+    dp_group = subgroup(store, "dp" + std::to_string(stage) + "/", replica, o.dp, timeout, addr);
   C10dCommunicator world_comm(world_group);
   C10dCommunicator pp_comm(pp_group);
 
@@ -132,13 +133,8 @@ int run_rank(const TrainOptions& o) {
   // diverged can be found, as one would with PyTorch's flight recorder.
   // The same for the data-parallel gradient all-reduce (see below).
   const auto record_failure = [&](const std::string& what) {
-    if (!telemetry) return;
-    for (const auto& line : telemetry->mark_open_spans("lens.failure", what)) {
-      if (line.starts_with("last span ended"))
-        std::fprintf(stderr, "lens-train: rank %d: %s\n", rank, line.c_str());
-      else
-        std::fprintf(stderr, "lens-train: rank %d was in: %s\n", rank, line.c_str());
-    }
+    if (telemetry)
+      write_failure_record(*telemetry, "lens-train: rank " + std::to_string(rank), what);
   };
   p2p.on_failure(record_failure);
   ScheduleContext ctx{model, &data, &p2p, &step_trace, tracer, o.microbatches, replica};
@@ -172,8 +168,9 @@ int run_rank(const TrainOptions& o) {
             try {
               all_reduce_gradients(model, *dp_group, o.dp, timeout);
             } catch (const std::exception& e) {
-              record_failure(std::string("gradient all-reduce over the data-parallel group failed: ") +
-                             e.what());
+              record_failure(
+                  std::string("gradient all-reduce over the data-parallel group failed: ") +
+                  e.what());
               throw;
             }
           }
@@ -205,14 +202,16 @@ int run_rank(const TrainOptions& o) {
     report.span_groups = telemetry->span_groups().to_spec();
     report.run_id = telemetry->config().run_id;
     report.trace_file = telemetry->trace_file();
-    if (telemetry->config().exporter == "otlp") report.otlp_endpoint = telemetry->config().otlp.endpoint;
+    if (telemetry->config().exporter == "otlp")
+      report.otlp_endpoint = telemetry->config().otlp.endpoint;
     telemetry->shutdown(std::chrono::seconds(30));
     const auto all = telemetry->stats();
     const auto& stats = all.processor;
     report.spans_produced = stats.queued + stats.dropped_queue_full;
     report.spans_exported = stats.exported;
     report.queue_high_water = stats.queue_high_water;
-    report.spans_dropped = stats.dropped_queue_full + stats.export_failed + stats.dropped_at_shutdown;
+    report.spans_dropped =
+        stats.dropped_queue_full + stats.export_failed + stats.dropped_at_shutdown;
     if (all.otlp) {
       report.otlp_requests = all.otlp->requests;
       report.otlp_retries = all.otlp->retries;

@@ -68,12 +68,6 @@ class Communicator {
                           std::chrono::milliseconds timeout) = 0;
 
   /// "lens: <what> failed on rank R of N (<engine>): <why>"
-  std::string failure_text(std::string_view what, std::string_view why) const {
-    return describe_failure(what, why);
-  }
-
- protected:
-  /// "lens: <what> failed on rank R of N (<engine>): <why>"
   std::string describe_failure(std::string_view what, std::string_view why) const;
 };
 

@@ -79,7 +79,8 @@ SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id, 
 /// (LENS_STEP_BUDGET), whose decision travels in the frame.
 class StepBudget {
  public:
-  explicit StepBudget(std::uint32_t per_minute = 0) : per_minute_(per_minute), tokens_(per_minute) {}
+  explicit StepBudget(std::uint32_t per_minute = 0)
+      : per_minute_(per_minute), tokens_(per_minute) {}
   /// Takes a token if one is left at `now_ns` (a steady clock reading).
   bool take(std::int64_t now_ns);
 
@@ -88,6 +89,19 @@ class StepBudget {
   double tokens_;
   std::int64_t last_ns_ = -1;
 };
+
+/// The context a step's source rank reserves and broadcasts for `step`: a
+/// fresh trace id and span id (in `pipeline` scope, global rank 0 takes the
+/// anchor's instead), and the sampled flag: the sampler's decision (in
+/// `pipeline` scope on the anchor's trace id, so replicas are kept or
+/// dropped together) and a token from `budget`.
+StepCarrier reserve_step_context(const Telemetry& telemetry, TraceScope scope, int global_rank,
+                                 std::uint64_t step, StepBudget& budget);
+
+/// In `pipeline` scope: the Link a step span in `carrier`'s trace carries to
+/// global rank 0's step span; nullopt for global rank 0's own trace.
+std::optional<SpanLink> global_rank_zero_link(const Telemetry& telemetry,
+                                              const StepCarrier& carrier);
 
 class StepTrace {
  public:
@@ -113,9 +127,7 @@ class StepTrace {
 
  private:
   friend class StepScope;
-  StepCarrier reserve(std::uint64_t step);
   std::optional<StepCarrier> exchange(std::uint64_t step);
-  void record_failure(const CommError& e);
   Telemetry* telemetry_;
   Communicator* comm_;
   StepTraceOptions options_;
@@ -127,7 +139,7 @@ class StepTrace {
   TraceScope scope_ = TraceScope::kWorld;
   StepBudget budget_;
   std::unique_ptr<PendingBroadcast> pending_;  ///< the next step's, when prefetching
-  std::optional<StepCarrier> carrier_;          ///< this step's, for recv_forward_linked
+  std::optional<StepCarrier> carrier_;         ///< this step's, for recv_forward_linked
 };
 
 /// One step: runs the protocol in its constructor and keeps the step span

@@ -95,6 +95,11 @@ class Telemetry {
   std::unique_ptr<Impl> impl_;
 };
 
+/// The failure record a rank leaves when a collective or transfer fails:
+/// mark_open_spans("lens.failure", detail), then on stderr one line per open
+/// span, "<who> was in: <span>", and "<who>: last span ended: <span>".
+void write_failure_record(Telemetry& telemetry, std::string_view who, std::string_view detail);
+
 /// Creates the process-wide telemetry (replacing any earlier one, which is
 /// shut down first). Returns nullptr when disabled. Throws ConfigError.
 Telemetry* init(const TelemetryOptions& options = {});

@@ -10,7 +10,6 @@ exports.
 import datetime
 import importlib
 import itertools
-import sys
 import threading
 
 from . import _lens
@@ -111,9 +110,7 @@ def broadcast_trace_context(rank, src_rank=0, group=None, step=None):
         work.wait(timeout=datetime.timedelta(seconds=timeout))
     except Exception as error:
         detail = f"broadcast_trace_context (step {step}, source rank {src_rank}) failed: {error}"
-        for line in _lens.mark_open_spans("lens.failure", detail):
-            where = "" if line.startswith("last span ended") else " was in"
-            print(f"lens: rank {rank}{where}: {line}", file=sys.stderr)
+        _lens.write_failure_record(f"lens: rank {rank}", detail)
         raise
     received = bytes(tensor.cpu().tolist())
     return _lens.accept_carrier_frame(received, expected_step=step, reserved_here=source)

@@ -209,32 +209,30 @@ class Configuration(unittest.TestCase):
         directory = tempfile.mkdtemp(prefix="lens-py-scope-")
         common = dict(enabled=True, exporter="file", trace_dir=directory, run_id="r",
                       span_groups="all", world_size=4, run_key=77)
-        try:
-            # Global rank 0 reserves the anchor itself; its step span has no link.
-            t = lens.init(rank=0, **common)
+        def traced_step(rank):
+            """Rank `rank` as its replica's source of step 3: (anchor, carrier, step span)."""
+            t = lens.init(rank=rank, **common)
             anchor = lens._lens.anchor_step_context(3)
-            source = lens._lens.reserve_step_carrier(3)
-            self.assertEqual((source.trace_id, source.span_id), (anchor.trace_id, anchor.span_id))
-            lens.state.set_pp_trace_carrier(source)
+            carrier = lens._lens.reserve_step_carrier(3)
+            lens.state.set_pp_trace_carrier(carrier)
             with lens.managed_span("megatron.train_step", "step"):
                 pass
-            path0 = t.trace_file
+            path = t.trace_file
             lens.shutdown()
-            (step0,) = spans_of(path0)
+            (step,) = spans_of(path)
+            return anchor, carrier, step
+
+        try:
+            # Global rank 0 reserves the anchor itself; its step span has no link.
+            anchor, source, step0 = traced_step(0)
+            self.assertEqual((source.trace_id, source.span_id), (anchor.trace_id, anchor.span_id))
             self.assertEqual(step0["spanId"], anchor.span_id)
             self.assertEqual(step0["links"], [])
             # Another replica's first stage (global rank 2): its own trace,
             # linked to the anchor, which it derives from the same run key.
-            t = lens.init(rank=2, **common)
-            self.assertEqual(lens._lens.anchor_step_context(3).span_id, anchor.span_id)
-            other = lens._lens.reserve_step_carrier(3)
+            anchor2, other, step2 = traced_step(2)
+            self.assertEqual(anchor2.span_id, anchor.span_id)
             self.assertNotEqual(other.trace_id, anchor.trace_id)
-            lens.state.set_pp_trace_carrier(other)
-            with lens.managed_span("megatron.train_step", "step"):
-                pass
-            path2 = t.trace_file
-            lens.shutdown()
-            (step2,) = spans_of(path2)
             self.assertEqual(step2["traceId"], other.trace_id)
             (link,) = step2["links"]
             self.assertEqual((link["traceId"], link["spanId"]), (anchor.trace_id, anchor.span_id))
