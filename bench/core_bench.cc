@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "lens/carrier.h"
 #include "lens/telemetry.h"
 #include "lens/trace_context.h"
 
@@ -100,6 +101,23 @@ void BM_TraceparentFormatParse(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_TraceparentFormatParse);
+
+// What broadcast_trace_context adds around the collective: encoding the
+// step's frame on the source and decoding (all checks) on a receiver.
+void BM_CarrierEncodeDecode(benchmark::State& state) {
+  lens::StepCarrier carrier;
+  carrier.context.trace_id = lens::IdGenerator::new_trace_id();
+  carrier.context.span_id = lens::IdGenerator::new_span_id();
+  carrier.context.trace_flags = lens::TraceFlags::kSampled;
+  carrier.step = 12345;
+  for (auto _ : state) {
+    const lens::CarrierFrame frame = lens::encode_carrier(carrier);
+    auto decoded = lens::decode_carrier(frame);
+    benchmark::DoNotOptimize(decoded);
+    carrier.step++;
+  }
+}
+BENCHMARK(BM_CarrierEncodeDecode);
 
 // The floor: what any span recorder must at least do. Two monotonic clock
 // reads and a 64-byte record written into a preallocated per-thread ring.

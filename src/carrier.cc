@@ -1,5 +1,6 @@
 #include "lens/carrier.h"
 
+#include <bit>
 #include <cstring>
 #include <string>
 
@@ -34,22 +35,38 @@ std::uint32_t get_u32(const std::uint8_t* p) {
   return v;
 }
 std::uint64_t get_u64(const std::uint8_t* p) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  std::uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
   return v;
 }
 
-// FNV-1a over the header (checksum field read as zero) and the used part of
-// the tracestate; the padding after it must be zero, which decoding checks
-// separately.
+// True when bytes [from, to) of the frame are all zero; `to` is a multiple of 8.
+bool all_zero(const std::uint8_t* frame, std::size_t from, std::size_t to) {
+  std::uint64_t any = 0;
+  for (; from % 8 != 0 && from < to; ++from) any |= frame[from];
+  for (; from < to; from += 8) any |= get_u64(frame + from);
+  return any == 0;
+}
+
+// A 64-bit multiply-xorshift over the frame's little-endian 8-byte words,
+// from the header through the tracestate's used bytes rounded up to a whole
+// word (the padding there is zero in a valid frame, and decoding checks it
+// separately), with the checksum field read as zero; folded to 32 bits. Every
+// round is a bijection of the state for a given word, so any change confined
+// to one word always changes the result. Eight rounds for a frame without
+// tracestate: about a tenth of what a byte-wise hash costs.
 std::uint32_t frame_checksum(const std::uint8_t* frame, std::size_t tracestate_len) {
-  std::uint32_t h = 2166136261u;
-  const std::size_t end = kTracestateAt + tracestate_len;
-  for (std::size_t i = 0; i < end; ++i) {
-    const std::uint8_t byte = (i >= kChecksumAt && i < kChecksumAt + 4) ? 0 : frame[i];
-    h = (h ^ byte) * 16777619u;
+  constexpr std::uint64_t kChecksumFieldMask = ~std::uint64_t{0xffffffff};
+  const std::size_t words = (kTracestateAt + tracestate_len + 7) / 8;
+  std::uint64_t h = 0x6c656e732d667232ULL;
+  for (std::size_t w = 0; w < words; ++w) {
+    std::uint64_t word = get_u64(frame + 8 * w);
+    if (8 * w == kChecksumAt) word &= kChecksumFieldMask;
+    h = (h ^ word) * 0x9e3779b97f4a7c15ULL;
+    h ^= h >> 29;
   }
-  return h;
+  return static_cast<std::uint32_t>(h ^ (h >> 32));
 }
 
 // Drops members from the right until the tracestate fits.
@@ -110,11 +127,11 @@ DecodedCarrier decode_carrier(std::span<const std::uint8_t> frame) {
   if (tracestate_len > kCarrierMaxTracestateBytes) return fail(FrameStatus::kBadTracestateLength);
   if (get_u32(f + kChecksumAt) != frame_checksum(f, tracestate_len))
     return fail(FrameStatus::kBadChecksum);
-  for (std::size_t i = kTracestateAt + tracestate_len; i < kCarrierFrameBytes; ++i)
-    if (f[i] != 0) return fail(FrameStatus::kReservedNotZero);
+  if (!all_zero(f, kTracestateAt + tracestate_len, kCarrierFrameBytes))
+    return fail(FrameStatus::kReservedNotZero);
   if (f[kReserved1At] != 0) return fail(FrameStatus::kReservedNotZero);
-  for (std::size_t i = 0; i < kReserved2Bytes; ++i)
-    if (f[kReserved2At + i] != 0) return fail(FrameStatus::kReservedNotZero);
+  if (!all_zero(f, kReserved2At, kReserved2At + kReserved2Bytes))
+    return fail(FrameStatus::kReservedNotZero);
   const std::uint32_t flags = get_u32(f + kFlagsAt);
   if ((flags & ~kFlagHasContext) != 0) return fail(FrameStatus::kReservedNotZero);
   if ((flags & kFlagHasContext) == 0) return fail(FrameStatus::kNoContext);

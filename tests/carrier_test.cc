@@ -64,13 +64,20 @@ TEST(Carrier, LongTracestateIsShortenedFromTheRight) {
 // Recomputes the checksum after a deliberate edit, so the test reaches the
 // field check behind it.
 void reseal(CarrierFrame& f) {
-  std::uint32_t h = 2166136261u;
-  const std::size_t used = 64 + std::min<std::size_t>(f[14] | (f[15] << 8), kCarrierMaxTracestateBytes);
-  for (std::size_t i = 0; i < used; ++i) {
-    const std::uint8_t b = (i >= 48 && i < 52) ? 0 : f[i];
-    h = (h ^ b) * 16777619u;
+  const std::size_t tracestate = std::min<std::size_t>(f[14] | (f[15] << 8), kCarrierMaxTracestateBytes);
+  const std::size_t end = (64 + tracestate + 7) / 8 * 8;
+  std::uint64_t h = 0x6c656e732d667232ULL;
+  for (std::size_t at = 0; at < end; at += 8) {
+    std::uint64_t w = 0;
+    for (std::size_t b = 0; b < 8; ++b) {
+      const bool checksum_field = at + b >= 48 && at + b < 52;
+      w |= std::uint64_t{checksum_field ? std::uint8_t{0} : f[at + b]} << (8 * b);
+    }
+    h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+    h ^= h >> 29;
   }
-  for (int i = 0; i < 4; ++i) f[48 + i] = static_cast<std::uint8_t>(h >> (8 * i));
+  const auto sum = static_cast<std::uint32_t>(h ^ (h >> 32));
+  for (int i = 0; i < 4; ++i) f[48 + i] = static_cast<std::uint8_t>(sum >> (8 * i));
 }
 
 TEST(Carrier, MalformedFramesGiveNoContext) {
@@ -85,7 +92,7 @@ TEST(Carrier, MalformedFramesGiveNoContext) {
   f[0] = 'X';
   EXPECT_EQ(decode_carrier(f).status, FrameStatus::kBadMagic);
   f = good;
-  f[4] = 2;
+  f[4] = kCarrierFrameVersion + 1;
   reseal(f);
   EXPECT_EQ(decode_carrier(f).status, FrameStatus::kBadVersion);
   f = good;
@@ -116,6 +123,22 @@ TEST(Carrier, MalformedFramesGiveNoContext) {
   f[8] |= 0x80;
   reseal(f);
   EXPECT_EQ(decode_carrier(f).status, FrameStatus::kReservedNotZero);
+}
+
+TEST(Carrier, EverySingleBitFlipIsRejected) {
+  StepCarrier c = sample_carrier();
+  c.context.tracestate = "vendor=abc,other=xyz";
+  const CarrierFrame good = encode_carrier(c);
+  ASSERT_EQ(decode_carrier(good).status, FrameStatus::kOk);
+  int rejected = 0;
+  for (std::size_t bit = 0; bit < 8 * kCarrierFrameBytes; ++bit) {
+    CarrierFrame f = good;
+    f[bit / 8] ^= static_cast<std::uint8_t>(1u << (bit % 8));
+    const FrameStatus status = decode_carrier(f).status;
+    EXPECT_NE(status, FrameStatus::kOk) << "bit " << bit;
+    rejected += status != FrameStatus::kOk;
+  }
+  EXPECT_EQ(rejected, 8 * static_cast<int>(kCarrierFrameBytes));
 }
 
 TEST(Carrier, InvalidTracestateBytesAreSanitised) {
