@@ -11,5 +11,5 @@ for n in 2 4; do
   done
 done
 for n in 2 4; do
-  "$build/bin/lens_comm_bench_c10d" "$n" 200 9
+  "$build/bin/lens_comm_bench_c10d" "$n" 200 31
 done

@@ -63,21 +63,25 @@ int main(int argc, char** argv) {
     const char* name;
     const char* env;
     const char* flags;
-    std::vector<double> ms;
+    std::vector<double> ms;            // every counted step of every round
+    std::vector<double> round_median;  // this mode's median step, per round
   } modes[] = {
-      {"untraced", "MEGATRON_OTEL_ENABLED=0", "", {}},
-      {"traced, all groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all", "", {}},
+      {"untraced", "MEGATRON_OTEL_ENABLED=0", "", {}, {}},
+      {"traced, all groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all", "", {}, {}},
       {"traced, default groups",
        "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
        "",
+       {},
        {}},
       {"all groups, prefetch",
        "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
        "--step-prefetch=true",
+       {},
        {}},
       {"default, prefetch",
        "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
        "--step-prefetch=true",
+       {},
        {}},
   };
   constexpr int kModes = sizeof(modes) / sizeof(modes[0]);
@@ -85,13 +89,23 @@ int main(int argc, char** argv) {
     for (int k = 0; k < kModes; ++k) {
       Mode& m = modes[(r + k) % kModes];  // rotate which mode runs first
       auto ms = run(trainer, m.env, m.flags, steps, dir);
+      m.round_median.push_back(median(ms));
       m.ms.insert(m.ms.end(), ms.begin(), ms.end());
     }
   }
+  // Two figures per mode: the ratio of medians over all steps, and the
+  // median of the per-round ratios (each round runs every mode back to back,
+  // so a slow spell of the machine affects both sides of a round's ratio).
   const double base = median(modes[0].ms);
   for (const auto& m : modes) {
-    std::printf("%-24s median step %7.2f ms over %zu steps   ratio to untraced %.3f\n", m.name,
-                median(m.ms), m.ms.size(), median(m.ms) / base);
+    std::vector<double> ratios;
+    for (int r = 0; r < rounds; ++r) ratios.push_back(m.round_median[r] / modes[0].round_median[r]);
+    std::sort(ratios.begin(), ratios.end());
+    std::printf(
+        "%-24s median step %7.2f ms over %zu steps   ratio to untraced %.3f   "
+        "per-round ratio median %.3f (min %.3f, max %.3f)\n",
+        m.name, median(m.ms), m.ms.size(), median(m.ms) / base, median(ratios), ratios.front(),
+        ratios.back());
   }
   fs::remove_all(dir);
   return 0;
