@@ -428,5 +428,62 @@ TEST(OtlpHttp, ShutdownCutsBackoffShort) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
 }
 
+// HTTPS: a self-signed certificate for 127.0.0.1, made for the test with
+// the openssl command, served by the receiver.
+class Https : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("lens-tls-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    tls_.certificate = (dir_ / "cert.pem").string();
+    tls_.private_key = (dir_ / "key.pem").string();
+    const std::string cmd =
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+        "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout " +
+        tls_.private_key + " -out " + tls_.certificate + " > " + (dir_ / "openssl.log").string() +
+        " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl could not make a test certificate";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+  testing::TlsFiles tls_;
+};
+
+TEST_F(Https, WithTheConfiguredCaTheSpansArrive) {
+  OtlpReceiver receiver([](int) { return Reply{}; }, 0, tls_);
+  receiver.start();
+  ASSERT_EQ(receiver.endpoint().rfind("https://", 0), 0u);
+  OtlpHttpOptions o = fast_options(receiver.endpoint());
+  o.certificate = tls_.certificate;
+  Traced t(o);
+  t.spans(4, "over-tls");
+  EXPECT_EQ(receiver.accepted_spans(), 4u);
+  const auto requests = receiver.protobuf_requests();
+  ASSERT_EQ(requests.size(), 1u);
+  const auto& spans = requests[0].resource_spans(0).scope_spans(0).spans();
+  ASSERT_EQ(spans.size(), 4);
+  EXPECT_EQ(spans[0].name(), "over-tls");
+  const auto s = t.exporter->stats();
+  EXPECT_EQ(s.spans_delivered, 4u);
+  EXPECT_EQ(s.spans_failed, 0u);
+}
+
+TEST_F(Https, AnUntrustedCertificateIsRefusedAndCountedNotRetried) {
+  OtlpReceiver receiver([](int) { return Reply{}; }, 0, tls_);
+  receiver.start();
+  // No CA given: verification is on by default and the system's CAs do not
+  // know the test's certificate, so nothing may be sent.
+  Traced t(fast_options(receiver.endpoint()));
+  t.spans(3);
+  EXPECT_EQ(receiver.accepted_spans(), 0u);
+  const auto s = t.exporter->stats();
+  EXPECT_EQ(s.spans_delivered, 0u);
+  EXPECT_EQ(s.spans_failed, 3u);
+  EXPECT_EQ(s.retries, 0u);  // a certificate does not get better by retrying
+  EXPECT_NE(s.last_error.find("certificate"), std::string::npos) << s.last_error;
+}
+
 }  // namespace
 }  // namespace lens

@@ -28,9 +28,20 @@ std::string gunzip(const std::string& in) {
 
 }  // namespace
 
-OtlpReceiver::OtlpReceiver(std::function<Reply(int)> policy, int port)
-    : policy_(std::move(policy)) {
-  server_.Post("/v1/traces", [this](const httplib::Request& req, httplib::Response& res) {
+OtlpReceiver::OtlpReceiver(std::function<Reply(int)> policy, int port,
+                           std::optional<TlsFiles> tls)
+    : tls_(tls.has_value()), policy_(std::move(policy)) {
+  if (tls) {
+    auto ssl = std::make_unique<httplib::SSLServer>(tls->certificate.c_str(),
+                                                    tls->private_key.c_str());
+    if (!ssl->is_valid())
+      throw std::runtime_error("test receiver: cannot load " + tls->certificate + " / " +
+                               tls->private_key);
+    server_ = std::move(ssl);
+  } else {
+    server_ = std::make_unique<httplib::Server>();
+  }
+  server_->Post("/v1/traces", [this](const httplib::Request& req, httplib::Response& res) {
     const int n = requests_.fetch_add(1);
     Reply reply = policy_(n);
     if (reply.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(reply.delay_ms));
@@ -66,22 +77,22 @@ OtlpReceiver::OtlpReceiver(std::function<Reply(int)> policy, int port)
     }
   });
   if (port > 0) {
-    port_ = server_.bind_to_port("127.0.0.1", port) ? port : -1;
+    port_ = server_->bind_to_port("127.0.0.1", port) ? port : -1;
   } else {
-    port_ = server_.bind_to_any_port("127.0.0.1");
+    port_ = server_->bind_to_any_port("127.0.0.1");
   }
 }
 
 OtlpReceiver::~OtlpReceiver() { stop(); }
 
 void OtlpReceiver::start() {
-  thread_ = std::thread([this] { server_.listen_after_bind(); });
-  for (int i = 0; i < 2000 && !server_.is_running(); ++i)
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  for (int i = 0; i < 2000 && !server_->is_running(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void OtlpReceiver::stop() {
-  server_.stop();
+  server_->stop();
   if (thread_.joinable()) thread_.join();
 }
 

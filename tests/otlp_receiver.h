@@ -9,8 +9,10 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +20,12 @@
 #include "otlp_trace.pb.h"
 
 namespace lens::testing {
+
+// A certificate and its private key (PEM files) to serve HTTPS with.
+struct TlsFiles {
+  std::string certificate;
+  std::string private_key;
+};
 
 struct Reply {
   int status = 200;
@@ -29,15 +37,18 @@ struct Reply {
 class OtlpReceiver {
  public:
   // policy(n) decides the reply to the n-th request (0-based).
-  // port 0: any free port.
+  // port 0: any free port. With `tls`, the receiver speaks HTTPS.
   explicit OtlpReceiver(std::function<Reply(int)> policy = [](int) { return Reply{}; },
-                        int port = 0);
+                        int port = 0, std::optional<TlsFiles> tls = std::nullopt);
   ~OtlpReceiver();
 
   // Binds now; listening starts with start() (so a test can have the port
   // before the receiver is up).
   int port() const { return port_; }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1/traces"; }
+  std::string endpoint() const {
+    return std::string(tls_ ? "https" : "http") + "://127.0.0.1:" + std::to_string(port_) +
+           "/v1/traces";
+  }
   void start();
   void stop();
 
@@ -50,7 +61,8 @@ class OtlpReceiver {
   std::size_t accepted_spans() const;
 
  private:
-  httplib::Server server_;
+  bool tls_ = false;
+  std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = -1;
   std::function<Reply(int)> policy_;
