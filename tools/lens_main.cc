@@ -12,13 +12,16 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "check.h"
 #include "lens/config.h"
 #include "lens/error.h"
 #include "lens/version.h"
 #include "run_reader.h"
+#include "step_stream.h"
 #include "summary.h"
 #include "timeline.h"
 #include "upload.h"
@@ -30,15 +33,23 @@ using namespace lens::tools;
 
 constexpr int kOk = 0, kViolations = 1, kBadInput = 2;
 
-Run load(const std::string& dir) {
-  const bool tty = isatty(STDERR_FILENO);
-  Run run = read_run(dir, [&](std::size_t done, std::size_t total) {
-    if (tty && total > 1) std::fprintf(stderr, "\rreading %zu/%zu files", done, total);
-  });
-  if (tty && run.files.size() > 1) std::fprintf(stderr, "\r\033[K");
-  for (const auto& f : run.files)
-    for (const auto& w : f.warnings) std::fprintf(stderr, "lens: warning: %s\n", w.c_str());
-  return run;
+// Reading progress on a terminal, by bytes of all the run's files.
+StreamOptions reading_options() {
+  StreamOptions o;
+  if (!isatty(STDERR_FILENO)) return o;
+  o.progress = [last = -1](std::uintmax_t done, std::uintmax_t total) mutable {
+    if (total < (8u << 20)) return;  // small runs read in a blink
+    const int percent = static_cast<int>(100 * done / total);
+    if (percent == last) return;
+    last = percent;
+    std::fprintf(stderr, "\rreading %ju/%ju MiB (%d%%)", done >> 20, total >> 20, percent);
+    if (done >= total) std::fprintf(stderr, "\r\033[K");
+  };
+  return o;
+}
+
+void print_warnings(const std::vector<std::string>& warnings) {
+  for (const auto& w : warnings) std::fprintf(stderr, "lens: warning: %s\n", w.c_str());
 }
 
 bool write_file(const std::string& path, const std::string& content) {
@@ -142,66 +153,104 @@ int main(int argc, char** argv) {
     return report.problems.empty() ? kOk : kViolations;
   }
 
-  Run run;
+  // Every command below reads the run a step at a time (step_stream.h).
   try {
-    run = load(dir);
+    if (check->parsed()) {
+      const CheckResult r = check_dir(dir, reading_options());
+      print_warnings(r.warnings);
+      for (const auto& v : r.violations) std::printf("FAIL %s\n", format_violation(v).c_str());
+      std::printf("%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), r.files, r.steps,
+                  r.spans,
+                  r.violations.empty()
+                      ? (r.pipeline_scope ? "every replica's step is one trace, linked to rank "
+                                            "0's; every link resolves"
+                                          : "every step is one trace; every link resolves")
+                      : (std::to_string(r.violations.size()) + " violations").c_str());
+      return r.violations.empty() ? kOk : kViolations;
+    }
+    if (summary->parsed()) {
+      std::vector<std::string> warnings;
+      const Summary s = summarize_dir(dir, reading_options(), &warnings);
+      print_warnings(warnings);
+      std::fputs((as_json ? format_json(s) : format_table(s)).c_str(), stdout);
+      return kOk;
+    }
+    if (timeline->parsed()) {
+      TimelineOptions o;
+      auto dash = steps.find('-');
+      try {
+        o.first_step = std::stoll(steps.substr(0, dash));
+        o.last_step =
+            dash == std::string::npos ? o.first_step : std::stoll(steps.substr(dash + 1));
+      } catch (const std::exception&) {
+        std::fprintf(stderr,
+                     "lens: --steps '%s' is not valid; accepted: A-B or A (step numbers)\n",
+                     steps.c_str());
+        return kBadInput;
+      }
+      o.title = "lens timeline: " + dir + ", steps " + std::to_string(o.first_step) + "-" +
+                std::to_string(o.last_step);
+      // Only the chosen steps are kept, and reading stops after the last.
+      StreamOptions so = reading_options();
+      so.stop_after_step = o.last_step;
+      std::map<std::filesystem::path, std::vector<SpanRow>> chosen;
+      Run run = stream_steps(
+          dir,
+          [&](StepWindow& w) {
+            if (w.step < o.first_step) return;
+            for (auto& f : w.run.files)
+              for (auto& s : f.spans) chosen[f.path].push_back(std::move(s));
+          },
+          so);
+      for (auto& f : run.files) {
+        print_warnings(f.warnings);
+        auto& spans = chosen[f.path];
+        f.spans.insert(f.spans.end(), std::make_move_iterator(spans.begin()),
+                       std::make_move_iterator(spans.end()));
+      }
+      const PipelineView view = build_view(run);
+      if (!write_file(output, render_timeline(view, o))) return kBadInput;
+      std::printf("wrote %s (%zu ranks, steps %lld-%lld)\n", output.c_str(), run.files.size(),
+                  static_cast<long long>(o.first_step), static_cast<long long>(o.last_step));
+      return kOk;
+    }
+    if (exp->parsed()) {
+      if (perfetto.empty() && jaeger.empty()) {
+        std::fprintf(stderr, "lens: export needs --perfetto FILE or --jaeger FILE\n");
+        return kBadInput;
+      }
+      for (const auto& [path, perfetto_format] :
+           {std::pair{perfetto, true}, std::pair{jaeger, false}}) {
+        if (path.empty()) continue;
+        std::ofstream out(path, std::ios::binary);
+        if (!out) {
+          std::fprintf(stderr, "lens: cannot write %s\n", path.c_str());
+          return kBadInput;
+        }
+        ExportCounts c;
+        try {
+          c = perfetto_format ? export_perfetto(dir, out, reading_options())
+                              : export_jaeger(dir, out, reading_options());
+        } catch (...) {
+          out.close();
+          std::filesystem::remove(path);  // no half-written file left behind
+          throw;
+        }
+        out.close();
+        if (!out) {
+          std::fprintf(stderr, "lens: cannot write %s\n", path.c_str());
+          return kBadInput;
+        }
+        print_warnings(c.warnings);
+        std::printf("wrote %s: %zu spans, %zu links (%s)\n", path.c_str(), c.spans, c.links,
+                    perfetto_format ? "open it in ui.perfetto.dev or chrome://tracing"
+                                    : "load it in Jaeger UI: Search -> JSON File");
+      }
+      return kOk;
+    }
   } catch (const ReadError& e) {
     std::fprintf(stderr, "lens: %s\n", e.what());
     return kBadInput;
-  }
-  const PipelineView view = build_view(run);
-
-  if (check->parsed()) {
-    auto violations = check_run(run, view);
-    for (const auto& v : violations) std::printf("FAIL %s\n", format_violation(v).c_str());
-    std::printf(
-        "%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), run.files.size(),
-        view.steps.size(), run.span_count(),
-        violations.empty()
-            ? (std::any_of(run.files.begin(), run.files.end(),
-                           [](const RankFile& f) { return f.trace_scope == "pipeline"; })
-                   ? "every replica's step is one trace, linked to rank 0's; every link resolves"
-                   : "every step is one trace; every link resolves")
-            : (std::to_string(violations.size()) + " violations").c_str());
-    return violations.empty() ? kOk : kViolations;
-  }
-  if (summary->parsed()) {
-    const Summary s = summarize_run(view);
-    std::fputs((as_json ? format_json(s) : format_table(s)).c_str(), stdout);
-    return kOk;
-  }
-  if (timeline->parsed()) {
-    TimelineOptions o;
-    auto dash = steps.find('-');
-    try {
-      o.first_step = std::stoll(steps.substr(0, dash));
-      o.last_step = dash == std::string::npos ? o.first_step : std::stoll(steps.substr(dash + 1));
-    } catch (const std::exception&) {
-      std::fprintf(stderr, "lens: --steps '%s' is not valid; accepted: A-B or A (step numbers)\n",
-                   steps.c_str());
-      return kBadInput;
-    }
-    o.title = "lens timeline: " + dir + ", steps " + std::to_string(o.first_step) + "-" +
-              std::to_string(o.last_step);
-    if (!write_file(output, render_timeline(view, o))) return kBadInput;
-    std::printf("wrote %s (%zu ranks, steps %lld-%lld)\n", output.c_str(), run.files.size(),
-                static_cast<long long>(o.first_step), static_cast<long long>(o.last_step));
-    return kOk;
-  }
-  if (exp->parsed()) {
-    if (perfetto.empty() && jaeger.empty()) {
-      std::fprintf(stderr, "lens: export needs --perfetto FILE or --jaeger FILE\n");
-      return kBadInput;
-    }
-    if (!perfetto.empty()) {
-      if (!write_file(perfetto, export_perfetto(run))) return kBadInput;
-      std::printf("wrote %s (open it in ui.perfetto.dev or chrome://tracing)\n", perfetto.c_str());
-    }
-    if (!jaeger.empty()) {
-      if (!write_file(jaeger, export_jaeger(run))) return kBadInput;
-      std::printf("wrote %s (load it in Jaeger UI: Search -> JSON File)\n", jaeger.c_str());
-    }
-    return kOk;
   }
   return kOk;
 }

@@ -101,46 +101,44 @@ void read_line(RankFile& file, const std::string& line) {
   }
 }
 
-RankFile read_file(const std::filesystem::path& path) {
-  RankFile file;
-  file.path = path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ReadError(path.string() + ": cannot open");
-  std::string content((std::istreambuf_iterator<char>(in)), {});
-  std::size_t pos = 0, number = 0;
-  while (pos < content.size()) {
-    ++number;
-    std::size_t end = content.find('\n', pos);
-    const bool terminated = end != std::string::npos;
-    if (!terminated) end = content.size();
-    std::string line = content.substr(pos, end - pos);
-    pos = end + 1;
-    if (line.empty()) continue;
-    try {
-      read_line(file, line);
-      ++file.lines;
-    } catch (const std::exception& e) {
-      if (!terminated) {
-        file.warnings.push_back(path.string() + ":" + std::to_string(number) +
-                                ": skipped an incomplete last line (the process stopped while "
-                                "writing it)");
-        break;
-      }
-      throw ReadError(path.string() + ":" + std::to_string(number) +
-                      ": not an OTLP/JSON "
-                      "request: " +
-                      e.what());
-    }
-  }
-  return file;
-}
-
 }  // namespace
 
-Run read_run(const std::filesystem::path& dir,
-             const std::function<void(std::size_t, std::size_t)>& progress) {
-  Run run;
-  run.dir = dir;
+RankFileReader::RankFileReader(const std::filesystem::path& path) : in_(path, std::ios::binary) {
+  file_.path = path;
+  if (!in_) throw ReadError(path.string() + ": cannot open");
+}
+
+bool RankFileReader::next_line() {
+  std::string line;
+  while (!done_) {
+    if (!std::getline(in_, line)) {
+      done_ = true;
+      break;
+    }
+    ++number_;
+    const bool terminated = !in_.eof();
+    bytes_ += line.size() + (terminated ? 1 : 0);
+    if (line.empty()) continue;
+    try {
+      read_line(file_, line);
+      ++file_.lines;
+      return true;
+    } catch (const std::exception& e) {
+      if (!terminated) {
+        file_.warnings.push_back(file_.path.string() + ":" + std::to_string(number_) +
+                                 ": skipped an incomplete last line (the process stopped while "
+                                 "writing it)");
+        done_ = true;
+        break;
+      }
+      throw ReadError(file_.path.string() + ":" + std::to_string(number_) +
+                      ": not an OTLP/JSON request: " + e.what());
+    }
+  }
+  return false;
+}
+
+std::vector<std::filesystem::path> run_files(const std::filesystem::path& dir) {
   std::vector<std::filesystem::path> paths;
   std::error_code ec;
   if (std::filesystem::is_regular_file(dir, ec)) {
@@ -154,8 +152,19 @@ Run read_run(const std::filesystem::path& dir,
   }
   std::sort(paths.begin(), paths.end());
   if (paths.empty()) throw ReadError(dir.string() + ": no *.otlp.jsonl files");
+  return paths;
+}
+
+Run read_run(const std::filesystem::path& dir,
+             const std::function<void(std::size_t, std::size_t)>& progress) {
+  Run run;
+  run.dir = dir;
+  const auto paths = run_files(dir);
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    run.files.push_back(read_file(paths[i]));
+    RankFileReader reader(paths[i]);
+    while (reader.next_line()) {
+    }
+    run.files.push_back(reader.take());
     if (progress) progress(i + 1, paths.size());
   }
   std::sort(run.files.begin(), run.files.end(),

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <stdexcept>
@@ -58,8 +59,36 @@ class ReadError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Reads one rank's file a line at a time: each line's spans are appended to
+// file().spans (the caller may move them out between lines), and the
+// resource fields are filled from the lines read so far.
+class RankFileReader {
+ public:
+  explicit RankFileReader(const std::filesystem::path& path);  // ReadError if unreadable
+  // Reads the next non-empty line; false at the end of the file (or at an
+  // incomplete last line, which is skipped with a warning). ReadError, naming
+  // the file and line, for a malformed line.
+  bool next_line();
+  bool done() const { return done_; }
+  std::uintmax_t bytes_read() const { return bytes_; }
+  RankFile& file() { return file_; }
+  RankFile take() { return std::move(file_); }
+
+ private:
+  std::ifstream in_;
+  RankFile file_;
+  std::size_t number_ = 0;
+  std::uintmax_t bytes_ = 0;
+  bool done_ = false;
+};
+
+// The *.otlp.jsonl files directly in `dir` (or the one file `dir` names),
+// sorted; ReadError when there is none.
+std::vector<std::filesystem::path> run_files(const std::filesystem::path& dir);
+
 // Reads every *.otlp.jsonl file directly in `dir` (or the one file `dir`
-// names). `progress` is called after each file with (files done, files).
+// names) into memory. `progress` is called after each file with (files
+// done, files). For long runs prefer stream_steps (step_stream.h).
 Run read_run(const std::filesystem::path& dir,
              const std::function<void(std::size_t, std::size_t)>& progress = {});
 

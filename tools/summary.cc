@@ -1,5 +1,6 @@
 #include "summary.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -10,16 +11,9 @@ namespace {
 double ms(const SpanRow& s) { return static_cast<double>(s.end_ns - s.start_ns) / 1e6; }
 }  // namespace
 
-Summary summarize_run(const PipelineView& view) {
-  Summary out;
-  out.pipeline_stages = view.pipeline_stages;
-  out.microbatches = view.microbatches;
-  if (out.pipeline_stages > 0 && out.microbatches > 0)
-    out.theoretical_bubble = static_cast<double>(out.pipeline_stages - 1) /
-                             (out.microbatches + out.pipeline_stages - 1);
-  std::map<int, std::pair<double, int>> compute_by_stage;  // total ms, rows
-  double bubble_sum = 0;
-  int bubble_rows = 0;
+void SummaryBuilder::add(const PipelineView& view) {
+  out_.pipeline_stages = std::max(out_.pipeline_stages, view.pipeline_stages);
+  out_.microbatches = std::max(out_.microbatches, view.microbatches);
   for (const auto& sv : view.steps) {
     for (const auto& [rank, sr] : sv.ranks) {
       StageStep row;
@@ -43,16 +37,24 @@ Summary summarize_run(const PipelineView& view) {
       const double compute = row.forward_ms + row.backward_ms;
       if (window > 0 && compute > 0) {
         row.bubble = std::max(0.0, 1.0 - compute / window);
-        bubble_sum += row.bubble;
-        ++bubble_rows;
+        bubble_sum_ += row.bubble;
+        ++bubble_rows_;
       }
-      compute_by_stage[row.stage].first += compute;
-      compute_by_stage[row.stage].second += 1;
-      out.rows.push_back(row);
+      compute_by_stage_[row.stage].first += compute;
+      compute_by_stage_[row.stage].second += 1;
+      out_.rows.push_back(row);
     }
   }
-  if (bubble_rows > 0) out.measured_bubble = bubble_sum / bubble_rows;
-  for (const auto& [stage, c] : compute_by_stage) {
+}
+
+Summary SummaryBuilder::finish(const PipelineView& rest) {
+  add(rest);
+  Summary out = std::move(out_);
+  if (out.pipeline_stages > 0 && out.microbatches > 0)
+    out.theoretical_bubble = static_cast<double>(out.pipeline_stages - 1) /
+                             (out.microbatches + out.pipeline_stages - 1);
+  if (bubble_rows_ > 0) out.measured_bubble = bubble_sum_ / bubble_rows_;
+  for (const auto& [stage, c] : compute_by_stage_) {
     const double per_step = c.first / c.second;
     if (per_step > out.slowest_stage_compute_ms) {
       out.slowest_stage_compute_ms = per_step;
@@ -60,6 +62,22 @@ Summary summarize_run(const PipelineView& view) {
     }
   }
   return out;
+}
+
+Summary summarize_run(const PipelineView& view) {
+  SummaryBuilder builder;
+  return builder.finish(view);
+}
+
+Summary summarize_dir(const std::filesystem::path& dir, const StreamOptions& options,
+                      std::vector<std::string>* warnings) {
+  SummaryBuilder builder;
+  Run rest = stream_steps(
+      dir, [&](StepWindow& w) { builder.add(build_view(w.run)); }, options);
+  if (warnings)
+    for (const auto& f : rest.files)
+      warnings->insert(warnings->end(), f.warnings.begin(), f.warnings.end());
+  return builder.finish(build_view(rest));
 }
 
 std::string format_table(const Summary& s) {

@@ -6,7 +6,11 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+#include <map>
+
 #include "pipeline_view.h"
+#include "step_stream.h"
 
 namespace lens::tools {
 
@@ -26,7 +30,24 @@ struct Summary {
   double slowest_stage_compute_ms = 0;
 };
 
+// Builds a summary a part at a time: each step's view as it is read, then
+// the view of what is left (it carries the job span's sizes).
+class SummaryBuilder {
+ public:
+  void add(const PipelineView& view);
+  Summary finish(const PipelineView& rest);
+
+ private:
+  Summary out_;
+  std::map<int, std::pair<double, int>> compute_by_stage_;  // total ms, rows
+  double bubble_sum_ = 0;
+  int bubble_rows_ = 0;
+};
+
 Summary summarize_run(const PipelineView& view);
+// The run in `dir`, read a step at a time (step_stream.h).
+Summary summarize_dir(const std::filesystem::path& dir, const StreamOptions& options,
+                      std::vector<std::string>* warnings);
 std::string format_table(const Summary& s);
 std::string format_json(const Summary& s);
 

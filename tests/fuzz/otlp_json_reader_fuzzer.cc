@@ -1,5 +1,5 @@
 // libFuzzer target: the `lens` command's OTLP-JSON-lines reader, and the
-// check that runs over what it read. Any file content must give spans or a
+// check that runs over what it read, both whole and a step at a time. Any file content must give spans or a
 // ReadError naming the file and line, never a crash.
 #include <unistd.h>
 
@@ -22,6 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     lens::tools::Run run = lens::tools::read_run(path);
     lens::tools::PipelineView view = lens::tools::build_view(run);
     (void)lens::tools::check_run(run, view);
+    (void)lens::tools::check_dir(path);
   } catch (const lens::tools::ReadError& e) {
     if (std::string(e.what()).find(path) == std::string::npos) std::abort();  // must name the file
   }

@@ -13,7 +13,7 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 declare -A sources=(
   [carrier]="src/carrier.cc src/trace_context.cc src/ids.cc"
   [trace_context]="src/trace_context.cc src/ids.cc"
-  [otlp_json_reader]="tools/run_reader.cc tools/pipeline_view.cc tools/check.cc"
+  [otlp_json_reader]="tools/run_reader.cc tools/step_stream.cc tools/pipeline_view.cc tools/check.cc"
   [config]="src/config.cc src/span_groups.cc src/resource.cc src/ids.cc"
 )
 flags+=(-I"$src/tools")

@@ -1,0 +1,388 @@
+// Reading a run a step at a time (tools/step_stream.h) and the `lens`
+// commands built on it, over runs written here line by line: windows come in
+// step order with exactly that step's spans of every rank, they come before
+// the files have been read to the end, and check, summary and the exports
+// say what the whole-run, in-memory path says.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "check.h"
+#include "run_reader.h"
+#include "step_stream.h"
+#include "summary.h"
+#include "viewer_export.h"
+
+namespace lens::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string hex_id(std::uint64_t v, int digits) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%0*llx", digits, static_cast<unsigned long long>(v));
+  return buf;
+}
+
+json int_attr(const std::string& key, std::int64_t v) {
+  return {{"key", key}, {"value", {{"intValue", std::to_string(v)}}}};
+}
+
+struct FakeSpan {
+  std::string trace, span, parent, name;
+  std::int64_t start = 0, end = 0;
+  json attributes = json::array();
+  json links = json::array();
+
+  json to_json() const {
+    json s = {{"traceId", trace}, {"spanId", span}, {"name", name},
+              {"kind", 1}, {"startTimeUnixNano", std::to_string(start)},
+              {"endTimeUnixNano", std::to_string(end)}, {"attributes", attributes},
+              {"links", links}};
+    if (!parent.empty()) s["parentSpanId"] = parent;
+    return s;
+  }
+};
+
+// A 1F1B-shaped run: per step and rank a step span, a forward and a backward
+// span per microbatch and, on later stages, the linked receives; spans are
+// listed in the order they end (children before their step span).
+struct FakeRun {
+  int ranks = 3, steps = 5, microbatches = 4;
+  std::vector<std::vector<FakeSpan>> by_rank;  // in end order
+
+  static std::string trace_of(int step) { return hex_id(0xabc000 + step, 32); }
+  static std::string step_span_id(int step, int rank) {
+    return hex_id(0x5000000 + step * 100 + rank, 16);
+  }
+
+  void make() {
+    by_rank.assign(ranks, {});
+    std::uint64_t next_id = 1;
+    for (int rank = 0; rank < ranks; ++rank) {
+      std::int64_t t = 1'000'000'000;
+      for (int step = 0; step < steps; ++step) {
+        const std::string step_id = step_span_id(step, rank);
+        const std::int64_t step_start = t;
+        const int linked = rank == 0 ? 0
+                                     : std::min(ranks - rank - 1, microbatches) +
+                                           (microbatches > ranks - rank - 1 ? 1 : 0);
+        for (int i = 0; i < linked; ++i) {
+          FakeSpan l{trace_of(step), hex_id(next_id++, 16), step_id,
+                     "megatron.pp.recv_forward.linked", t, t + 10};
+          l.attributes.push_back(int_attr("dl.microbatch_id", i));
+          l.links.push_back({{"traceId", trace_of(step)}, {"spanId", step_span_id(step, 0)}});
+          by_rank[rank].push_back(l);
+          t += 10;
+        }
+        for (int mb = 0; mb < microbatches; ++mb) {
+          for (const char* name : {"megatron.microbatch.forward", "megatron.microbatch.backward"}) {
+            FakeSpan s{trace_of(step), hex_id(next_id++, 16), step_id, name, t, t + 100};
+            s.attributes.push_back(int_attr("dl.microbatch_id", mb));
+            by_rank[rank].push_back(s);
+            t += 120;
+          }
+        }
+        FakeSpan step_span{trace_of(step), step_id, "", "megatron.train_step", step_start, t};
+        step_span.attributes.push_back(int_attr("dl.step", step));
+        step_span.attributes.push_back(int_attr("dl.pipeline_parallel.rank", rank));
+        by_rank[rank].push_back(step_span);
+        t += 50;
+      }
+      FakeSpan job{hex_id(0xf00 + rank, 32), hex_id(0x9000 + rank, 16), "", "megatron.job",
+                   1'000'000'000, t};
+      job.attributes.push_back(int_attr("dl.pipeline_parallel.size", ranks));
+      job.attributes.push_back(int_attr("dl.num_microbatches", microbatches));
+      by_rank[rank].push_back(job);
+    }
+  }
+
+  std::size_t spans_per_step(int rank) const {
+    const int linked = rank == 0 ? 0
+                                 : std::min(ranks - rank - 1, microbatches) +
+                                       (microbatches > ranks - rank - 1 ? 1 : 0);
+    return 1 + 2 * microbatches + linked;
+  }
+
+  // Writes rank-<r>.otlp.jsonl files, `batch` spans a line.
+  void write(const fs::path& dir, std::size_t batch) const {
+    fs::create_directories(dir);
+    for (int rank = 0; rank < ranks; ++rank) {
+      std::ofstream out(dir / ("rank-" + std::to_string(rank) + ".otlp.jsonl"));
+      const auto& spans = by_rank[rank];
+      for (std::size_t i = 0; i < spans.size(); i += batch) {
+        json list = json::array();
+        for (std::size_t j = i; j < std::min(spans.size(), i + batch); ++j)
+          list.push_back(spans[j].to_json());
+        json resource = {{"attributes",
+                          json::array({int_attr("dl.rank", rank), int_attr("dl.world_size", ranks),
+                                       {{"key", "nemo.run.id"},
+                                        {"value", {{"stringValue", "fake-run"}}}}})}};
+        json line = {{"resourceSpans",
+                      json::array({{{"resource", resource},
+                                    {"scopeSpans", json::array({{{"spans", list}}})}}})}};
+        out << line.dump() << "\n";
+      }
+    }
+  }
+};
+
+class StepStream : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("lens-step-stream-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    run_.make();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::vector<std::string> streamed_violations() {
+    std::vector<std::string> out;
+    for (const auto& v : check_dir(dir_).violations) out.push_back(format_violation(v));
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::vector<std::string> in_memory_violations() {
+    const tools::Run run = read_run(dir_);
+    std::vector<std::string> out;
+    for (const auto& v : check_run(run, build_view(run))) out.push_back(format_violation(v));
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  fs::path dir_;
+  FakeRun run_;
+};
+
+TEST_F(StepStream, WindowsComeInStepOrderWithEveryRanksSpansOfThatStep) {
+  run_.write(dir_, 7);  // lines cut across steps
+  std::vector<std::int64_t> seen;
+  tools::Run rest = stream_steps(dir_, [&](StepWindow& w) {
+    seen.push_back(w.step);
+    ASSERT_EQ(w.run.files.size(), 3u);
+    for (const auto& f : w.run.files) {
+      EXPECT_EQ(f.spans.size(), run_.spans_per_step(f.rank)) << "step " << w.step << " rank " << f.rank;
+      for (const auto& s : f.spans) EXPECT_EQ(s.trace_id, FakeRun::trace_of(static_cast<int>(w.step)));
+    }
+  });
+  EXPECT_EQ(seen, (std::vector<std::int64_t>{0, 1, 2, 3, 4}));
+  ASSERT_EQ(rest.files.size(), 3u);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(rest.files[rank].rank, rank);
+    EXPECT_EQ(rest.files[rank].world_size, 3);
+    ASSERT_EQ(rest.files[rank].spans.size(), 1u);
+    EXPECT_EQ(rest.files[rank].spans[0].name, "megatron.job");
+  }
+}
+
+TEST_F(StepStream, StepsAreHandedOverLongBeforeTheFilesAreRead) {
+  run_.steps = 60;
+  run_.make();
+  run_.write(dir_, 16);
+  std::uintmax_t read = 0, total = 0, read_at_first_step = 0;
+  StreamOptions o;
+  o.progress = [&](std::uintmax_t done, std::uintmax_t all) {
+    read = done;
+    total = all;
+  };
+  std::size_t largest_window = 0, windows = 0;
+  stream_steps(
+      dir_,
+      [&](StepWindow& w) {
+        if (windows++ == 0) read_at_first_step = read;
+        largest_window = std::max(largest_window, w.run.span_count());
+      },
+      o);
+  EXPECT_EQ(windows, 60u);
+  EXPECT_EQ(read, total);
+  EXPECT_GT(read_at_first_step, 0u);
+  EXPECT_LT(read_at_first_step, total / 10) << "the first step waited for most of the files";
+  EXPECT_EQ(largest_window, run_.spans_per_step(0) + run_.spans_per_step(1) + run_.spans_per_step(2));
+}
+
+TEST_F(StepStream, StopAfterStepStopsReading) {
+  run_.steps = 40;
+  run_.make();
+  run_.write(dir_, 8);
+  std::uintmax_t read = 0, total = 0;
+  StreamOptions o;
+  o.stop_after_step = 2;
+  o.progress = [&](std::uintmax_t done, std::uintmax_t all) {
+    read = done;
+    total = all;
+  };
+  std::vector<std::int64_t> seen;
+  stream_steps(dir_, [&](StepWindow& w) { seen.push_back(w.step); }, o);
+  EXPECT_EQ(seen, (std::vector<std::int64_t>{0, 1, 2}));
+  EXPECT_LT(read, total / 4);
+}
+
+TEST_F(StepStream, ARankWithoutStepSpansDoesNotHoldTheOthersBack) {
+  // Rank 2 recorded no step spans (its step group was off): its spans are
+  // in no step, and the other ranks' steps still come, without rank 2.
+  for (auto& s : run_.by_rank[2])
+    if (s.name == "megatron.train_step") s.name = "megatron.something_else";
+  run_.write(dir_, 5);
+  std::size_t windows = 0;
+  tools::Run rest = stream_steps(dir_, [&](StepWindow& w) {
+    ++windows;
+    EXPECT_TRUE(w.run.files[2].spans.empty());
+    EXPECT_EQ(w.run.files[0].spans.size(), run_.spans_per_step(0));
+  });
+  EXPECT_EQ(windows, 5u);
+  EXPECT_EQ(rest.files[2].spans.size(), 5 * run_.spans_per_step(2) + 1);
+}
+
+TEST_F(StepStream, ASpanEndingJustAfterItsStepSpanStaysWithItsStep) {
+  // Move step 1's first backward on rank 1 to just after its step span.
+  auto& spans = run_.by_rank[1];
+  auto step_span = std::find_if(spans.begin(), spans.end(), [](const FakeSpan& s) {
+    return s.name == "megatron.train_step" && s.trace == FakeRun::trace_of(1);
+  });
+  auto child = std::find_if(spans.begin(), spans.end(), [](const FakeSpan& s) {
+    return s.name == "megatron.microbatch.backward" && s.trace == FakeRun::trace_of(1);
+  });
+  ASSERT_LT(child, step_span);
+  FakeSpan late = *child;
+  spans.erase(child);
+  step_span = std::find_if(spans.begin(), spans.end(), [](const FakeSpan& s) {
+    return s.name == "megatron.train_step" && s.trace == FakeRun::trace_of(1);
+  });
+  spans.insert(step_span + 1, late);
+  run_.write(dir_, 1000);  // one line per file: the late span is read with its step
+  std::size_t in_step_1 = 0;
+  stream_steps(dir_, [&](StepWindow& w) {
+    if (w.step == 1) in_step_1 = w.run.files[1].spans.size();
+  });
+  EXPECT_EQ(in_step_1, run_.spans_per_step(1));
+  EXPECT_TRUE(streamed_violations().empty());
+}
+
+TEST_F(StepStream, CheckFindsWhatTheInMemoryCheckFinds) {
+  // A retargeted link on rank 1 (step 2), rank 2's trace id changed in
+  // step 3, a linked span on stage 0 (step 4), and rank 2's linked spans
+  // doubled in step 1 (the count grows and changes between steps).
+  for (auto& s : run_.by_rank[1])
+    if (s.trace == FakeRun::trace_of(2) && !s.links.empty()) s.links[0]["spanId"] = "00000000deadbeef";
+  for (auto& s : run_.by_rank[2])
+    if (s.trace == FakeRun::trace_of(3)) s.trace = FakeRun::trace_of(99);
+  FakeSpan wrong{FakeRun::trace_of(4), hex_id(0x7777, 16), FakeRun::step_span_id(4, 0),
+                 "megatron.pp.recv_forward.linked", 1, 2};
+  wrong.links.push_back({{"traceId", FakeRun::trace_of(4)}, {"spanId", FakeRun::step_span_id(4, 0)}});
+  auto& r0 = run_.by_rank[0];
+  r0.insert(std::find_if(r0.begin(), r0.end(), [](const FakeSpan& s) {
+              return s.name == "megatron.train_step" && s.trace == FakeRun::trace_of(4);
+            }),
+            wrong);
+  auto& r2 = run_.by_rank[2];
+  std::vector<FakeSpan> extra;
+  for (const auto& s : r2)
+    if (s.trace == FakeRun::trace_of(1) && s.name.ends_with(".linked")) {
+      FakeSpan copy = s;
+      copy.span = hex_id(0x8800 + extra.size(), 16);
+      extra.push_back(copy);
+    }
+  r2.insert(r2.begin() + 1, extra.begin(), extra.end());  // before step 1's step span
+  run_.write(dir_, 6);
+
+  const auto streamed = streamed_violations();
+  EXPECT_EQ(streamed, in_memory_violations());
+  const auto has = [&](const std::string& text) {
+    return std::any_of(streamed.begin(), streamed.end(),
+                       [&](const std::string& v) { return v.find(text) != std::string::npos; });
+  };
+  EXPECT_TRUE(has("step 2, rank 1: megatron.pp.recv_forward.linked links to span 00000000deadbeef"));
+  EXPECT_TRUE(has("step 3, rank 2: trace id " + FakeRun::trace_of(99) + " differs"));
+  EXPECT_TRUE(has("step 4, rank 0: a linked span on the first pipeline stage"));
+  EXPECT_TRUE(has("step 1, rank 2: 2 linked spans, more than the 1"));
+  EXPECT_TRUE(has("rank 2: the number of linked spans changes from step to step"));
+}
+
+TEST_F(StepStream, LinksOutOfTheirStepAreResolvedByASecondPass) {
+  // Step 3's linked spans on rank 1 link to step 0's step span (a span of
+  // the run, in another step) and rank 2's to rank 0's job span.
+  for (auto& s : run_.by_rank[1])
+    if (s.trace == FakeRun::trace_of(3) && !s.links.empty())
+      s.links[0] = {{"traceId", FakeRun::trace_of(0)}, {"spanId", FakeRun::step_span_id(0, 0)}};
+  for (auto& s : run_.by_rank[2])
+    if (s.trace == FakeRun::trace_of(3) && !s.links.empty())
+      s.links[0] = {{"traceId", hex_id(0xf00, 32)}, {"spanId", hex_id(0x9000, 16)}};
+  run_.write(dir_, 4);
+  const auto streamed = streamed_violations();
+  EXPECT_EQ(streamed, in_memory_violations());
+  for (const auto& v : streamed) EXPECT_EQ(v.find("which is not in the run"), std::string::npos) << v;
+  // They do violate "links to rank 0's step span of its own step".
+  EXPECT_FALSE(streamed.empty());
+}
+
+TEST_F(StepStream, SummaryMatchesTheInMemorySummary) {
+  run_.write(dir_, 9);
+  std::vector<std::string> warnings;
+  const Summary streamed = summarize_dir(dir_, {}, &warnings);
+  const Summary whole = summarize_run(build_view(read_run(dir_)));
+  EXPECT_EQ(format_json(streamed), format_json(whole));
+  EXPECT_EQ(streamed.pipeline_stages, 3);
+  EXPECT_EQ(streamed.microbatches, 4);
+  EXPECT_EQ(streamed.rows.size(), 15u);
+  EXPECT_TRUE(warnings.empty());
+}
+
+TEST_F(StepStream, ExportsWriteEverySpanAndEveryLink) {
+  run_.write(dir_, 11);
+  std::size_t spans = 0, links = 0;
+  for (const auto& r : run_.by_rank)
+    for (const auto& s : r) {
+      ++spans;
+      links += s.links.size();
+    }
+  std::ostringstream perfetto, jaeger;
+  const ExportCounts p = export_perfetto(dir_, perfetto);
+  const ExportCounts j = export_jaeger(dir_, jaeger);
+  EXPECT_EQ(p.spans, spans);
+  EXPECT_EQ(p.links, links);
+  EXPECT_EQ(j.spans, spans);
+
+  const json pj = json::parse(perfetto.str());
+  std::size_t complete = 0, starts = 0, ends = 0;
+  for (const auto& e : pj["traceEvents"]) {
+    complete += e["ph"] == "X";
+    starts += e["ph"] == "s";
+    ends += e["ph"] == "f";
+  }
+  EXPECT_EQ(complete, spans);
+  EXPECT_EQ(starts, links);
+  EXPECT_EQ(ends, links);
+
+  const json jj = json::parse(jaeger.str());
+  EXPECT_EQ(jj["data"].size(), 5u + 3u);  // a trace per step, and each rank's job span
+  std::size_t jaeger_spans = 0;
+  for (const auto& t : jj["data"]) jaeger_spans += t["spans"].size();
+  EXPECT_EQ(jaeger_spans, spans);
+}
+
+TEST_F(StepStream, MalformedLineIsAReadErrorNamingFileAndLine) {
+  run_.write(dir_, 10);
+  {
+    std::ofstream out(dir_ / "rank-1.otlp.jsonl", std::ios::app);
+    out << "{\"resourceSpans\": [ not json\n";
+    out << "{\"resourceSpans\": []}\n";
+  }
+  try {
+    check_dir(dir_);
+    FAIL() << "no ReadError";
+  } catch (const ReadError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank-1.otlp.jsonl:"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace lens::tools

@@ -1,0 +1,55 @@
+// Reading a run one step at a time, so that a long run's files never have
+// to fit in memory.
+//
+// The files of a run are read side by side, a line at a time, always the
+// file that is furthest behind. A rank's step is complete when its
+// megatron.train_step span (with dl.step) arrives: the spans of a step end
+// before its step span does, and the exporters write spans in the order they
+// end. Once every file has completed a step (or ended), that step's spans of
+// all ranks are handed over as one window and then dropped. What is held at
+// any time is the steps in flight between the files plus the spans that
+// belong to no step (the job span, spans of a step whose step span is not
+// recorded); a run recorded without the `step` group therefore still ends
+// up whole in memory.
+//
+// Thread safety: plain functions and values.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <limits>
+
+#include "run_reader.h"
+
+namespace lens::tools {
+
+// One step of a run: every file's metadata (rank, world size, run id, ...)
+// and, in each file's `spans`, only that rank's spans of this step.
+struct StepWindow {
+  std::int64_t step = 0;
+  Run run;
+};
+
+struct StreamOptions {
+  // Called after each line read with (bytes read, bytes in all files).
+  std::function<void(std::uintmax_t, std::uintmax_t)> progress;
+  // Stop reading once this step has been handed over (the returned files
+  // then hold what was read so far).
+  std::int64_t stop_after_step = std::numeric_limits<std::int64_t>::max();
+};
+
+// Calls `on_step` for every step, in increasing step number. Returns the
+// files' metadata and, in their `spans`, the spans that belong to no step
+// window, with the files' warnings. Throws ReadError for unreadable or
+// malformed input (naming the file and line).
+Run stream_steps(const std::filesystem::path& dir,
+                 const std::function<void(StepWindow&)>& on_step,
+                 const StreamOptions& options = {});
+
+// Calls `on_line_spans` with each line's spans of every file, in file order,
+// keeping nothing: for a second pass that looks for a few spans.
+void scan_spans(const std::filesystem::path& dir,
+                const std::function<void(const RankFile&, const std::vector<SpanRow>&)>& on_spans);
+
+}  // namespace lens::tools
