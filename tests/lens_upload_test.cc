@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 
 #include "otlp_receiver.h"
@@ -100,6 +101,10 @@ TEST_F(Upload, FilesOfARunArriveComplete) {
   EXPECT_GT(receiver.requests(), 1);  // batches of at most 50 spans
   EXPECT_NE(up.output.find(std::to_string(in_files) + " spans sent"), std::string::npos)
       << up.output;
+  // The batches counted before sending are the requests made.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(up.output, m, std::regex(R"((\d+) batches)"))) << up.output;
+  EXPECT_EQ(std::stoi(m[1]), receiver.requests());
 }
 
 TEST_F(Upload, CorruptLineIsNamedAndTheValidLinesStillGo) {

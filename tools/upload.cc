@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 namespace lens::tools {
@@ -67,48 +68,76 @@ UploadReport upload(const std::vector<std::filesystem::path>& paths, const OtlpH
   std::sort(files.begin(), files.end());
   report.files = files.size();
 
-  // Validate and batch everything first, so progress knows the total.
-  std::vector<Batch> batches(1);
-  for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) throw std::runtime_error(f.string() + ": cannot open");
-    std::string line;
-    std::size_t number = 0;
-    while (std::getline(in, line)) {
-      ++number;
-      if (line.empty()) continue;
-      ++report.lines;
-      try {
-        json req = json::parse(line);
-        const std::size_t spans = validate(req);
-        if (batches.back().spans > 0 && batches.back().spans + spans > max_spans_per_batch)
-          batches.emplace_back();
-        for (auto& rs : req["resourceSpans"]) batches.back().resource_spans.push_back(std::move(rs));
-        batches.back().spans += spans;
-      } catch (const std::exception& e) {
-        report.problems.push_back(f.string() + ":" + std::to_string(number) +
-                                  ": skipped, not an OTLP/JSON request: " + e.what());
+  // Reads every valid line in order: on_line(request, spans). Malformed lines
+  // go to the report, once each.
+  std::set<std::pair<std::size_t, std::size_t>> reported;  // (file, line)
+  const auto each_valid_line = [&](const std::function<void(json&, std::size_t)>& on_line) {
+    for (std::size_t fi = 0; fi < files.size(); ++fi) {
+      std::ifstream in(files[fi], std::ios::binary);
+      if (!in) throw std::runtime_error(files[fi].string() + ": cannot open");
+      std::string line;
+      std::size_t number = 0;
+      while (std::getline(in, line)) {
+        ++number;
+        if (line.empty()) continue;
+        json req;
+        std::size_t spans = 0;
+        try {
+          req = json::parse(line);
+          spans = validate(req);
+        } catch (const std::exception& e) {
+          if (reported.insert({fi, number}).second)
+            report.problems.push_back(files[fi].string() + ":" + std::to_string(number) +
+                                      ": skipped, not an OTLP/JSON request: " + e.what());
+          continue;
+        }
+        on_line(req, spans);
       }
     }
-  }
-  if (batches.back().spans == 0) batches.pop_back();
-  report.batches = batches.size();
+  };
 
+  // First pass: validate, and count the batches so that progress knows the
+  // total. Nothing is kept, so the files need not fit in memory.
+  std::size_t batches = 0, in_batch = 0;
+  each_valid_line([&](json&, std::size_t spans) {
+    ++report.lines;
+    if (in_batch > 0 && in_batch + spans > max_spans_per_batch) {  // as the sending pass does
+      ++batches;
+      in_batch = 0;
+    }
+    in_batch += spans;
+  });
+  if (in_batch > 0) ++batches;
+  report.batches = batches;
+
+  // Second pass: the same batches, each sent as soon as it is full.
   OtlpHttpOptions o = options;
   o.json = true;  // the lines are OTLP/JSON already
-  for (std::size_t i = 0; i < batches.size(); ++i) {
-    const std::string body = json({{"resourceSpans", batches[i].resource_spans}}).dump();
+  Batch batch;
+  std::size_t sent = 0;
+  const auto send = [&] {
+    if (batch.spans == 0) return;
+    const std::string body = json({{"resourceSpans", std::move(batch.resource_spans)}}).dump();
     const OtlpSendResult r = send_otlp_request(o, body);
+    ++sent;
     if (r.delivered) {
-      report.spans_sent += batches[i].spans;
+      report.spans_sent += batch.spans;
       report.spans_rejected += static_cast<std::size_t>(std::max<std::int64_t>(0, r.rejected));
     } else {
-      report.spans_failed += batches[i].spans;
-      report.problems.push_back("batch " + std::to_string(i + 1) + " (" +
-                                std::to_string(batches[i].spans) + " spans) failed: " + r.error);
+      report.spans_failed += batch.spans;
+      report.problems.push_back("batch " + std::to_string(sent) + " (" +
+                                std::to_string(batch.spans) + " spans) failed: " + r.error);
     }
-    if (progress) progress(i + 1, batches.size());
-  }
+    batch = Batch{};
+    if (progress) progress(sent, std::max(sent, batches));
+  };
+  each_valid_line([&](json& req, std::size_t spans) {
+    if (batch.spans > 0 && batch.spans + spans > max_spans_per_batch) send();
+    for (auto& rs : req["resourceSpans"]) batch.resource_spans.push_back(std::move(rs));
+    batch.spans += spans;
+  });
+  send();
+  report.batches = std::max(batches, sent);
   return report;
 }
 

@@ -2,6 +2,8 @@
 // an exporter's spool) to an OTLP/HTTP endpoint, in batches, with the
 // exporter's retry rules. Each line is validated first; a malformed line is
 // reported with its file and line and skipped, and the valid lines still go.
+// The files are read twice (validation and counting, then sending), holding
+// one batch at a time.
 #pragma once
 
 #include <filesystem>
