@@ -102,16 +102,26 @@ CarrierFrame encode_carrier(const std::optional<StepCarrier>& carrier) {
 
 std::string_view frame_status_name(FrameStatus status) {
   switch (status) {
-    case FrameStatus::kOk: return "ok";
-    case FrameStatus::kNoContext: return "no context";
-    case FrameStatus::kWrongSize: return "wrong frame size";
-    case FrameStatus::kBadMagic: return "bad magic";
-    case FrameStatus::kBadVersion: return "unsupported version";
-    case FrameStatus::kBadSizeField: return "bad size field";
-    case FrameStatus::kBadChecksum: return "bad checksum";
-    case FrameStatus::kBadTracestateLength: return "bad tracestate length";
-    case FrameStatus::kInvalidIds: return "invalid trace or span id";
-    case FrameStatus::kReservedNotZero: return "reserved bytes not zero";
+    case FrameStatus::kOk:
+      return "ok";
+    case FrameStatus::kNoContext:
+      return "no context";
+    case FrameStatus::kWrongSize:
+      return "wrong frame size";
+    case FrameStatus::kBadMagic:
+      return "bad magic";
+    case FrameStatus::kBadVersion:
+      return "unsupported version";
+    case FrameStatus::kBadSizeField:
+      return "bad size field";
+    case FrameStatus::kBadChecksum:
+      return "bad checksum";
+    case FrameStatus::kBadTracestateLength:
+      return "bad tracestate length";
+    case FrameStatus::kInvalidIds:
+      return "invalid trace or span id";
+    case FrameStatus::kReservedNotZero:
+      return "reserved bytes not zero";
   }
   return "unknown";
 }

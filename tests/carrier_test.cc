@@ -51,8 +51,9 @@ TEST(Carrier, NoContextFrame) {
 TEST(Carrier, LongTracestateIsShortenedFromTheRight) {
   StepCarrier c = sample_carrier();
   c.context.tracestate.clear();
-  for (int i = 0; i < 30; ++i) c.context.tracestate += (i ? "," : "") + std::string("key") +
-                                                       std::to_string(i) + "=" + std::string(10, 'v');
+  for (int i = 0; i < 30; ++i)
+    c.context.tracestate +=
+        (i ? "," : "") + std::string("key") + std::to_string(i) + "=" + std::string(10, 'v');
   ASSERT_GT(c.context.tracestate.size(), kCarrierMaxTracestateBytes);
   auto d = decode_carrier(encode_carrier(c));
   ASSERT_TRUE(d.carrier);
@@ -64,7 +65,8 @@ TEST(Carrier, LongTracestateIsShortenedFromTheRight) {
 // Recomputes the checksum after a deliberate edit, so the test reaches the
 // field check behind it.
 void reseal(CarrierFrame& f) {
-  const std::size_t tracestate = std::min<std::size_t>(f[14] | (f[15] << 8), kCarrierMaxTracestateBytes);
+  const std::size_t tracestate =
+      std::min<std::size_t>(f[14] | (f[15] << 8), kCarrierMaxTracestateBytes);
   const std::size_t end = (64 + tracestate + 7) / 8 * 8;
   std::uint64_t h = 0x6c656e732d667232ULL;
   for (std::size_t at = 0; at < end; at += 8) {
@@ -82,7 +84,8 @@ void reseal(CarrierFrame& f) {
 
 TEST(Carrier, MalformedFramesGiveNoContext) {
   const CarrierFrame good = encode_carrier(sample_carrier());
-  EXPECT_EQ(decode_carrier(std::span(good.data(), good.size() - 1)).status, FrameStatus::kWrongSize);
+  EXPECT_EQ(decode_carrier(std::span(good.data(), good.size() - 1)).status,
+            FrameStatus::kWrongSize);
   EXPECT_EQ(decode_carrier(std::span<const std::uint8_t>()).status, FrameStatus::kWrongSize);
   std::vector<std::uint8_t> longer(good.begin(), good.end());
   longer.push_back(0);

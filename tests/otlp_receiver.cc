@@ -28,12 +28,11 @@ std::string gunzip(const std::string& in) {
 
 }  // namespace
 
-OtlpReceiver::OtlpReceiver(std::function<Reply(int)> policy, int port,
-                           std::optional<TlsFiles> tls)
+OtlpReceiver::OtlpReceiver(std::function<Reply(int)> policy, int port, std::optional<TlsFiles> tls)
     : tls_(tls.has_value()), policy_(std::move(policy)) {
   if (tls) {
-    auto ssl = std::make_unique<httplib::SSLServer>(tls->certificate.c_str(),
-                                                    tls->private_key.c_str());
+    auto ssl =
+        std::make_unique<httplib::SSLServer>(tls->certificate.c_str(), tls->private_key.c_str());
     if (!ssl->is_valid())
       throw std::runtime_error("test receiver: cannot load " + tls->certificate + " / " +
                                tls->private_key);
@@ -71,7 +70,8 @@ OtlpReceiver::OtlpReceiver(std::function<Reply(int)> policy, int port,
         return;
       }
       for (const auto& rs : r.resource_spans())
-        for (const auto& ss : rs.scope_spans()) accepted_spans_ += static_cast<std::size_t>(ss.spans_size());
+        for (const auto& ss : rs.scope_spans())
+          accepted_spans_ += static_cast<std::size_t>(ss.spans_size());
       proto_.push_back(std::move(r));
       res.set_content(reply.body, "application/x-protobuf");
     }

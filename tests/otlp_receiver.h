@@ -38,8 +38,9 @@ class OtlpReceiver {
  public:
   // policy(n) decides the reply to the n-th request (0-based).
   // port 0: any free port. With `tls`, the receiver speaks HTTPS.
-  explicit OtlpReceiver(std::function<Reply(int)> policy = [](int) { return Reply{}; },
-                        int port = 0, std::optional<TlsFiles> tls = std::nullopt);
+  explicit OtlpReceiver(
+      std::function<Reply(int)> policy = [](int) { return Reply{}; }, int port = 0,
+      std::optional<TlsFiles> tls = std::nullopt);
   ~OtlpReceiver();
 
   // Binds now; listening starts with start() (so a test can have the port

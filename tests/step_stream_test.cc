@@ -3,6 +3,8 @@
 // step order with exactly that step's spans of every rank, they come before
 // the files have been read to the end, and check, summary and the exports
 // say what the whole-run, in-memory path says.
+#include "step_stream.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,7 +17,6 @@
 
 #include "check.h"
 #include "run_reader.h"
-#include "step_stream.h"
 #include "summary.h"
 #include "viewer_export.h"
 
@@ -42,9 +43,13 @@ struct FakeSpan {
   json links = json::array();
 
   json to_json() const {
-    json s = {{"traceId", trace}, {"spanId", span}, {"name", name},
-              {"kind", 1}, {"startTimeUnixNano", std::to_string(start)},
-              {"endTimeUnixNano", std::to_string(end)}, {"attributes", attributes},
+    json s = {{"traceId", trace},
+              {"spanId", span},
+              {"name", name},
+              {"kind", 1},
+              {"startTimeUnixNano", std::to_string(start)},
+              {"endTimeUnixNano", std::to_string(end)},
+              {"attributes", attributes},
               {"links", links}};
     if (!parent.empty()) s["parentSpanId"] = parent;
     return s;
@@ -75,8 +80,9 @@ struct FakeRun {
                                      : std::min(ranks - rank - 1, microbatches) +
                                            (microbatches > ranks - rank - 1 ? 1 : 0);
         for (int i = 0; i < linked; ++i) {
-          FakeSpan l{trace_of(step), hex_id(next_id++, 16), step_id,
-                     "megatron.pp.recv_forward.linked", t, t + 10};
+          FakeSpan l{
+              trace_of(step), hex_id(next_id++, 16), step_id, "megatron.pp.recv_forward.linked", t,
+              t + 10};
           l.attributes.push_back(int_attr("dl.microbatch_id", i));
           l.links.push_back({{"traceId", trace_of(step)}, {"spanId", step_span_id(step, 0)}});
           by_rank[rank].push_back(l);
@@ -96,8 +102,12 @@ struct FakeRun {
         by_rank[rank].push_back(step_span);
         t += 50;
       }
-      FakeSpan job{hex_id(0xf00 + rank, 32), hex_id(0x9000 + rank, 16), "", "megatron.job",
-                   1'000'000'000, t};
+      FakeSpan job{hex_id(0xf00 + rank, 32),
+                   hex_id(0x9000 + rank, 16),
+                   "",
+                   "megatron.job",
+                   1'000'000'000,
+                   t};
       job.attributes.push_back(int_attr("dl.pipeline_parallel.size", ranks));
       job.attributes.push_back(int_attr("dl.num_microbatches", microbatches));
       by_rank[rank].push_back(job);
@@ -121,13 +131,13 @@ struct FakeRun {
         json list = json::array();
         for (std::size_t j = i; j < std::min(spans.size(), i + batch); ++j)
           list.push_back(spans[j].to_json());
-        json resource = {{"attributes",
-                          json::array({int_attr("dl.rank", rank), int_attr("dl.world_size", ranks),
-                                       {{"key", "nemo.run.id"},
-                                        {"value", {{"stringValue", "fake-run"}}}}})}};
-        json line = {{"resourceSpans",
-                      json::array({{{"resource", resource},
-                                    {"scopeSpans", json::array({{{"spans", list}}})}}})}};
+        json resource = {{"attributes", json::array({int_attr("dl.rank", rank),
+                                                     int_attr("dl.world_size", ranks),
+                                                     {{"key", "nemo.run.id"},
+                                                      {"value", {{"stringValue", "fake-run"}}}}})}};
+        json line = {
+            {"resourceSpans", json::array({{{"resource", resource},
+                                            {"scopeSpans", json::array({{{"spans", list}}})}}})}};
         out << line.dump() << "\n";
       }
     }
@@ -170,8 +180,10 @@ TEST_F(StepStream, WindowsComeInStepOrderWithEveryRanksSpansOfThatStep) {
     seen.push_back(w.step);
     ASSERT_EQ(w.run.files.size(), 3u);
     for (const auto& f : w.run.files) {
-      EXPECT_EQ(f.spans.size(), run_.spans_per_step(f.rank)) << "step " << w.step << " rank " << f.rank;
-      for (const auto& s : f.spans) EXPECT_EQ(s.trace_id, FakeRun::trace_of(static_cast<int>(w.step)));
+      EXPECT_EQ(f.spans.size(), run_.spans_per_step(f.rank))
+          << "step " << w.step << " rank " << f.rank;
+      for (const auto& s : f.spans)
+        EXPECT_EQ(s.trace_id, FakeRun::trace_of(static_cast<int>(w.step)));
     }
   });
   EXPECT_EQ(seen, (std::vector<std::int64_t>{0, 1, 2, 3, 4}));
@@ -206,7 +218,8 @@ TEST_F(StepStream, StepsAreHandedOverLongBeforeTheFilesAreRead) {
   EXPECT_EQ(read, total);
   EXPECT_GT(read_at_first_step, 0u);
   EXPECT_LT(read_at_first_step, total / 10) << "the first step waited for most of the files";
-  EXPECT_EQ(largest_window, run_.spans_per_step(0) + run_.spans_per_step(1) + run_.spans_per_step(2));
+  EXPECT_EQ(largest_window,
+            run_.spans_per_step(0) + run_.spans_per_step(1) + run_.spans_per_step(2));
 }
 
 TEST_F(StepStream, StopAfterStepStopsReading) {
@@ -221,7 +234,8 @@ TEST_F(StepStream, StopAfterStepStopsReading) {
     total = all;
   };
   std::vector<std::int64_t> seen;
-  stream_steps(dir_, [&](StepWindow& w) { seen.push_back(w.step); }, o);
+  stream_steps(
+      dir_, [&](StepWindow& w) { seen.push_back(w.step); }, o);
   EXPECT_EQ(seen, (std::vector<std::int64_t>{0, 1, 2}));
   EXPECT_LT(read, total / 4);
 }
@@ -272,16 +286,24 @@ TEST_F(StepStream, CheckFindsWhatTheInMemoryCheckFinds) {
   // step 3, a linked span on stage 0 (step 4), and rank 2's linked spans
   // doubled in step 1 (the count grows and changes between steps).
   for (auto& s : run_.by_rank[1])
-    if (s.trace == FakeRun::trace_of(2) && !s.links.empty()) s.links[0]["spanId"] = "00000000deadbeef";
+    if (s.trace == FakeRun::trace_of(2) && !s.links.empty())
+      s.links[0]["spanId"] = "00000000deadbeef";
   for (auto& s : run_.by_rank[2])
     if (s.trace == FakeRun::trace_of(3)) s.trace = FakeRun::trace_of(99);
-  FakeSpan wrong{FakeRun::trace_of(4), hex_id(0x7777, 16), FakeRun::step_span_id(4, 0),
-                 "megatron.pp.recv_forward.linked", 1, 2};
-  wrong.links.push_back({{"traceId", FakeRun::trace_of(4)}, {"spanId", FakeRun::step_span_id(4, 0)}});
+  FakeSpan wrong{FakeRun::trace_of(4),
+                 hex_id(0x7777, 16),
+                 FakeRun::step_span_id(4, 0),
+                 "megatron.pp.recv_forward.linked",
+                 1,
+                 2};
+  wrong.links.push_back(
+      {{"traceId", FakeRun::trace_of(4)}, {"spanId", FakeRun::step_span_id(4, 0)}});
   auto& r0 = run_.by_rank[0];
-  r0.insert(std::find_if(r0.begin(), r0.end(), [](const FakeSpan& s) {
-              return s.name == "megatron.train_step" && s.trace == FakeRun::trace_of(4);
-            }),
+  r0.insert(std::find_if(r0.begin(), r0.end(),
+                         [](const FakeSpan& s) {
+                           return s.name == "megatron.train_step" &&
+                                  s.trace == FakeRun::trace_of(4);
+                         }),
             wrong);
   auto& r2 = run_.by_rank[2];
   std::vector<FakeSpan> extra;
@@ -300,7 +322,8 @@ TEST_F(StepStream, CheckFindsWhatTheInMemoryCheckFinds) {
     return std::any_of(streamed.begin(), streamed.end(),
                        [&](const std::string& v) { return v.find(text) != std::string::npos; });
   };
-  EXPECT_TRUE(has("step 2, rank 1: megatron.pp.recv_forward.linked links to span 00000000deadbeef"));
+  EXPECT_TRUE(
+      has("step 2, rank 1: megatron.pp.recv_forward.linked links to span 00000000deadbeef"));
   EXPECT_TRUE(has("step 3, rank 2: trace id " + FakeRun::trace_of(99) + " differs"));
   EXPECT_TRUE(has("step 4, rank 0: a linked span on the first pipeline stage"));
   EXPECT_TRUE(has("step 1, rank 2: 2 linked spans, more than the 1"));
@@ -319,7 +342,8 @@ TEST_F(StepStream, LinksOutOfTheirStepAreResolvedByASecondPass) {
   run_.write(dir_, 4);
   const auto streamed = streamed_violations();
   EXPECT_EQ(streamed, in_memory_violations());
-  for (const auto& v : streamed) EXPECT_EQ(v.find("which is not in the run"), std::string::npos) << v;
+  for (const auto& v : streamed)
+    EXPECT_EQ(v.find("which is not in the run"), std::string::npos) << v;
   // They do violate "links to rank 0's step span of its own step".
   EXPECT_FALSE(streamed.empty());
 }

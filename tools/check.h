@@ -54,7 +54,7 @@ class RunChecker {
 
   std::vector<Violation> found_;
   std::vector<PendingLink> pending_;
-  std::vector<LinkedCount> linked_;                    // stages > 0 with linked spans
+  std::vector<LinkedCount> linked_;                     // stages > 0 with linked spans
   std::map<int, std::set<std::size_t>> linked_counts_;  // rank -> distinct counts per step
   int pipeline_stages_ = 0;
   std::size_t steps_ = 0;

@@ -180,11 +180,9 @@ int main(int argc, char** argv) {
       auto dash = steps.find('-');
       try {
         o.first_step = std::stoll(steps.substr(0, dash));
-        o.last_step =
-            dash == std::string::npos ? o.first_step : std::stoll(steps.substr(dash + 1));
+        o.last_step = dash == std::string::npos ? o.first_step : std::stoll(steps.substr(dash + 1));
       } catch (const std::exception&) {
-        std::fprintf(stderr,
-                     "lens: --steps '%s' is not valid; accepted: A-B or A (step numbers)\n",
+        std::fprintf(stderr, "lens: --steps '%s' is not valid; accepted: A-B or A (step numbers)\n",
                      steps.c_str());
         return kBadInput;
       }

@@ -70,8 +70,8 @@ void take_line(Cursor& c, std::int64_t handed_over) {
 
 }  // namespace
 
-Run stream_steps(const std::filesystem::path& dir,
-                 const std::function<void(StepWindow&)>& on_step, const StreamOptions& options) {
+Run stream_steps(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
+                 const StreamOptions& options) {
   const auto paths = run_files(dir);
   std::vector<Cursor> cursors(paths.size());
   std::uintmax_t total_bytes = 0;

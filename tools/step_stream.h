@@ -43,8 +43,7 @@ struct StreamOptions {
 // files' metadata and, in their `spans`, the spans that belong to no step
 // window, with the files' warnings. Throws ReadError for unreadable or
 // malformed input (naming the file and line).
-Run stream_steps(const std::filesystem::path& dir,
-                 const std::function<void(StepWindow&)>& on_step,
+Run stream_steps(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
                  const StreamOptions& options = {});
 
 // Calls `on_line_spans` with each line's spans of every file, in file order,

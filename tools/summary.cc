@@ -24,16 +24,27 @@ void SummaryBuilder::add(const PipelineView& view) {
       double window = 0;
       for (const SpanRow* s : sr.spans) {
         switch (kind_of(*s)) {
-          case SpanKind::kForward: row.forward_ms += ms(*s); break;
-          case SpanKind::kBackward: row.backward_ms += ms(*s); break;
-          case SpanKind::kP2p: row.p2p_ms += ms(*s); break;
-          case SpanKind::kOptimizer: row.optimizer_ms += ms(*s); break;
-          case SpanKind::kForwardBackward: window += ms(*s); break;
-          default: break;
+          case SpanKind::kForward:
+            row.forward_ms += ms(*s);
+            break;
+          case SpanKind::kBackward:
+            row.backward_ms += ms(*s);
+            break;
+          case SpanKind::kP2p:
+            row.p2p_ms += ms(*s);
+            break;
+          case SpanKind::kOptimizer:
+            row.optimizer_ms += ms(*s);
+            break;
+          case SpanKind::kForwardBackward:
+            window += ms(*s);
+            break;
+          default:
+            break;
         }
       }
-      row.idle_ms = std::max(0.0, row.step_ms - row.forward_ms - row.backward_ms - row.p2p_ms -
-                                      row.optimizer_ms);
+      row.idle_ms = std::max(
+          0.0, row.step_ms - row.forward_ms - row.backward_ms - row.p2p_ms - row.optimizer_ms);
       const double compute = row.forward_ms + row.backward_ms;
       if (window > 0 && compute > 0) {
         row.bubble = std::max(0.0, 1.0 - compute / window);
@@ -51,8 +62,8 @@ Summary SummaryBuilder::finish(const PipelineView& rest) {
   add(rest);
   Summary out = std::move(out_);
   if (out.pipeline_stages > 0 && out.microbatches > 0)
-    out.theoretical_bubble = static_cast<double>(out.pipeline_stages - 1) /
-                             (out.microbatches + out.pipeline_stages - 1);
+    out.theoretical_bubble =
+        static_cast<double>(out.pipeline_stages - 1) / (out.microbatches + out.pipeline_stages - 1);
   if (bubble_rows_ > 0) out.measured_bubble = bubble_sum_ / bubble_rows_;
   for (const auto& [stage, c] : compute_by_stage_) {
     const double per_step = c.first / c.second;
@@ -120,17 +131,25 @@ std::string format_table(const Summary& s) {
 std::string format_json(const Summary& s) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : s.rows) {
-    rows.push_back({{"step", r.step}, {"rank", r.rank}, {"stage", r.stage},
-                    {"step_ms", r.step_ms}, {"forward_ms", r.forward_ms},
-                    {"backward_ms", r.backward_ms}, {"p2p_ms", r.p2p_ms},
-                    {"optimizer_ms", r.optimizer_ms}, {"idle_ms", r.idle_ms},
-                    {"bubble", r.bubble >= 0 ? nlohmann::json(r.bubble) : nlohmann::json(nullptr)}});
+    rows.push_back(
+        {{"step", r.step},
+         {"rank", r.rank},
+         {"stage", r.stage},
+         {"step_ms", r.step_ms},
+         {"forward_ms", r.forward_ms},
+         {"backward_ms", r.backward_ms},
+         {"p2p_ms", r.p2p_ms},
+         {"optimizer_ms", r.optimizer_ms},
+         {"idle_ms", r.idle_ms},
+         {"bubble", r.bubble >= 0 ? nlohmann::json(r.bubble) : nlohmann::json(nullptr)}});
   }
   nlohmann::json j = {
       {"pipeline_stages", s.pipeline_stages},
       {"microbatches", s.microbatches},
-      {"measured_bubble", s.measured_bubble >= 0 ? nlohmann::json(s.measured_bubble) : nlohmann::json(nullptr)},
-      {"theoretical_bubble", s.theoretical_bubble >= 0 ? nlohmann::json(s.theoretical_bubble) : nlohmann::json(nullptr)},
+      {"measured_bubble",
+       s.measured_bubble >= 0 ? nlohmann::json(s.measured_bubble) : nlohmann::json(nullptr)},
+      {"theoretical_bubble",
+       s.theoretical_bubble >= 0 ? nlohmann::json(s.theoretical_bubble) : nlohmann::json(nullptr)},
       {"slowest_stage", s.slowest_stage},
       {"rows", rows}};
   return j.dump(1) + "\n";

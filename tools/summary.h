@@ -3,11 +3,10 @@
 // to the theoretical (P-1)/(M+P-1), and the slowest stage.
 #pragma once
 
-#include <string>
-#include <vector>
-
 #include <filesystem>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "pipeline_view.h"
 #include "step_stream.h"

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 namespace lens::tools {
 
@@ -32,7 +32,8 @@ std::size_t validate(const json& req) {
         throw std::runtime_error("a scopeSpans entry has no spans array");
       for (const auto& s : ss["spans"]) {
         if (!lower_hex(s.value("traceId", json()), 32) || !lower_hex(s.value("spanId", json()), 16))
-          throw std::runtime_error("a span's traceId/spanId is not lowercase hex of the right length");
+          throw std::runtime_error(
+              "a span's traceId/spanId is not lowercase hex of the right length");
         if (!s.contains("name") || !s["name"].is_string())
           throw std::runtime_error("a span has no name");
         ++spans;
@@ -58,7 +59,8 @@ UploadReport upload(const std::vector<std::filesystem::path>& paths, const OtlpH
     std::error_code ec;
     if (std::filesystem::is_directory(p, ec)) {
       for (const auto& e : std::filesystem::recursive_directory_iterator(p))
-        if (e.is_regular_file() && e.path().string().ends_with(".otlp.jsonl")) files.push_back(e.path());
+        if (e.is_regular_file() && e.path().string().ends_with(".otlp.jsonl"))
+          files.push_back(e.path());
     } else if (std::filesystem::is_regular_file(p, ec)) {
       files.push_back(p);
     } else {

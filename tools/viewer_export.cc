@@ -39,9 +39,7 @@ struct FlowStart {
   std::int64_t start_ns = 0;
   bool found = false;
 };
-FlowStart flow_start(const SpanRow& s) {
-  return {s.rank, lane_row(kind_of(s)), s.start_ns, true};
-}
+FlowStart flow_start(const SpanRow& s) { return {s.rank, lane_row(kind_of(s)), s.start_ns, true}; }
 
 }  // namespace
 
@@ -54,10 +52,21 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
   const auto add_flow = [&](const FlowStart& from, const SpanRow& s) {
     ++flow_id;
     ++counts.links;
-    events.add({{"ph", "s"}, {"name", "link"}, {"cat", "link"}, {"id", flow_id},
-                {"pid", from.rank}, {"tid", from.row}, {"ts", from.start_ns / 1000.0}});
-    events.add({{"ph", "f"}, {"bp", "e"}, {"name", "link"}, {"cat", "link"}, {"id", flow_id},
-                {"pid", s.rank}, {"tid", lane_row(kind_of(s))}, {"ts", s.start_ns / 1000.0}});
+    events.add({{"ph", "s"},
+                {"name", "link"},
+                {"cat", "link"},
+                {"id", flow_id},
+                {"pid", from.rank},
+                {"tid", from.row},
+                {"ts", from.start_ns / 1000.0}});
+    events.add({{"ph", "f"},
+                {"bp", "e"},
+                {"name", "link"},
+                {"cat", "link"},
+                {"id", flow_id},
+                {"pid", s.rank},
+                {"tid", lane_row(kind_of(s))},
+                {"ts", s.start_ns / 1000.0}});
   };
   // Links whose target is not in the linking span's step: drawn at the end.
   struct Pending {
@@ -75,9 +84,14 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
         json args = s.attributes;
         args["trace_id"] = s.trace_id;
         args["span_id"] = s.span_id;
-        events.add({{"ph", "X"}, {"name", s.name}, {"cat", kind_name(k)}, {"pid", s.rank},
-                    {"tid", lane_row(k)}, {"ts", s.start_ns / 1000.0},
-                    {"dur", (s.end_ns - s.start_ns) / 1000.0}, {"args", args}});
+        events.add({{"ph", "X"},
+                    {"name", s.name},
+                    {"cat", kind_name(k)},
+                    {"pid", s.rank},
+                    {"tid", lane_row(k)},
+                    {"ts", s.start_ns / 1000.0},
+                    {"dur", (s.end_ns - s.start_ns) / 1000.0},
+                    {"args", args}});
         ++counts.spans;
         for (const auto& [trace, span] : s.links) {
           auto it = by_id.find(span);
@@ -92,16 +106,26 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
       }
     }
   };
-  Run rest = stream_steps(dir, [&](StepWindow& w) { add_spans(w.run); }, options);
+  Run rest = stream_steps(
+      dir, [&](StepWindow& w) { add_spans(w.run); }, options);
   add_spans(rest);
   const char* row_names[kLaneRows] = {"step", "compute", "p2p", "linked"};
   for (const auto& f : rest.files) {
-    events.add({{"ph", "M"}, {"name", "process_name"}, {"pid", f.rank}, {"tid", 0},
+    events.add({{"ph", "M"},
+                {"name", "process_name"},
+                {"pid", f.rank},
+                {"tid", 0},
                 {"args", {{"name", "rank " + std::to_string(f.rank)}}}});
-    events.add({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", f.rank}, {"tid", 0},
+    events.add({{"ph", "M"},
+                {"name", "process_sort_index"},
+                {"pid", f.rank},
+                {"tid", 0},
                 {"args", {{"sort_index", f.rank}}}});
     for (int row = 0; row < kLaneRows; ++row)
-      events.add({{"ph", "M"}, {"name", "thread_name"}, {"pid", f.rank}, {"tid", row},
+      events.add({{"ph", "M"},
+                  {"name", "thread_name"},
+                  {"pid", f.rank},
+                  {"tid", row},
                   {"args", {{"name", row_names[row]}}}});
   }
   if (!pending.empty()) {
@@ -114,8 +138,7 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
         if (auto it = targets.find(s.span_id); it != targets.end()) it->second = flow_start(s);
     });
     for (const auto& p : pending)
-      if (const FlowStart& from = targets[p.target]; from.found)
-        add_flow(from, p.linking);
+      if (const FlowStart& from = targets[p.target]; from.found) add_flow(from, p.linking);
   }
   out << "]}\n";
   collect_warnings(rest, counts);
@@ -133,27 +156,37 @@ ExportCounts export_jaeger(const std::filesystem::path& dir, std::ostream& out,
       const std::string process = "p" + std::to_string(f.rank);
       const json process_json = {
           {"serviceName", f.service_name.empty() ? "unknown" : f.service_name},
-          {"tags", json::array({{{"key", "dl.rank"}, {"type", "int64"}, {"value", f.rank}},
-                                {{"key", "nemo.run.id"}, {"type", "string"}, {"value", f.run_id}}})}};
+          {"tags",
+           json::array({{{"key", "dl.rank"}, {"type", "int64"}, {"value", f.rank}},
+                        {{"key", "nemo.run.id"}, {"type", "string"}, {"value", f.run_id}}})}};
       for (const auto& s : f.spans) {
         json& trace = traces[s.trace_id];
         if (trace.is_null())
-          trace = {{"traceID", s.trace_id}, {"spans", json::array()}, {"processes", json::object()}};
+          trace = {
+              {"traceID", s.trace_id}, {"spans", json::array()}, {"processes", json::object()}};
         trace["processes"][process] = process_json;
         json refs = json::array();
         if (!s.parent_span_id.empty())
-          refs.push_back({{"refType", "CHILD_OF"}, {"traceID", s.trace_id}, {"spanID", s.parent_span_id}});
+          refs.push_back(
+              {{"refType", "CHILD_OF"}, {"traceID", s.trace_id}, {"spanID", s.parent_span_id}});
         for (const auto& [lt, ls] : s.links) {
           refs.push_back({{"refType", "FOLLOWS_FROM"}, {"traceID", lt}, {"spanID", ls}});
           ++counts.links;
         }
         json tags = json::array();
-        for (const auto& [k, v] : s.attributes) tags.push_back({{"key", k}, {"type", "string"}, {"value", v}});
-        trace["spans"].push_back({{"traceID", s.trace_id}, {"spanID", s.span_id},
-                                  {"operationName", s.name}, {"references", refs},
-                                  {"startTime", s.start_ns / 1000}, {"duration", (s.end_ns - s.start_ns) / 1000},
-                                  {"tags", tags}, {"logs", json::array()}, {"processID", process},
-                                  {"warnings", nullptr}, {"flags", 1}});
+        for (const auto& [k, v] : s.attributes)
+          tags.push_back({{"key", k}, {"type", "string"}, {"value", v}});
+        trace["spans"].push_back({{"traceID", s.trace_id},
+                                  {"spanID", s.span_id},
+                                  {"operationName", s.name},
+                                  {"references", refs},
+                                  {"startTime", s.start_ns / 1000},
+                                  {"duration", (s.end_ns - s.start_ns) / 1000},
+                                  {"tags", tags},
+                                  {"logs", json::array()},
+                                  {"processID", process},
+                                  {"warnings", nullptr},
+                                  {"flags", 1}});
         ++counts.spans;
       }
     }
@@ -162,7 +195,8 @@ ExportCounts export_jaeger(const std::filesystem::path& dir, std::ostream& out,
       ++counts.traces;
     }
   };
-  Run rest = stream_steps(dir, [&](StepWindow& w) { add_traces(w.run); }, options);
+  Run rest = stream_steps(
+      dir, [&](StepWindow& w) { add_traces(w.run); }, options);
   add_traces(rest);
   out << "]}\n";
   collect_warnings(rest, counts);

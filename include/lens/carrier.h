@@ -69,15 +69,15 @@ using CarrierFrame = std::array<std::uint8_t, kCarrierFrameBytes>;
 CarrierFrame encode_carrier(const std::optional<StepCarrier>& carrier);
 
 enum class FrameStatus {
-  kOk,             ///< a context was decoded
-  kNoContext,      ///< a well-formed frame that says "no context"
-  kWrongSize,      ///< buffer is not exactly kCarrierFrameBytes
+  kOk,         ///< a context was decoded
+  kNoContext,  ///< a well-formed frame that says "no context"
+  kWrongSize,  ///< buffer is not exactly kCarrierFrameBytes
   kBadMagic,
   kBadVersion,
   kBadSizeField,
   kBadChecksum,
   kBadTracestateLength,
-  kInvalidIds,     ///< all-zero trace or span id
+  kInvalidIds,  ///< all-zero trace or span id
   kReservedNotZero,
 };
 

@@ -1,6 +1,6 @@
 // libFuzzer target: the `lens` command's OTLP-JSON-lines reader, and the
-// check that runs over what it read, both whole and a step at a time. Any file content must give spans or a
-// ReadError naming the file and line, never a crash.
+// check that runs over what it read, both whole and a step at a time. Any file content must give
+// spans or a ReadError naming the file and line, never a crash.
 #include <unistd.h>
 
 #include <cstdint>
