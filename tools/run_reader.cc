@@ -18,6 +18,21 @@ std::int64_t SpanRow::int_attr(const std::string& key, std::int64_t fallback) co
   }
 }
 
+RankFile RankFile::without_spans() const {
+  RankFile m;
+  m.path = path;
+  m.rank = rank;
+  m.world_size = world_size;
+  m.run_id = run_id;
+  m.service_name = service_name;
+  m.trace_scope = trace_scope;
+  m.export_filter = export_filter;
+  m.replica = replica;
+  m.lines = lines;
+  m.warnings = warnings;
+  return m;
+}
+
 std::size_t Run::span_count() const {
   std::size_t n = 0;
   for (const auto& f : files) n += f.spans.size();

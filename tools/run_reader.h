@@ -42,6 +42,9 @@ struct RankFile {
   std::vector<SpanRow> spans;
   std::size_t lines = 0;
   std::vector<std::string> warnings;
+
+  // Everything but the spans.
+  RankFile without_spans() const;
 };
 
 struct Run {

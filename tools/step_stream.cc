@@ -25,20 +25,6 @@ struct Cursor {
 
 bool is_step_span(const SpanRow& s) { return kind_of(s) == SpanKind::kStep && s.has("dl.step"); }
 
-RankFile metadata_of(const RankFile& f) {
-  RankFile m;
-  m.path = f.path;
-  m.rank = f.rank;
-  m.world_size = f.world_size;
-  m.run_id = f.run_id;
-  m.service_name = f.service_name;
-  m.trace_scope = f.trace_scope;
-  m.export_filter = f.export_filter;
-  m.replica = f.replica;
-  m.lines = f.lines;
-  return m;
-}
-
 void take_line(Cursor& c, std::int64_t handed_over) {
   std::vector<SpanRow> rows = std::move(c.reader->file().spans);
   c.reader->file().spans.clear();
@@ -95,7 +81,7 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
       window.step = step;
       window.run.dir = dir;
       for (auto& c : cursors) {
-        RankFile f = metadata_of(c.reader->file());
+        RankFile f = c.reader->file().without_spans();
         auto it = c.complete.find(step);
         if (it != c.complete.end()) {
           f.spans = std::move(it->second);
@@ -135,8 +121,7 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
   Run rest;
   rest.dir = dir;
   for (auto& c : cursors) {
-    RankFile f = metadata_of(c.reader->file());
-    f.warnings = c.reader->file().warnings;
+    RankFile f = c.reader->file().without_spans();
     for (auto& [trace, rows] : c.open)
       for (auto& row : rows) f.spans.push_back(std::move(row));
     if (!c.late.empty())
