@@ -1,7 +1,12 @@
 #include "lens/mpi_communicator.h"
 
 #include <chrono>
+#include <cstring>
 #include <thread>
+
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>
+#endif
 
 namespace lens {
 namespace {
@@ -49,6 +54,54 @@ void MpiCommunicator::wait(MPI_Request& request, std::string_view what,
   }
 }
 
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  // MPI forbids freeing a started collective; one that timed out is left.
+  if (persistent_.request != MPI_REQUEST_NULL && !finalized && !persistent_stuck_)
+    MPI_Request_free(&persistent_.request);
+}
+
+bool MpiCommunicator::persistent_broadcast(std::span<std::uint8_t> data, int root,
+                                           std::chrono::milliseconds timeout) {
+#if MPI_VERSION >= 4 || defined(OMPI_HAVE_MPI_EXT_PCOLLREQ)
+  if (persistent_stuck_) throw CommError(describe_failure("broadcast", "an earlier one timed out"));
+  if (persistent_.request == MPI_REQUEST_NULL || persistent_.root != root ||
+      persistent_.buffer.size() != data.size()) {
+    if (persistent_.request != MPI_REQUEST_NULL) MPI_Request_free(&persistent_.request);
+    persistent_.root = root;
+    persistent_.buffer.assign(data.size(), 0);
+#if MPI_VERSION >= 4
+    const int rc = MPI_Bcast_init(persistent_.buffer.data(), static_cast<int>(data.size()),
+                                  MPI_BYTE, root, comm_, MPI_INFO_NULL, &persistent_.request);
+#else
+    const int rc = MPIX_Bcast_init(persistent_.buffer.data(), static_cast<int>(data.size()),
+                                   MPI_BYTE, root, comm_, MPI_INFO_NULL, &persistent_.request);
+#endif
+    if (rc != MPI_SUCCESS) {
+      persistent_.request = MPI_REQUEST_NULL;
+      throw CommError(describe_failure("MPI_Bcast_init", mpi_error_text(rc)));
+    }
+  }
+  if (rank_ == root) std::memcpy(persistent_.buffer.data(), data.data(), data.size());
+  const int rc = MPI_Start(&persistent_.request);
+  if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Start", mpi_error_text(rc)));
+  try {
+    wait(persistent_.request, "broadcast (persistent MPI_Bcast_init request)", timeout);
+  } catch (const CommError&) {
+    persistent_stuck_ = true;
+    throw;
+  }
+  if (rank_ != root) std::memcpy(data.data(), persistent_.buffer.data(), data.size());
+  return true;
+#else
+  (void)data;
+  (void)root;
+  (void)timeout;
+  return false;
+#endif
+}
+
 void MpiCommunicator::broadcast(std::span<std::uint8_t> data, int root,
                                 std::chrono::milliseconds timeout) {
   if (wait_mode_ == Wait::kBlocking) {
@@ -56,6 +109,7 @@ void MpiCommunicator::broadcast(std::span<std::uint8_t> data, int root,
     if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Bcast", mpi_error_text(rc)));
     return;
   }
+  if (persistent_broadcast(data, root, timeout)) return;
   MPI_Request request;
   const int rc =
       MPI_Ibcast(data.data(), static_cast<int>(data.size()), MPI_BYTE, root, comm_, &request);
