@@ -15,6 +15,21 @@ at::Tensor bytes_tensor(void* data, std::size_t bytes) {
                           torch::TensorOptions().dtype(torch::kUInt8));
 }
 
+// Waits for a posted collective: CommError naming `what` when the engine
+// reports an error or the work is not done within `timeout`.
+void wait_work(const C10dCommunicator& comm, c10d::Work& work, std::string_view what,
+               std::chrono::milliseconds timeout) {
+  bool done = false;
+  try {
+    done = work.wait(timeout);
+  } catch (const std::exception& e) {
+    throw CommError(comm.describe_failure(what, e.what()));
+  }
+  if (!done)
+    throw CommError(comm.describe_failure(
+        what, "did not complete within " + std::to_string(timeout.count()) + " ms"));
+}
+
 }  // namespace
 
 C10dCommunicator::C10dCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group)
@@ -27,20 +42,19 @@ C10dCommunicator::C10dCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group)
 
 void C10dCommunicator::broadcast(std::span<std::uint8_t> data, int root,
                                  std::chrono::milliseconds timeout) {
+  // The tensors wrap the caller's bytes and stay alive until the work is done.
+  std::vector<at::Tensor> tensors;
+  c10::intrusive_ptr<c10d::Work> work;
   try {
-    std::vector<at::Tensor> tensors{bytes_tensor(data.data(), data.size())};
+    tensors.push_back(bytes_tensor(data.data(), data.size()));
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     opts.timeout = timeout;
-    auto work = group_->broadcast(tensors, opts);
-    if (!work->wait(timeout))
-      throw std::runtime_error("did not complete within " + std::to_string(timeout.count()) +
-                               " ms");
-  } catch (const CommError&) {
-    throw;
+    work = group_->broadcast(tensors, opts);
   } catch (const std::exception& e) {
     throw CommError(describe_failure("broadcast", e.what()));
   }
+  wait_work(*this, *work, "broadcast", timeout);
 }
 
 namespace {
@@ -52,15 +66,7 @@ class C10dPendingBroadcast : public PendingBroadcast {
       : comm_(comm), tensor_(std::move(tensor)), work_(std::move(work)) {}
   void wait(std::chrono::milliseconds timeout) override {
     if (done_) return;
-    bool ok = false;
-    try {
-      ok = work_->wait(timeout);
-    } catch (const std::exception& e) {
-      throw CommError(comm_->describe_failure("broadcast", e.what()));
-    }
-    if (!ok)
-      throw CommError(comm_->describe_failure(
-          "broadcast", "did not complete within " + std::to_string(timeout.count()) + " ms"));
+    wait_work(*comm_, *work_, "broadcast", timeout);
     done_ = true;
   }
   std::span<const std::uint8_t> data() const override {
@@ -88,8 +94,6 @@ std::unique_ptr<PendingBroadcast> C10dCommunicator::start_broadcast(
     opts.timeout = timeout;
     auto work = group_->broadcast(tensors, opts);
     return std::make_unique<C10dPendingBroadcast>(this, std::move(tensor), std::move(work));
-  } catch (const CommError&) {
-    throw;
   } catch (const std::exception& e) {
     throw CommError(describe_failure("broadcast", e.what()));
   }
@@ -100,23 +104,21 @@ void C10dCommunicator::all_gather(std::span<const std::uint8_t> input,
                                   std::chrono::milliseconds timeout) {
   if (output.size() != input.size() * static_cast<std::size_t>(size_))
     throw CommError(describe_failure("all_gather", "output size is not size() * input size"));
+  std::vector<at::Tensor> in;
+  std::vector<std::vector<at::Tensor>> out(1);
+  c10::intrusive_ptr<c10d::Work> work;
   try {
-    std::vector<at::Tensor> in{bytes_tensor(const_cast<std::uint8_t*>(input.data()), input.size())};
-    std::vector<std::vector<at::Tensor>> out(1);
+    in.push_back(bytes_tensor(const_cast<std::uint8_t*>(input.data()), input.size()));
     for (int r = 0; r < size_; ++r)
       out[0].push_back(
           bytes_tensor(output.data() + static_cast<std::size_t>(r) * input.size(), input.size()));
     c10d::AllgatherOptions opts;
     opts.timeout = timeout;
-    auto work = group_->allgather(out, in, opts);
-    if (!work->wait(timeout))
-      throw std::runtime_error("did not complete within " + std::to_string(timeout.count()) +
-                               " ms");
-  } catch (const CommError&) {
-    throw;
+    work = group_->allgather(out, in, opts);
   } catch (const std::exception& e) {
     throw CommError(describe_failure("all_gather", e.what()));
   }
+  wait_work(*this, *work, "all_gather", timeout);
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_process_group(

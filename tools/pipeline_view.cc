@@ -16,6 +16,8 @@ SpanKind kind_of(const SpanRow& s) {
   return SpanKind::kOther;
 }
 
+bool is_step_span(const SpanRow& s) { return kind_of(s) == SpanKind::kStep && s.has("dl.step"); }
+
 const char* kind_name(SpanKind kind) {
   switch (kind) {
     case SpanKind::kStep: return "step";
@@ -58,7 +60,7 @@ PipelineView build_view(const Run& run) {
       if (s.has("dl.num_microbatches"))
         view.microbatches = std::max<int>(view.microbatches,
                                           static_cast<int>(s.int_attr("dl.num_microbatches")));
-      if (kind_of(s) != SpanKind::kStep || !s.has("dl.step")) continue;
+      if (!is_step_span(s)) continue;
       const std::int64_t step = s.int_attr("dl.step");
       StepOnRank& sr = steps[step].ranks[s.rank];
       steps[step].step = step;

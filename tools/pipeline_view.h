@@ -17,6 +17,8 @@ namespace lens::tools {
 enum class SpanKind { kStep, kForwardBackward, kForward, kBackward, kP2p, kLinked, kOptimizer, kOther };
 
 SpanKind kind_of(const SpanRow& span);
+// A step span that says its step (dl.step): what a step is recognised by.
+bool is_step_span(const SpanRow& span);
 const char* kind_name(SpanKind kind);
 // The row a span of this kind is drawn in within its rank's lane:
 // 0 step and forward_backward, 1 compute (forward, backward, optimizer),

@@ -23,8 +23,6 @@ struct Cursor {
   std::vector<SpanRow> late;  // step spans that arrived after their step was handed over
 };
 
-bool is_step_span(const SpanRow& s) { return kind_of(s) == SpanKind::kStep && s.has("dl.step"); }
-
 void take_line(Cursor& c, std::int64_t handed_over) {
   std::vector<SpanRow> rows = std::move(c.reader->file().spans);
   c.reader->file().spans.clear();
