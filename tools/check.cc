@@ -55,7 +55,6 @@ void RunChecker::add(const Run& run, const PipelineView& view) {
     pipeline_scope |= f.trace_scope == "pipeline";
     replica_of[f.rank] = f.replica;
   }
-  std::vector<Violation>& out = found_;
   // Per step: one trace for all ranks (in `pipeline` scope: per replica,
   // each linked to global rank 0's step span); linked spans in place.
   for (const auto& sv : view.steps) {
@@ -71,7 +70,7 @@ void RunChecker::add(const Run& run, const PipelineView& view) {
       if (src->rank < global_source->rank) global_source = src;
     for (int r : view.ranks)
       if (!sv.ranks.count(r))
-        out.push_back({sv.step, r, "no megatron.train_step span for this step"});
+        found_.push_back({sv.step, r, "no megatron.train_step span for this step"});
     for (const auto& [rank, sr] : sv.ranks) {
       const StepOnRank* source = sources[replica(rank)];
       if (pipeline_scope && source != global_source &&
@@ -80,30 +79,30 @@ void RunChecker::add(const Run& run, const PipelineView& view) {
         for (const auto& [t, sp] : sr.step_span->links)
           linked_to_global |= sp == global_source->step_span->span_id;
         if (!linked_to_global)
-          out.push_back({sv.step, rank,
-                         "step span of replica " + std::to_string(replica(rank)) +
-                             " does not link to rank " + std::to_string(global_source->rank) +
-                             "'s step span"});
+          found_.push_back({sv.step, rank,
+                            "step span of replica " + std::to_string(replica(rank)) +
+                                " does not link to rank " + std::to_string(global_source->rank) +
+                                "'s step span"});
       }
       if (sr.step_span->trace_id != source->step_span->trace_id)
-        out.push_back({sv.step, rank,
-                       "trace id " + sr.step_span->trace_id + " differs from rank " +
-                           std::to_string(source->rank) + "'s " + source->step_span->trace_id +
-                           ": this rank's step is not in the shared trace"});
+        found_.push_back({sv.step, rank,
+                          "trace id " + sr.step_span->trace_id + " differs from rank " +
+                              std::to_string(source->rank) + "'s " + source->step_span->trace_id +
+                              ": this rank's step is not in the shared trace"});
       std::size_t linked = 0;
       for (const SpanRow* s : sr.spans) {
         if (kind_of(*s) != SpanKind::kLinked) continue;
         ++linked;
         if (sr.stage == 0)
-          out.push_back({sv.step, rank,
-                         "a linked span on the first pipeline stage (only later "
-                         "stages link to the source)"});
+          found_.push_back({sv.step, rank,
+                            "a linked span on the first pipeline stage (only later "
+                            "stages link to the source)"});
         if (s->parent_span_id != sr.step_span->span_id)
-          out.push_back({sv.step, rank, "linked span is not a child of this rank's step span"});
+          found_.push_back({sv.step, rank, "linked span is not a child of this rank's step span"});
         if (s->links.size() != 1 || s->links[0].second != source->step_span->span_id)
-          out.push_back({sv.step, rank,
-                         "linked span does not link to rank " + std::to_string(source->rank) +
-                             "'s step span"});
+          found_.push_back({sv.step, rank,
+                            "linked span does not link to rank " + std::to_string(source->rank) +
+                                "'s step span"});
       }
       linked_counts_[rank].insert(linked);
       // Judged at the end, when the number of stages is known for sure.
