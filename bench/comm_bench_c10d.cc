@@ -8,8 +8,9 @@
 #include <filesystem>
 
 #include "comm_bench.h"
+#include "gloo_job.h"
 #include "lens/c10d_communicator.h"
-#include "lens/local_launcher.h"
+#include "local_launcher.h"
 
 int main(int argc, char** argv) {
   const int world = argc > 1 ? std::atoi(argv[1]) : 2;

@@ -182,11 +182,7 @@ std::unique_ptr<PySpan> start_span(const std::string& name, const std::string& g
   if (join) {
     // A step span joins the step's shared trace as a root span; the source
     // rank's takes the span id it broadcast, so the others' links resolve.
-    start.root = true;
-    start.trace_id = join->carrier.context.trace_id;
-    start.trace_flags = join->carrier.context.trace_flags;
-    start.tracestate = join->carrier.context.tracestate;
-    if (join->reserved_here) start.span_id = join->carrier.context.span_id;
+    start.context = lens::step_span_context(join->carrier, join->reserved_here);
     // Pipeline scope: a replica's step span links to global rank 0's.
     const lens::Telemetry* t = lens::get_telemetry();
     if (t && t->config().trace_scope == lens::TraceScope::kPipeline)

@@ -12,13 +12,14 @@
 #include <filesystem>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "gloo_job.h"
 #include "lens/broadcast_trace_context.h"
 #include "lens/c10d_communicator.h"
 #include "lens/error.h"
-#include "lens/local_launcher.h"
 #include "lens/pipeline_stats.h"
 #include "lens/startup_agreement.h"
 #include "lens/step_trace.h"
+#include "local_launcher.h"
 #include "pipeline_schedule.h"
 #include "train_options.h"
 #include "train_report.h"
@@ -212,10 +213,10 @@ int run_rank(const TrainOptions& o) {
     report.queue_high_water = stats.queue_high_water;
     report.spans_dropped =
         stats.dropped_queue_full + stats.export_failed + stats.dropped_at_shutdown;
-    if (all.otlp) {
-      report.otlp_requests = all.otlp->requests;
-      report.otlp_retries = all.otlp->retries;
-      report.spans_spooled = all.otlp->spans_spooled;
+    if (all.delivery) {
+      report.otlp_requests = all.delivery->requests;
+      report.otlp_retries = all.delivery->retries;
+      report.spans_spooled = all.delivery->spans_spooled;
     }
   }
   // Every rank finishes its collectives before any tears its groups down.

@@ -40,9 +40,10 @@
 #include <string_view>
 
 #include "lens/attribute.h"
-#include "lens/batch_processor.h"
+#include "lens/batch_options.h"
 #include "lens/exporter.h"
-#include "lens/otlp_http_exporter.h"
+#include "lens/otlp_http_options.h"
+#include "lens/parallel_layout.h"
 #include "lens/sampler.h"
 #include "lens/span_groups.h"
 #include "lens/span_record.h"
@@ -56,38 +57,6 @@ using EnvLookup = std::function<std::optional<std::string>(std::string_view name
 EnvLookup process_environment();
 
 /// Settings given in code. Every field that is set overrides the environment.
-/// How far one step's trace reaches (LENS_TRACE_SCOPE).
-enum class TraceScope : std::uint8_t {
-  kWorld,     ///< one trace per step for all ranks (the original behaviour)
-  kPipeline,  ///< one trace per step per pipeline replica, linked to global rank 0's
-};
-std::string_view trace_scope_name(TraceScope scope);
-
-/// A rank's place in the job's parallel layout (-1: unknown).
-struct ParallelCoordinates {
-  int pp = -1;  ///< pipeline stage
-  int dp = -1;  ///< data-parallel replica
-  int tp = -1;  ///< tensor-parallel rank
-  friend bool operator==(const ParallelCoordinates&, const ParallelCoordinates&) = default;
-};
-
-/// Which ranks export (LENS_EXPORT_FILTER, e.g. "dp=0" or "dp=0,tp=0"): a
-/// rank exports when each named coordinate equals the given value. An empty
-/// filter keeps every rank. Filtering never changes which ranks take part in
-/// collectives.
-struct ExportFilter {
-  std::optional<int> pp, dp, tp;
-  bool empty() const { return !pp && !dp && !tp; }
-  /// True when a rank at `at` exports. An unknown (-1) coordinate that the
-  /// filter names does not match.
-  bool keeps(const ParallelCoordinates& at) const;
-  /// "dp=0,tp=0", or "" when empty.
-  std::string to_string() const;
-  /// Parses "axis=value[,axis=value]" (axes pp, dp, tp; values 0..2^30);
-  /// throws ConfigError naming `setting` on anything else.
-  static ExportFilter parse(std::string_view spec, std::string_view setting = "export filter");
-};
-
 struct TelemetryOptions {
   std::optional<bool> enabled;
   std::optional<std::string> span_groups;  ///< a group spec

@@ -7,7 +7,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 
 #include "lens/resource.h"
 #include "lens/span_record.h"
@@ -15,6 +18,18 @@
 namespace lens {
 
 enum class ExportResult { kSuccess, kFailure };
+
+/// What an exporter that delivers over a network reports: requests, retries
+/// and where its spans went. Exporters that write locally report none.
+struct DeliveryStats {
+  std::uint64_t requests = 0;  ///< requests made, retries included
+  std::uint64_t retries = 0;
+  std::uint64_t spans_delivered = 0;  ///< acknowledged by the receiver (rejected included)
+  std::uint64_t spans_rejected = 0;   ///< named in partial-success responses
+  std::uint64_t spans_failed = 0;     ///< never acknowledged
+  std::uint64_t spans_spooled = 0;    ///< of the failed, written to the spool
+  std::string last_error;             ///< the last failure, in words
+};
 
 class SpanExporter {
  public:
@@ -34,6 +49,10 @@ class SpanExporter {
   /// backoff) and return soon. Called when a shutdown runs out of time; must
   /// be safe to call concurrently with export_spans.
   virtual void interrupt() {}
+
+  /// Delivery counters, for exporters that deliver over a network; may be
+  /// called from any thread.
+  virtual std::optional<DeliveryStats> delivery_stats() const { return std::nullopt; }
 };
 
 }  // namespace lens

@@ -23,37 +23,19 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "lens/exporter.h"
+#include "lens/otlp_http_options.h"
 
 namespace lens {
 
-struct OtlpHttpOptions {
-  std::string endpoint;  ///< full URL, e.g. http://localhost:4318/v1/traces
-  bool json = false;     ///< http/json instead of http/protobuf
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::chrono::milliseconds timeout{10000};  ///< per request
-  bool gzip = false;
-  std::string certificate;  ///< CA bundle for https endpoints; verification is always on
-  int max_attempts = 6;
-  std::chrono::milliseconds initial_backoff{500};
-  std::chrono::milliseconds max_backoff{8000};
-  std::chrono::milliseconds retry_deadline{30000};  ///< for one batch, all attempts
-  std::string spool_path;  ///< where undeliverable batches go; empty: nowhere
-};
-
-struct OtlpHttpStats {
-  std::uint64_t requests = 0;          ///< HTTP requests made, retries included
-  std::uint64_t retries = 0;
-  std::uint64_t spans_delivered = 0;   ///< acknowledged by the receiver (rejected included)
-  std::uint64_t spans_rejected = 0;    ///< named in partial-success responses
-  std::uint64_t spans_failed = 0;      ///< never acknowledged
-  std::uint64_t spans_spooled = 0;     ///< of the failed, written to the spool
-  std::string last_error;              ///< the last failure, in words
-};
+/// The OTLP/HTTP exporter reports its counters as DeliveryStats
+/// (exporter.h).
+using OtlpHttpStats = DeliveryStats;
 
 /// The outcome of sending one request body.
 struct OtlpSendResult {
@@ -79,6 +61,7 @@ class OtlpHttpExporter : public SpanExporter {
   void shutdown(std::chrono::milliseconds timeout) override;
   void interrupt() override;
 
+  std::optional<DeliveryStats> delivery_stats() const override;
   OtlpHttpStats stats() const;
   const OtlpHttpOptions& options() const { return options_; }
 

@@ -41,16 +41,15 @@ struct StartOptions {
   std::optional<SpanContext> parent;
   /// Start a root span: ignore the current span.
   bool root = false;
-  /// For a root span: join this trace instead of starting a new one (the step
-  /// protocol opens every rank's step span in the shared trace this way).
-  std::optional<TraceId> trace_id;
-  /// Use this span id (reserved earlier, e.g. broadcast before the span opens).
-  std::optional<SpanId> span_id;
-  /// Trace flags of a root span; unset: the telemetry's sampler decides. A
-  /// child inherits its parent's flags (with a parent-based sampler).
-  std::optional<std::uint8_t> trace_flags;
-  /// Tracestate of a root span; a child inherits its parent's.
-  std::string tracestate;
+  /// A root span in a context decided before it opened (the step protocol
+  /// opens every rank's step span in the step's shared context this way): its
+  /// trace id (a fresh one when invalid), its trace flags as they are (the
+  /// sampler is not asked), its tracestate, and its span id when valid (the
+  /// source rank's step span takes the id it reserved and broadcast), else a
+  /// fresh one. Implies `root`. Without it a root span gets fresh ids and the
+  /// sampler's decision; a child inherits its parent's flags (with a
+  /// parent-based sampler) and tracestate.
+  std::optional<SpanContext> context;
   /// Links known at start (the sampler of a later version may read them).
   std::vector<SpanLink> links;
 };
@@ -85,8 +84,8 @@ class Span {
     if (live_) set_bool(key, value);
   }
   template <typename T>
-    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
-  void set_attribute(std::string_view key, T value) {
+  requires(std::is_integral_v<T> &&
+           !std::is_same_v<T, bool>) void set_attribute(std::string_view key, T value) {
     if (live_) set_int(key, static_cast<std::int64_t>(value));
   }
   void set_attribute(std::string_view key, double value) {

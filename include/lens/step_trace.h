@@ -31,9 +31,12 @@
 #include <optional>
 #include <string>
 
+#include "lens/broadcast_trace_context.h"
 #include "lens/carrier.h"
 #include "lens/communicator.h"
+#include "lens/parallel_layout.h"
 #include "lens/span.h"
+#include "lens/step_context.h"
 #include "lens/telemetry.h"
 
 namespace lens {
@@ -41,20 +44,20 @@ namespace lens {
 struct StepTraceOptions {
   /// Rank (in the communicator) that decides and broadcasts each step's context.
   int src_rank = 0;
-  /// The gate's PP size; -1: the communicator's size.
-  int pipeline_parallel_size = -1;
-  /// This rank's pipeline stage (dl.pipeline_parallel.rank); -1: the
+  /// The gate's PP size; unset: the communicator's size.
+  std::optional<int> pipeline_parallel_size;
+  /// This rank's pipeline stage (dl.pipeline_parallel.rank); unset: the
   /// communicator rank.
-  int pipeline_rank = -1;
-  /// -1: the telemetry's collective timeout (LENS_COLLECTIVE_TIMEOUT_MS).
-  std::chrono::milliseconds timeout{-1};
-  /// -1: the telemetry's (LENS_TRACE_SCOPE). In `pipeline` scope the
+  std::optional<int> pipeline_rank;
+  /// Unset: the telemetry's collective timeout (LENS_COLLECTIVE_TIMEOUT_MS).
+  std::optional<std::chrono::milliseconds> timeout;
+  /// Unset: the telemetry's (LENS_TRACE_SCOPE). In `pipeline` scope the
   /// communicator is this rank's pipeline group: its first stage reserves and
   /// broadcasts the replica's step context, and every step span outside
   /// global rank 0's trace links to global rank 0's step span, whose context
   /// every rank derives from the run key, the run id and the step without
-  /// any further collective (anchor_step_context).
-  int trace_scope = -1;
+  /// any further collective (anchor_step_context, step_context.h).
+  std::optional<TraceScope> trace_scope;
   /// Post the next step's broadcast as soon as this step's has arrived, and
   /// wait for it only when the next StepScope opens, so its latency hides
   /// behind the step (the communicator must allow the step's other
@@ -69,40 +72,6 @@ struct StepTraceOptions {
   std::string tracer_name = "nemo.lens";
 };
 
-/// Global rank 0's step context in `pipeline` scope, derived from the run's
-/// shared key, its id and the step (the same on every rank). Its sampled
-/// flag is left clear; the source applies the sampler.
-SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id, std::uint64_t step);
-
-/// At most `per_minute` decisions of "keep" per 60 s (a token bucket that
-/// starts full); 0 keeps everything. Used by a step's source rank
-/// (LENS_STEP_BUDGET), whose decision travels in the frame.
-class StepBudget {
- public:
-  explicit StepBudget(std::uint32_t per_minute = 0)
-      : per_minute_(per_minute), tokens_(per_minute) {}
-  /// Takes a token if one is left at `now_ns` (a steady clock reading).
-  bool take(std::int64_t now_ns);
-
- private:
-  std::uint32_t per_minute_;
-  double tokens_;
-  std::int64_t last_ns_ = -1;
-};
-
-/// The context a step's source rank reserves and broadcasts for `step`: a
-/// fresh trace id and span id (in `pipeline` scope, global rank 0 takes the
-/// anchor's instead), and the sampled flag: the sampler's decision (in
-/// `pipeline` scope on the anchor's trace id, so replicas are kept or
-/// dropped together) and a token from `budget`.
-StepCarrier reserve_step_context(const Telemetry& telemetry, TraceScope scope, int global_rank,
-                                 std::uint64_t step, StepBudget& budget);
-
-/// In `pipeline` scope: the Link a step span in `carrier`'s trace carries to
-/// global rank 0's step span; nullopt for global rank 0's own trace.
-std::optional<SpanLink> global_rank_zero_link(const Telemetry& telemetry,
-                                              const StepCarrier& carrier);
-
 class StepTrace {
  public:
   /// telemetry may be null (disabled); comm may be null only if PP size is 1.
@@ -116,6 +85,7 @@ class StepTrace {
   bool first_stage() const { return pipeline_rank_ == 0; }
   int pipeline_rank() const { return pipeline_rank_; }
   const Tracer& tracer() const { return tracer_; }
+  Telemetry* telemetry() const { return telemetry_; }
 
   /// The linked span for a warmup or pre-1F1B recv_forward on a non-first
   /// stage: child of the current (step) span, linked to the source rank's
@@ -125,9 +95,21 @@ class StepTrace {
   /// closed.
   Span recv_forward_linked(std::int64_t microbatch_id) const;
 
+  /// What opening a step gives StepScope: the carrier every rank decoded
+  /// (nullopt when not gated or the frame did not decode) and the step span,
+  /// open in the step's shared trace (empty when telemetry is disabled).
+  struct OpenedStep {
+    std::optional<StepCarrier> carrier;
+    Span span;
+  };
+  /// Runs the step protocol for `step` (the collective, when gated) and
+  /// starts the step span; StepScope calls it. Throws CommError as StepScope
+  /// documents.
+  OpenedStep open_step(std::uint64_t step);
+
  private:
-  friend class StepScope;
   std::optional<StepCarrier> exchange(std::uint64_t step);
+  bool source() const { return comm_ != nullptr && comm_->rank() == options_.src_rank; }
   Telemetry* telemetry_;
   Communicator* comm_;
   StepTraceOptions options_;
@@ -138,8 +120,8 @@ class StepTrace {
   std::chrono::milliseconds timeout_;
   TraceScope scope_ = TraceScope::kWorld;
   StepBudget budget_;
-  std::unique_ptr<PendingBroadcast> pending_;  ///< the next step's, when prefetching
-  std::optional<StepCarrier> carrier_;         ///< this step's, for recv_forward_linked
+  PendingTraceContext pending_{nullptr};  ///< the next step's, when prefetching
+  std::optional<StepCarrier> carrier_;    ///< this step's, for recv_forward_linked
 };
 
 /// One step: runs the protocol in its constructor and keeps the step span
@@ -155,14 +137,13 @@ class StepScope {
   StepScope(const StepScope&) = delete;
   StepScope& operator=(const StepScope&) = delete;
 
-  Span& span() { return span_; }
+  Span& span() { return opened_.span; }
   /// The carrier every rank decoded this step (nullopt when not gated or the
   /// frame did not decode).
-  const std::optional<StepCarrier>& carrier() const { return carrier_; }
+  const std::optional<StepCarrier>& carrier() const { return opened_.carrier; }
 
  private:
-  std::optional<StepCarrier> carrier_;
-  Span span_;
+  StepTrace::OpenedStep opened_;
   std::optional<Scope> scope_;
 };
 

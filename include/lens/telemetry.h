@@ -23,9 +23,9 @@
 #include <string_view>
 #include <vector>
 
-#include "lens/batch_processor.h"
+#include "lens/batch_options.h"
 #include "lens/config.h"
-#include "lens/otlp_http_exporter.h"
+#include "lens/exporter.h"
 #include "lens/resource.h"
 #include "lens/span_groups.h"
 #include "lens/tracer.h"
@@ -39,9 +39,9 @@ inline constexpr std::string_view kLensVersion = LENS_VERSION_STRING;
 struct TelemetryStats {
   ProcessorStats processor;
   std::uint64_t spans_truncated = 0;  ///< open at shutdown, ended by it
-  /// The OTLP/HTTP exporter's counters (requests, retries, spooled, ...),
-  /// when spans go to an OTLP endpoint.
-  std::optional<OtlpHttpStats> otlp;
+  /// The exporter's delivery counters (requests, retries, spooled, ...),
+  /// when it delivers over a network (an OTLP endpoint).
+  std::optional<DeliveryStats> delivery;
 };
 
 class Telemetry {

@@ -9,14 +9,13 @@ seconds=${3:-15}
 mkdir -p "$out"
 clang=$(command -v clang++ || command -v clang++-14)
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -I"$src/include" -I"$src/src")
+       -I"$src/include" -I"$src/src/core" -I"$src/src/telemetry" -I"$src/src/analysis")
 declare -A sources=(
-  [carrier]="src/carrier.cc src/trace_context.cc src/ids.cc"
-  [trace_context]="src/trace_context.cc src/ids.cc"
-  [otlp_json_reader]="tools/run_reader.cc tools/step_stream.cc tools/pipeline_view.cc tools/check.cc"
-  [config]="src/config.cc src/span_groups.cc src/resource.cc src/ids.cc"
+  [carrier]="src/core/carrier.cc src/core/trace_context.cc src/core/ids.cc"
+  [trace_context]="src/core/trace_context.cc src/core/ids.cc"
+  [otlp_json_reader]="src/analysis/run_reader.cc src/analysis/step_stream.cc src/analysis/pipeline_view.cc src/analysis/check.cc"
+  [config]="src/telemetry/config.cc src/telemetry/parallel_layout.cc src/telemetry/setting.cc src/core/span_groups.cc src/core/resource.cc src/core/ids.cc"
 )
-flags+=(-I"$src/tools")
 for target in carrier trace_context otlp_json_reader config; do
   files=()
   for f in ${sources[$target]}; do files+=("$src/$f"); done

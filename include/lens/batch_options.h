@@ -1,0 +1,30 @@
+/// \file
+/// The batch processor's settings (OTEL_BSP_*) and counters, as a user sets
+/// and reads them through TelemetryOptions and Telemetry::stats. The
+/// processor itself is internal to the core.
+///
+/// Thread safety: plain values.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace lens {
+
+struct BatchProcessorOptions {
+  std::uint32_t max_queue_size = 2048;
+  std::uint32_t max_export_batch_size = 512;
+  std::chrono::milliseconds schedule_delay{5000};
+  std::chrono::milliseconds export_timeout{30000};
+};
+
+struct ProcessorStats {
+  std::uint64_t queued = 0;               ///< accepted into the queue
+  std::uint64_t exported = 0;             ///< handed to the exporter, which succeeded
+  std::uint64_t export_failed = 0;        ///< handed to the exporter, which failed
+  std::uint64_t dropped_queue_full = 0;   ///< not accepted: the queue was full
+  std::uint64_t dropped_at_shutdown = 0;  ///< still queued when shutdown gave up
+  std::uint64_t queue_high_water = 0;     ///< most spans ever waiting in the queue at once
+};
+
+}  // namespace lens

@@ -1,0 +1,203 @@
+#include "batch_processor.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "live_span.h"
+#include "span_clock.h"
+#include "spin_lock.h"
+
+namespace lens {
+
+// Two locks: `queue` (a spin lock) guards every field below it and is the
+// only lock the span hot path takes; `wait_mu` exists for the condition
+// variables. Whoever changes a field that a waiter's predicate reads takes
+// wait_mu before notifying, so no wake-up is lost; producers do so only when
+// the queue reaches a full batch.
+struct BatchProcessor::State {
+  std::shared_ptr<SpanExporter> exporter;
+  std::shared_ptr<const void> keep_alive;
+  Resource resource;
+  BatchProcessorOptions options;
+
+  std::mutex wait_mu;
+  std::condition_variable work_cv;  // wakes the export thread
+  std::condition_variable done_cv;  // wakes flush/shutdown waiters
+
+  mutable detail::SpinLock queue;
+  std::vector<detail::LiveSpan*> ring;
+  std::size_t head = 0;  // next to take
+  std::size_t size = 0;
+  bool accepting = true;
+  bool stop = false;
+  bool thread_done = false;
+  std::uint64_t flush_target = 0;  // flush until `taken` reaches this
+  std::uint64_t taken = 0;         // records taken out of the queue
+  std::uint64_t handled = 0;       // records whose export call returned
+  ProcessorStats stats;
+
+  template <typename F>
+  auto locked(F&& f) const {
+    std::lock_guard<detail::SpinLock> lock(queue);
+    return f();
+  }
+  void wake(std::condition_variable& cv) {
+    { std::lock_guard<std::mutex> lock(wait_mu); }
+    cv.notify_all();
+  }
+  bool work_ready() const {
+    return stop || size >= options.max_export_batch_size || flush_target > taken;
+  }
+  void run();
+};
+
+void BatchProcessor::State::run() {
+  std::vector<detail::LiveSpan*> batch;
+  std::vector<const SpanRecord*> view;
+  batch.reserve(options.max_export_batch_size);
+  view.reserve(options.max_export_batch_size);
+  auto next_export = std::chrono::steady_clock::now() + options.schedule_delay;
+
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(wait_mu);
+      work_cv.wait_until(lock, next_export, [&] { return locked([&] { return work_ready(); }); });
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const bool timer = now >= next_export;
+    batch.clear();
+    bool finished = false;
+    {
+      std::lock_guard<detail::SpinLock> lock(queue);
+      if (size == 0) {
+        finished = stop;
+      } else if (timer || work_ready()) {
+        const std::size_t n = std::min<std::size_t>(size, options.max_export_batch_size);
+        for (std::size_t i = 0; i < n; ++i) {
+          batch.push_back(ring[head]);
+          head = (head + 1) % ring.size();
+        }
+        size -= n;
+        taken += n;
+      }
+      if (timer || size < options.max_export_batch_size) next_export = now + options.schedule_delay;
+    }
+    if (finished) break;
+    if (batch.empty()) continue;
+
+    detail::refresh_clock_offset();
+    view.assign(batch.begin(), batch.end());
+    ExportResult result = ExportResult::kFailure;
+    try {
+      result = exporter->export_spans(resource, view);
+    } catch (...) {
+      // Exporters must not throw; if one does, the batch counts as failed.
+    }
+    detail::release_records(batch.data(), batch.size());
+    locked([&] {
+      handled += batch.size();
+      (result == ExportResult::kSuccess ? stats.exported : stats.export_failed) += batch.size();
+      return 0;
+    });
+    wake(done_cv);
+  }
+  locked([&] { return thread_done = true; });
+  wake(done_cv);
+}
+
+BatchProcessor::BatchProcessor(std::shared_ptr<SpanExporter> exporter, Resource resource,
+                               BatchProcessorOptions options,
+                               std::shared_ptr<const void> keep_alive)
+    : options_(options), state_(std::make_shared<State>()) {
+  state_->keep_alive = std::move(keep_alive);
+  if (options_.max_queue_size == 0) options_.max_queue_size = 1;
+  if (options_.max_export_batch_size == 0 ||
+      options_.max_export_batch_size > options_.max_queue_size)
+    options_.max_export_batch_size = options_.max_queue_size;
+  state_->exporter = std::move(exporter);
+  state_->resource = std::move(resource);
+  state_->options = options_;
+  state_->ring.assign(options_.max_queue_size, nullptr);
+  // The thread owns a reference to the state, so it may outlive us if an
+  // exporter hangs past the shutdown timeout.
+  std::thread([state = state_] { state->run(); }).detach();
+}
+
+BatchProcessor::~BatchProcessor() { shutdown(options_.export_timeout); }
+
+bool BatchProcessor::enqueue(detail::LiveSpan* span) noexcept {
+  State& s = *state_;
+  bool accepted = false;
+  bool wake = false;
+  {
+    std::lock_guard<detail::SpinLock> lock(s.queue);
+    if (s.accepting && s.size < s.ring.size()) {
+      s.ring[(s.head + s.size) % s.ring.size()] = span;
+      ++s.size;
+      ++s.stats.queued;
+      if (s.size > s.stats.queue_high_water) s.stats.queue_high_water = s.size;
+      accepted = true;
+      wake = s.size == s.options.max_export_batch_size;
+    } else {
+      ++s.stats.dropped_queue_full;
+    }
+  }
+  if (wake) s.wake(s.work_cv);
+  if (!accepted) detail::release_record(span);
+  return accepted;
+}
+
+bool BatchProcessor::force_flush(std::chrono::milliseconds timeout) {
+  State& s = *state_;
+  const std::uint64_t target = s.locked([&] {
+    const std::uint64_t t = s.taken + s.size;
+    s.flush_target = std::max(s.flush_target, t);
+    return t;
+  });
+  s.wake(s.work_cv);
+  bool done;
+  {
+    std::unique_lock<std::mutex> lock(s.wait_mu);
+    done = s.done_cv.wait_for(lock, timeout, [&] {
+      return s.locked([&] { return s.handled >= target || s.thread_done; });
+    });
+  }
+  return done && s.exporter->force_flush(timeout);
+}
+
+bool BatchProcessor::shutdown(std::chrono::milliseconds timeout) {
+  State& s = *state_;
+  const bool already = s.locked([&] {
+    const bool was = s.stop;
+    s.accepting = false;
+    s.stop = true;
+    return was;
+  });
+  if (already) return s.locked([&] { return s.thread_done; });
+  s.wake(s.work_cv);
+  auto thread_done = [&](std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(s.wait_mu);
+    return s.done_cv.wait_for(lock, wait, [&] { return s.locked([&] { return s.thread_done; }); });
+  };
+  bool done = thread_done(timeout);
+  if (!done) {
+    // Out of time: ask the exporter to stop retrying, and give it a moment.
+    s.exporter->interrupt();
+    done = thread_done(std::chrono::seconds(1));
+  }
+  if (!done) {
+    // The exporter is stuck. What is still queued will not go out in time.
+    s.locked([&] { return s.stats.dropped_at_shutdown += s.size; });
+    return false;
+  }
+  s.exporter->shutdown(timeout);
+  return true;
+}
+
+ProcessorStats BatchProcessor::stats() const {
+  return state_->locked([&] { return state_->stats; });
+}
+
+}  // namespace lens

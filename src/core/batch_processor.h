@@ -1,0 +1,66 @@
+// Internal header of the core part.
+//
+/// \file
+/// BatchProcessor: moves finished spans off the training thread.
+///
+/// Ending a span puts its record into a bounded queue (a mutex-protected ring;
+/// the caller never waits on export). A background thread takes batches out
+/// and hands them to the exporter when a batch is full, when the schedule
+/// delay has passed, on force_flush, and at shutdown. When the queue is full
+/// the span is dropped and counted. Options default to OpenTelemetry's
+/// (OTEL_BSP_*): queue 2048, batch 512, delay 5000 ms, export timeout 30000 ms.
+///
+/// Thread safety: enqueue, force_flush, stats and shutdown may be called from
+/// any thread. If shutdown's timeout expires while the exporter is still busy,
+/// the exporter is interrupted (SpanExporter::interrupt) and given one more
+/// second; if it is still busy then, the export thread is left to finish on
+/// its own (it keeps the exporter, and whatever `keep_alive` holds, alive) and
+/// the spans it had not taken are counted as dropped.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "lens/batch_options.h"
+#include "lens/exporter.h"
+#include "lens/resource.h"
+
+namespace lens {
+
+namespace detail {
+struct LiveSpan;
+}
+
+class BatchProcessor {
+ public:
+  /// keep_alive: what the queued records point into (e.g. their
+  /// instrumentation scopes), kept until the export thread ends.
+  BatchProcessor(std::shared_ptr<SpanExporter> exporter, Resource resource,
+                 BatchProcessorOptions options, std::shared_ptr<const void> keep_alive = {});
+  ~BatchProcessor();
+  BatchProcessor(const BatchProcessor&) = delete;
+  BatchProcessor& operator=(const BatchProcessor&) = delete;
+
+  /// Takes ownership of a finished record. Never blocks on export. Returns
+  /// false (and releases the record) if the queue is full or shut down.
+  bool enqueue(detail::LiveSpan* span) noexcept;
+
+  /// Waits until every span queued before the call has been exported (or
+  /// failed). Returns false on timeout.
+  bool force_flush(std::chrono::milliseconds timeout);
+
+  /// Exports what is queued within the timeout, then shuts the exporter down.
+  /// Idempotent. Returns false if the timeout expired first.
+  bool shutdown(std::chrono::milliseconds timeout);
+
+  ProcessorStats stats() const;
+  const BatchProcessorOptions& options() const { return options_; }
+
+ private:
+  struct State;
+  BatchProcessorOptions options_;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace lens

@@ -1,0 +1,92 @@
+// A process-wide pool of span records. Each thread keeps a small cache so the
+// common start/end path takes no lock; the cache refills from, and spills
+// to, the global free list in batches.
+#include <mutex>
+#include <vector>
+
+#include "live_span.h"
+#include "spin_lock.h"
+
+namespace lens::detail {
+namespace {
+
+constexpr std::size_t kThreadCacheBatch = 64;
+constexpr std::size_t kGlobalPoolLimit = 16384;
+
+struct GlobalPool {
+  SpinLock mu;
+  std::vector<LiveSpan*> free;
+};
+
+// Never destroyed: threads may return records during static destruction.
+GlobalPool& global_pool() {
+  static auto* pool = new GlobalPool;
+  return *pool;
+}
+
+void release_to_global(LiveSpan* const* spans, std::size_t count) {
+  auto& pool = global_pool();
+  std::size_t kept = 0;
+  {
+    std::lock_guard<SpinLock> lock(pool.mu);
+    while (kept < count && pool.free.size() < kGlobalPoolLimit) pool.free.push_back(spans[kept++]);
+  }
+  for (std::size_t i = kept; i < count; ++i) delete spans[i];
+}
+
+struct ThreadCache {
+  std::vector<LiveSpan*> spans;
+  ~ThreadCache() { release_to_global(spans.data(), spans.size()); }
+};
+
+ThreadCache& thread_cache() {
+  thread_local ThreadCache cache;
+  return cache;
+}
+
+}  // namespace
+
+void LiveSpan::reset() {
+  context.tracestate.clear();
+  context.remote = false;
+  parent_span_id = SpanId();
+  parent_remote = false;
+  name.clear();
+  for (auto& a : attributes) spare_attributes.push_back(std::move(a));
+  attributes.clear();
+  dropped_attributes_count = 0;
+  events.clear();
+  dropped_events_count = 0;
+  links.clear();
+  dropped_links_count = 0;
+  status_code = StatusCode::kUnset;
+  status_message.clear();
+  core = nullptr;
+  prev = next = nullptr;
+}
+
+LiveSpan* acquire_record() {
+  auto& cache = thread_cache();
+  if (cache.spans.empty()) {
+    auto& pool = global_pool();
+    std::lock_guard<SpinLock> lock(pool.mu);
+    std::size_t take = std::min(kThreadCacheBatch, pool.free.size());
+    cache.spans.insert(cache.spans.end(), pool.free.end() - static_cast<std::ptrdiff_t>(take),
+                       pool.free.end());
+    pool.free.resize(pool.free.size() - take);
+  }
+  if (cache.spans.empty()) return new LiveSpan;
+  LiveSpan* span = cache.spans.back();
+  cache.spans.pop_back();
+  // Cleared here, on the thread that will fill it, rather than on the export
+  // thread that returned it: the exporter then only reads records, and the
+  // cache lines it shares with this thread are never left modified on its core.
+  span->reset();
+  return span;
+}
+
+void release_record(LiveSpan* span) { release_records(&span, 1); }
+
+void release_records(LiveSpan* const* spans, std::size_t count) { release_to_global(spans, count); }
+
+}  // namespace lens::detail

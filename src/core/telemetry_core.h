@@ -1,0 +1,58 @@
+// TelemetryCore: the state a Tracer and a Span reach on the hot path.
+// Internal header.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "batch_processor.h"
+#include "lens/sampler.h"
+#include "lens/span_record.h"
+#include "lens/tracer.h"
+#include "live_span.h"
+#include "spin_lock.h"
+
+namespace lens::detail {
+
+// Guards every TelemetryCore's open-span list and each LiveSpan's `core`
+// pointer. It is process-wide (not per core) so that a span ending on one
+// thread and its Telemetry shutting down on another agree on who ends it,
+// even while that Telemetry is being destroyed. Critical sections are a few
+// pointer writes plus a queue push.
+SpinLock& open_spans_lock();
+
+class TelemetryCore {
+ public:
+  TelemetryCore() { open_head.prev = open_head.next = &open_head; }
+
+  GroupSwitches switches;
+  SpanLimits limits;
+  Sampler sampler;
+  std::unique_ptr<BatchProcessor> processor;
+  LiveSpan open_head;  // sentinel of the circular open-span list
+  std::atomic<std::uint64_t> spans_truncated{0};
+  // The span that ended last (name, truncated to fit, and when), for the
+  // failure record; written under open_spans_lock() by finish_span.
+  char last_ended_name[48] = {};
+  std::uint8_t last_ended_length = 0;
+  std::int64_t last_ended_steady_ns = 0;
+
+  // Links s into the open list and marks it as this core's. Takes the lock.
+  void register_open(LiveSpan* s);
+  // Ends every open span: exports a copy marked nemo.span.truncated=true and
+  // detaches the original from this core. Returns how many.
+  std::uint64_t truncate_open_spans();
+  // Adds an event to every open span and returns one line per open span
+  // (oldest first): "name [key=value ...]" with the dl.* attributes, then a
+  // line naming the span that ended last. The events carry lens.detail and
+  // lens.last_ended.
+  std::vector<std::string> mark_open_spans(std::string_view event, std::string_view detail);
+};
+
+// Ends a span's recording: timestamps it and queues it (or frees it if its
+// telemetry already ended it).
+void finish_span(LiveSpan* s);
+
+}  // namespace lens::detail

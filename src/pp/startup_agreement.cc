@@ -1,0 +1,186 @@
+#include "lens/startup_agreement.h"
+
+#include <cstring>
+#include <vector>
+
+#include "byte_order.h"
+#include "lens/error.h"
+
+namespace lens {
+namespace {
+
+// One rank's settings as exchanged, fixed size, little-endian.
+constexpr std::size_t kRecordBytes = 128;
+constexpr std::size_t kMaxRunIdBytes = 96;
+constexpr std::uint8_t kMagic[4] = {'L', 'N', 'S', 'A'};
+
+struct Settings {
+  std::uint16_t protocol = kStepProtocolVersion;
+  std::uint8_t config_error = 0;  // this rank's configuration did not resolve
+  std::uint8_t enabled = 0;
+  std::uint32_t pp_size = 0;
+  std::uint32_t span_groups = 0;
+  std::uint8_t trace_scope = 0;
+  std::uint64_t run_key = 0;
+  std::string run_id;
+};
+
+std::array<std::uint8_t, kRecordBytes> encode(const Settings& s) {
+  std::array<std::uint8_t, kRecordBytes> r{};
+  std::memcpy(r.data(), kMagic, 4);
+  detail::put_le16(r.data() + 4, s.protocol);
+  r[6] = s.enabled;
+  r[7] = s.config_error;
+  detail::put_le32(r.data() + 8, s.pp_size);
+  detail::put_le32(r.data() + 12, s.span_groups);
+  r[16] = static_cast<std::uint8_t>(s.run_id.size());
+  r[17] = s.trace_scope;
+  detail::put_le64(r.data() + 20, s.run_key);
+  std::memcpy(r.data() + 32, s.run_id.data(), s.run_id.size());
+  return r;
+}
+
+// Decodes another rank's record; a record that is not ours is reported as a
+// protocol mismatch (version 0).
+Settings decode(const std::uint8_t* r) {
+  Settings s;
+  if (std::memcmp(r, kMagic, 4) != 0) {
+    s.protocol = 0;
+    return s;
+  }
+  s.protocol = detail::get_le16(r + 4);
+  s.enabled = r[6];
+  s.config_error = r[7];
+  s.pp_size = detail::get_le32(r + 8);
+  s.span_groups = detail::get_le32(r + 12);
+  s.trace_scope = r[17];
+  s.run_key = detail::get_le64(r + 20);
+  const std::size_t n = std::min<std::size_t>(r[16], kMaxRunIdBytes);
+  s.run_id.assign(reinterpret_cast<const char*>(r + 32), n);
+  return s;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size() && i < 16; ++i)
+    out += (i ? "," : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 16) out += ",... (" + std::to_string(ranks.size()) + " ranks)";
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<Settings> exchange(Communicator& comm, const Settings& mine,
+                               std::chrono::milliseconds timeout) {
+  const auto record = encode(mine);
+  std::vector<std::uint8_t> all(kRecordBytes * static_cast<std::size_t>(comm.size()));
+  comm.all_gather(record, all, timeout);
+  std::vector<Settings> ranks;
+  for (int r = 0; r < comm.size(); ++r)
+    ranks.push_back(decode(all.data() + static_cast<std::size_t>(r) * kRecordBytes));
+  return ranks;
+}
+
+Settings settings_of(const Config& config, int pipeline_parallel_size) {
+  if (config.run_id.size() > kMaxRunIdBytes) {
+    throw ConfigError("run id '" + config.run_id + "' is " + std::to_string(config.run_id.size()) +
+                      " bytes; accepted: at most " + std::to_string(kMaxRunIdBytes) + " bytes");
+  }
+  Settings mine;
+  mine.enabled = config.enabled ? 1 : 0;
+  mine.pp_size = static_cast<std::uint32_t>(pipeline_parallel_size);
+  mine.span_groups = config.span_groups.bits();
+  mine.trace_scope = static_cast<std::uint8_t>(config.trace_scope);
+  mine.run_key = config.run_key;
+  mine.run_id = config.run_id;
+  return mine;
+}
+
+StartupAgreement compare(const Communicator& comm, const std::vector<Settings>& ranks) {
+  std::vector<int> broken;
+  for (int r = 0; r < comm.size(); ++r)
+    if (ranks[static_cast<std::size_t>(r)].config_error) broken.push_back(r);
+  if (!broken.empty()) {
+    throw ConfigError("lens start-up check failed on rank " + std::to_string(comm.rank()) +
+                      ": rank(s) " + rank_list(broken) +
+                      " could not read their lens configuration (their log names the setting)");
+  }
+  auto check = [&](const char* setting, auto value_of, auto show) {
+    std::vector<int> differing;
+    for (int r = 1; r < comm.size(); ++r)
+      if (value_of(ranks[static_cast<std::size_t>(r)]) != value_of(ranks[0]))
+        differing.push_back(r);
+    if (differing.empty()) return;
+    const Settings& other = ranks[static_cast<std::size_t>(differing[0])];
+    throw ConfigError("lens start-up check failed on rank " + std::to_string(comm.rank()) + ": " +
+                      setting + " differs across ranks: rank 0 has " + show(ranks[0]) +
+                      ", rank(s) " + rank_list(differing) + " have " + show(other) + " (rank " +
+                      std::to_string(differing[0]) + "); accepted: the same value on every rank");
+  };
+  check(
+      "lens step protocol version", [](const Settings& s) { return s.protocol; },
+      [](const Settings& s) { return std::to_string(s.protocol); });
+  check(
+      "MEGATRON_OTEL_ENABLED", [](const Settings& s) { return s.enabled; },
+      [](const Settings& s) { return std::string(s.enabled ? "1" : "0"); });
+  check(
+      "pipeline-parallel size", [](const Settings& s) { return s.pp_size; },
+      [](const Settings& s) { return std::to_string(s.pp_size); });
+  check(
+      "MEGATRON_OTEL_SPAN_GROUPS", [](const Settings& s) { return s.span_groups; },
+      [](const Settings& s) { return "'" + SpanGroupSet(s.span_groups).to_string() + "'"; });
+  check(
+      "LENS_TRACE_SCOPE", [](const Settings& s) { return s.trace_scope; },
+      [](const Settings& s) {
+        return std::string(trace_scope_name(static_cast<TraceScope>(s.trace_scope & 1)));
+      });
+  return {ranks[0].run_id, ranks[0].run_key};
+}
+
+}  // namespace
+
+StartupAgreement agree_on_startup(Communicator& comm, const Config& config,
+                                  int pipeline_parallel_size) {
+  Settings mine = settings_of(config, pipeline_parallel_size);
+  if (comm.size() <= 1) return {config.run_id, config.run_key};
+  return compare(comm, exchange(comm, mine, config.collective_timeout));
+}
+
+std::unique_ptr<Telemetry> create_distributed_telemetry(Communicator& comm,
+                                                        int pipeline_parallel_size,
+                                                        TelemetryOptions options,
+                                                        const EnvLookup& env) {
+  if (!options.rank) options.rank = comm.rank();
+  if (!options.world_size) options.world_size = comm.size();
+  // A rank whose configuration does not resolve still takes part in the
+  // exchange (flagging its error), so the other ranks fail with it instead of
+  // waiting for it until the timeout.
+  Config config;
+  std::optional<ConfigError> error;
+  Settings mine;
+  try {
+    config = resolve_config(options, env);
+    mine = settings_of(config, pipeline_parallel_size);
+  } catch (const ConfigError& e) {
+    error = e;
+    mine = Settings();
+    mine.config_error = 1;
+  }
+  StartupAgreement agreed{config.run_id, config.run_key};
+  if (comm.size() > 1) {
+    auto ranks =
+        exchange(comm, mine, error ? Config().collective_timeout : config.collective_timeout);
+    if (error) throw *error;
+    agreed = compare(comm, ranks);
+  } else if (error) {
+    throw *error;
+  }
+  if (!config.enabled) return nullptr;
+  options.run_id = agreed.run_id;
+  options.run_key = agreed.run_key;
+  return Telemetry::create(options, env);
+}
+
+}  // namespace lens

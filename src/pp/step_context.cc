@@ -1,0 +1,71 @@
+// A step's context: reserved on the source, derived anchor, the step span's
+// context and the link to global rank 0 (step_context.h).
+#include "lens/step_context.h"
+
+#include <array>
+#include <chrono>
+
+#include "splitmix.h"
+
+namespace lens {
+
+SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id,
+                                std::uint64_t step) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a of the run id
+  for (unsigned char c : run_id) h = (h ^ c) * 0x100000001b3ULL;
+  std::uint64_t state = run_key ^ h ^ (step * 0xd1b54a32d192ed03ULL);
+  SpanContext c;
+  do {
+    std::array<std::uint8_t, TraceId::kSize> t{};
+    const std::uint64_t hi = detail::splitmix64(state), lo = detail::splitmix64(state);
+    for (int i = 0; i < 8; ++i) {
+      t[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(hi >> (56 - 8 * i));
+      t[static_cast<std::size_t>(8 + i)] = static_cast<std::uint8_t>(lo >> (56 - 8 * i));
+    }
+    c.trace_id = TraceId(t);
+    c.span_id = SpanId::from_word(detail::splitmix64(state));
+  } while (!c.valid());
+  return c;
+}
+
+StepCarrier reserve_step_context(const Telemetry& telemetry, TraceScope scope, int global_rank,
+                                 std::uint64_t step, StepBudget& budget) {
+  // The source always reserves a valid context, even if it exports nothing
+  // itself, so links on other ranks never silently vanish.
+  StepCarrier reserved;
+  reserved.step = step;
+  reserved.context.trace_id = IdGenerator::new_trace_id();
+  reserved.context.span_id = IdGenerator::new_span_id();
+  TraceId decide_on = reserved.context.trace_id;
+  if (scope == TraceScope::kPipeline) {
+    const SpanContext anchor =
+        anchor_step_context(telemetry.config().run_key, telemetry.config().run_id, step);
+    decide_on = anchor.trace_id;
+    if (global_rank == 0) reserved.context = anchor;
+  }
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  const bool sampled = telemetry.sampler().should_sample_root(decide_on) && budget.take(now);
+  reserved.context.trace_flags = sampled ? TraceFlags::kSampled : 0;
+  return reserved;
+}
+
+SpanContext step_span_context(const StepCarrier& carrier, bool reserved_here) {
+  SpanContext context = carrier.context;
+  context.remote = false;
+  if (!reserved_here) context.span_id = SpanId();
+  return context;
+}
+
+std::optional<SpanLink> global_rank_zero_link(const Telemetry& telemetry,
+                                              const StepCarrier& carrier) {
+  SpanContext anchor =
+      anchor_step_context(telemetry.config().run_key, telemetry.config().run_id, carrier.step);
+  if (anchor.trace_id == carrier.context.trace_id) return std::nullopt;
+  anchor.trace_flags = carrier.context.trace_flags;
+  anchor.remote = true;
+  return SpanLink{anchor, {{"lens.link", std::string("global_rank_0_step")}}};
+}
+
+}  // namespace lens

@@ -1,0 +1,101 @@
+// StepTrace and StepScope: the per-step protocol (step_trace.h).
+#include "lens/step_trace.h"
+
+#include <algorithm>
+
+#include "lens/carrier_slot.h"
+#include "lens/linked_span.h"
+
+namespace lens {
+
+StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions options)
+    : telemetry_(telemetry), comm_(comm), options_(std::move(options)) {
+  const int pp_size = options_.pipeline_parallel_size.value_or(comm_ ? comm_->size() : 1);
+  if (pp_size > 1 && comm_ == nullptr)
+    throw CommError("lens: StepTrace with pipeline-parallel size " + std::to_string(pp_size) +
+                    " needs a communicator");
+  pipeline_rank_ = options_.pipeline_rank.value_or(comm_ ? comm_->rank() : 0);
+  global_rank_ = comm_ ? comm_->rank() : 0;
+  if (telemetry_) {
+    tracer_ = telemetry_->tracer(options_.tracer_name);
+    if (telemetry_->config().rank) global_rank_ = *telemetry_->config().rank;
+    scope_ = options_.trace_scope.value_or(telemetry_->config().trace_scope);
+    budget_ = StepBudget(telemetry_->config().step_budget_per_minute);
+  }
+  gated_ = telemetry_ != nullptr && pp_size > 1;
+  timeout_ = options_.timeout.value_or(telemetry_ ? telemetry_->config().collective_timeout
+                                                  : std::chrono::milliseconds(300000));
+}
+
+Span StepTrace::recv_forward_linked(std::int64_t microbatch_id) const {
+  if (!gated_ || first_stage() || !tracer_.enabled(SpanGroup::kCommunication)) return Span();
+  return create_linked_span(tracer_, options_.linked_span_name, carrier_,
+                            {{"dl.pipeline_parallel.rank", std::int64_t{pipeline_rank_}},
+                             {"dl.microbatch_id", microbatch_id}});
+}
+
+std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step) {
+  std::optional<StepCarrier> carrier;
+  try {
+    if (pending_.posted()) {
+      // Posted by the previous step: usually finished by now.
+      carrier = pending_.wait(timeout_, step);
+    } else {
+      std::optional<StepCarrier> local;
+      if (source()) local = reserve_step_context(*telemetry_, scope_, global_rank_, step, budget_);
+      carrier = broadcast_trace_context(*comm_, options_.src_rank, local, timeout_, step);
+    }
+    if (options_.prefetch_next_step) {
+      std::optional<StepCarrier> next;
+      if (source())
+        next = reserve_step_context(*telemetry_, scope_, global_rank_, step + 1, budget_);
+      pending_ = start_broadcast_trace_context(*comm_, options_.src_rank, next, timeout_);
+    }
+  } catch (const CommError& e) {
+    // The job is broken: leave a record on what is open (e.g. the job span)
+    // and in the log, so the rank that diverged can be found.
+    write_failure_record(*telemetry_, "lens: rank " + std::to_string(global_rank_), e.what());
+    throw;
+  }
+  return carrier;
+}
+
+StepTrace::OpenedStep StepTrace::open_step(std::uint64_t step) {
+  OpenedStep opened;
+  if (telemetry_ == nullptr) return opened;
+  StartOptions start;
+  start.root = true;
+  if (gated_) {
+    opened.carrier = exchange(step);
+    carrier_ = opened.carrier;
+    set_pp_trace_carrier(opened.carrier);
+    if (opened.carrier) {
+      start.context = step_span_context(*opened.carrier, source());
+      if (scope_ == TraceScope::kPipeline)
+        if (auto link = global_rank_zero_link(*telemetry_, *opened.carrier))
+          start.links.push_back(*link);
+    }
+  }
+  opened.span = tracer_.start_span(SpanGroup::kStep, options_.step_span_name, start);
+  opened.span.set_attribute("dl.step", static_cast<std::int64_t>(step));
+  opened.span.set_attribute("dl.rank", static_cast<std::int64_t>(global_rank_));
+  opened.span.set_attribute("dl.pipeline_parallel.rank", static_cast<std::int64_t>(pipeline_rank_));
+  return opened;
+}
+
+StepTrace::~StepTrace() {
+  // Every rank posted this broadcast, so it finishes unless the job is
+  // already broken; then give up after a short wait.
+  pending_.drain(std::min(timeout_, std::chrono::milliseconds(5000)));
+}
+
+StepScope::StepScope(StepTrace& trace, std::uint64_t step) : opened_(trace.open_step(step)) {
+  if (trace.telemetry() != nullptr) scope_.emplace(opened_.span);
+}
+
+StepScope::~StepScope() {
+  scope_.reset();
+  opened_.span.end();
+}
+
+}  // namespace lens

@@ -1,0 +1,387 @@
+#include "lens/config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <ctime>
+
+#include "lens/error.h"
+#include "lens/ids.h"
+#include "lens/resource.h"
+#include "setting.h"
+
+namespace lens {
+namespace {
+
+using detail::Env;
+using detail::fail;
+using detail::lower;
+using detail::parse_bool;
+using detail::parse_uint;
+using detail::Setting;
+using detail::trimmed;
+
+constexpr std::uint64_t kMaxCount = 1u << 24;
+constexpr std::uint64_t kMaxMillis = 24ull * 3600 * 1000;
+
+// OTEL_EXPORTER_OTLP_HEADERS: "k=v,k=v", values percent-encoded. Errors name
+// the variable and the member's position, never a value (they carry tokens).
+std::vector<std::pair<std::string, std::string>> parse_headers(const Setting& s) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::size_t pos = 0;
+  int member = 0;
+  while (pos <= s.value.size()) {
+    std::size_t comma = s.value.find(',', pos);
+    if (comma == std::string::npos) comma = s.value.size();
+    ++member;
+    std::string item = trimmed(std::string_view(s.value).substr(pos, comma - pos));
+    pos = comma + 1;
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    std::string key = eq == std::string::npos ? "" : trimmed(item.substr(0, eq));
+    if (eq == std::string::npos || key.empty()) {
+      throw ConfigError(s.name + ": member " + std::to_string(member) +
+                        " is not key=value (values are not shown: they may hold secrets); "
+                        "accepted: key=value pairs separated by ','");
+    }
+    std::string value;
+    const std::string raw = trimmed(item.substr(eq + 1));
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '%' && i + 2 < raw.size() &&
+          std::isxdigit(static_cast<unsigned char>(raw[i + 1])) &&
+          std::isxdigit(static_cast<unsigned char>(raw[i + 2]))) {
+        value.push_back(static_cast<char>(std::stoi(raw.substr(i + 1, 2), nullptr, 16)));
+        i += 2;
+      } else {
+        value.push_back(raw[i]);
+      }
+    }
+    for (char ch : key + value) {
+      if (ch == '\r' || ch == '\n' || ch == '\0')
+        throw ConfigError(s.name + ": member " + std::to_string(member) +
+                          " contains a line break; accepted: header names and values without "
+                          "control characters");
+    }
+    out.emplace_back(key, value);
+  }
+  return out;
+}
+
+std::string checked_url(const Setting& s) {
+  if (!(s.value.starts_with("http://") || s.value.starts_with("https://")) || s.value.size() < 9)
+    fail(s, "an http:// or https:// URL");
+  return s.value;
+}
+
+void resolve_otlp(const Env& env, const std::optional<Setting>& traces_endpoint,
+                  const std::optional<Setting>& base_endpoint, OtlpHttpOptions& o) {
+  if (traces_endpoint) {
+    o.endpoint = checked_url(*traces_endpoint);  // used as is
+  } else if (base_endpoint) {
+    std::string base = checked_url(*base_endpoint);
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    o.endpoint = base + "/v1/traces";
+  } else {
+    o.endpoint = "http://localhost:4318/v1/traces";  // the specification's default
+  }
+  if (auto p = env.get({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"})) {
+    const std::string v = lower(p->value);
+    if (v == "http/protobuf")
+      o.json = false;
+    else if (v == "http/json")
+      o.json = true;
+    else
+      fail(*p, "http/protobuf, http/json (grpc is not supported by lens)");
+  }
+  if (auto h = env.get({"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"}))
+    o.headers = parse_headers(*h);
+  if (auto t = env.get({"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"}))
+    o.timeout = std::chrono::milliseconds(parse_uint(*t, 1, kMaxMillis));
+  if (auto z =
+          env.get({"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION"})) {
+    const std::string v = lower(z->value);
+    if (v == "gzip")
+      o.gzip = true;
+    else if (v == "none")
+      o.gzip = false;
+    else
+      fail(*z, "gzip, none");
+  }
+  if (auto cert =
+          env.get({"OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE"})) {
+    if (::access(cert->value.c_str(), R_OK) != 0)
+      fail(*cert, "the path of a readable CA certificate file");
+    o.certificate = cert->value;
+  }
+}
+
+}  // namespace
+
+EnvLookup process_environment() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const char* v = std::getenv(std::string(name).c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+std::string generate_run_id() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  char suffix[8];
+  std::snprintf(suffix, sizeof suffix, "%06llx",
+                static_cast<unsigned long long>(IdGenerator::next_u64() & 0xffffff));
+  return std::string(buf) + "-" + suffix;
+}
+
+Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) {
+  Env env(lookup);
+  Config c;
+
+  // Enabled: off unless turned on; OTEL_SDK_DISABLED=true wins over both.
+  c.enabled = false;
+  if (options.enabled) {
+    c.enabled = *options.enabled;
+  } else if (auto s = env.get({"MEGATRON_OTEL_ENABLED", "NEMO_LENS_ENABLED"})) {
+    c.enabled = parse_bool(*s);
+  }
+  if (auto s = env.get({"OTEL_SDK_DISABLED"})) {
+    if (parse_bool(*s)) c.enabled = false;
+  }
+
+  if (options.span_groups) {
+    c.span_groups = SpanGroupSet::parse(*options.span_groups, "span_groups option");
+  } else if (auto s = env.get({"MEGATRON_OTEL_SPAN_GROUPS", "NEMO_LENS_SPAN_GROUPS"})) {
+    c.span_groups = SpanGroupSet::parse(s->value, s->name);
+  } else {
+    c.span_groups = SpanGroupSet::default_preset();
+  }
+
+  const std::optional<Setting> traces_endpoint = env.get({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"});
+  const std::optional<Setting> base_endpoint = env.get({"OTEL_EXPORTER_OTLP_ENDPOINT"});
+  const std::string_view kExporters = "otlp, file, console, none";
+  if (options.exporter_instance) {
+    c.exporter = "custom";
+  } else {
+    std::optional<Setting> s;
+    if (options.exporter)
+      s = Setting{"exporter option", lower(*options.exporter)};
+    else
+      s = env.get({"MEGATRON_OTEL_EXPORTER", "NEMO_LENS_EXPORTER"});
+    if (s)
+      c.exporter = lower(s->value);
+    else
+      c.exporter = (traces_endpoint || base_endpoint || options.otlp) ? "otlp" : "file";
+    if (c.exporter != "otlp" && c.exporter != "file" && c.exporter != "console" &&
+        c.exporter != "none")
+      fail(*s, kExporters);
+  }
+  if (options.otlp) {
+    c.otlp = *options.otlp;
+  } else {
+    resolve_otlp(env, traces_endpoint, base_endpoint, c.otlp);
+  }
+  if (auto s = env.get({"LENS_SPOOL_DIR"})) c.spool_dir = s->value;
+
+  // Run id: configured, else the scheduler's job id, else generated.
+  if (options.run_id && !options.run_id->empty()) {
+    c.run_id = *options.run_id;
+  } else if (auto s = env.get({"MEGATRON_OTEL_RUN_ID", "NEMO_LENS_RUN_ID", "SLURM_JOB_ID"})) {
+    c.run_id = s->value;
+  } else {
+    c.run_id = generate_run_id();
+    c.run_id_generated = true;
+  }
+  // The run id names a directory: keep it to a safe character set.
+  for (char ch : c.run_id) {
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
+      throw ConfigError("run id '" + c.run_id +
+                        "' is not valid; accepted: letters, digits, '-', '_' and '.'");
+    }
+  }
+  if (c.run_id == "." || c.run_id == "..") {
+    throw ConfigError("run id '" + c.run_id + "' is not valid; accepted: a name, not . or ..");
+  }
+
+  if (auto s = env.get({"OTEL_RESOURCE_ATTRIBUTES"})) {
+    c.resource_attributes = parse_resource_attributes(s->value, s->name);
+  }
+  for (const auto& a : options.resource_attributes) {
+    auto it = std::find_if(c.resource_attributes.begin(), c.resource_attributes.end(),
+                           [&](const Attribute& x) { return x.key == a.key; });
+    if (it != c.resource_attributes.end())
+      it->value = a.value;
+    else
+      c.resource_attributes.push_back(a);
+  }
+  if (options.service_name) {
+    c.service_name = *options.service_name;
+  } else if (auto s = env.get({"OTEL_SERVICE_NAME"})) {
+    c.service_name = s->value;
+  } else if (const auto* v = find_attribute(c.resource_attributes, "service.name");
+             v && std::holds_alternative<std::string>(*v)) {
+    c.service_name = std::get<std::string>(*v);
+  } else {
+    c.service_name = options.default_service_name;
+  }
+
+  if (options.rank) {
+    c.rank = *options.rank;
+  } else if (auto s = env.get({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})) {
+    c.rank = static_cast<int>(parse_uint(*s, 0, 1u << 30));
+  }
+  if (options.world_size) {
+    c.world_size = *options.world_size;
+  } else if (auto s = env.get({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})) {
+    c.world_size = static_cast<int>(parse_uint(*s, 1, 1u << 30));
+  }
+  if (c.rank && c.world_size && *c.rank >= *c.world_size) {
+    throw ConfigError("rank " + std::to_string(*c.rank) + " is not below world size " +
+                      std::to_string(*c.world_size) +
+                      " (RANK/WORLD_SIZE or OMPI_COMM_WORLD_RANK/_SIZE); accepted: 0 <= rank < "
+                      "world size");
+  }
+
+  if (options.trace_dir)
+    c.trace_dir = *options.trace_dir;
+  else if (auto s = env.get({"LENS_TRACE_DIR"}))
+    c.trace_dir = s->value;
+  else
+    c.trace_dir = "lens-traces";
+  if (options.trace_file) {
+    c.trace_file = *options.trace_file;
+  } else if (auto s = env.get({"LENS_TRACE_FILE"})) {
+    c.trace_file = s->value;
+  } else {
+    c.trace_file = c.rank ? "rank-{rank}.otlp.jsonl" : "process-{pid}.otlp.jsonl";
+  }
+  if (c.trace_file.find('/') != std::string::npos || c.trace_file == "." || c.trace_file == "..") {
+    throw ConfigError("LENS_TRACE_FILE='" + c.trace_file +
+                      "' is not valid; accepted: a file name (no '/'), with {rank}, {pid} and "
+                      "{run_id} placeholders");
+  }
+
+  auto& b = c.batch;
+  if (options.max_queue_size)
+    b.max_queue_size = *options.max_queue_size;
+  else if (auto s = env.get({"OTEL_BSP_MAX_QUEUE_SIZE"}))
+    b.max_queue_size = static_cast<std::uint32_t>(parse_uint(*s, 1, kMaxCount));
+  if (options.max_export_batch_size)
+    b.max_export_batch_size = *options.max_export_batch_size;
+  else if (auto s = env.get({"OTEL_BSP_MAX_EXPORT_BATCH_SIZE"}))
+    b.max_export_batch_size = static_cast<std::uint32_t>(parse_uint(*s, 1, kMaxCount));
+  if (b.max_export_batch_size > b.max_queue_size) {
+    throw ConfigError("OTEL_BSP_MAX_EXPORT_BATCH_SIZE=" + std::to_string(b.max_export_batch_size) +
+                      " exceeds OTEL_BSP_MAX_QUEUE_SIZE=" + std::to_string(b.max_queue_size) +
+                      "; accepted: a batch size no larger than the queue size");
+  }
+  if (options.schedule_delay)
+    b.schedule_delay = *options.schedule_delay;
+  else if (auto s = env.get({"OTEL_BSP_SCHEDULE_DELAY"}))
+    b.schedule_delay = std::chrono::milliseconds(parse_uint(*s, 0, kMaxMillis));
+  if (options.export_timeout)
+    b.export_timeout = *options.export_timeout;
+  else if (auto s = env.get({"OTEL_BSP_EXPORT_TIMEOUT"}))
+    b.export_timeout = std::chrono::milliseconds(parse_uint(*s, 0, kMaxMillis));
+
+  if (options.span_limits) {
+    c.span_limits = *options.span_limits;
+  } else {
+    auto& l = c.span_limits;
+    auto limit = [&](std::initializer_list<std::string_view> names, std::uint32_t& field) {
+      if (auto s = env.get(names)) field = static_cast<std::uint32_t>(parse_uint(*s, 0, kMaxCount));
+    };
+    limit({"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"}, l.attribute_count);
+    limit({"OTEL_SPAN_EVENT_COUNT_LIMIT"}, l.event_count);
+    limit({"OTEL_SPAN_LINK_COUNT_LIMIT"}, l.link_count);
+    limit({"OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"},
+          l.attribute_per_event_count);
+    limit({"OTEL_LINK_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"},
+          l.attribute_per_link_count);
+  }
+  if (options.sampler) {
+    c.sampler = *options.sampler;
+  } else {
+    const std::string_view kSamplers =
+        "always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, "
+        "parentbased_traceidratio";
+    std::string name = "parentbased_always_on";
+    auto s = env.get({"OTEL_TRACES_SAMPLER"});
+    if (s) name = lower(s->value);
+    std::string_view base = name;
+    c.sampler.parent_based = base.starts_with("parentbased_");
+    if (c.sampler.parent_based) base.remove_prefix(std::string_view("parentbased_").size());
+    if (base == "always_on") {
+      c.sampler.kind = Sampler::Kind::kAlwaysOn;
+    } else if (base == "always_off") {
+      c.sampler.kind = Sampler::Kind::kAlwaysOff;
+    } else if (base == "traceidratio") {
+      c.sampler.kind = Sampler::Kind::kTraceIdRatio;
+      c.sampler.ratio = 1.0;
+      if (auto arg = env.get({"OTEL_TRACES_SAMPLER_ARG"})) {
+        double ratio = -1;
+        auto [ptr, ec] =
+            std::from_chars(arg->value.data(), arg->value.data() + arg->value.size(), ratio);
+        if (ec != std::errc() || ptr != arg->value.data() + arg->value.size() || !(ratio >= 0) ||
+            ratio > 1)
+          fail(*arg, "a number from 0 to 1");
+        c.sampler.ratio = ratio;
+      }
+    } else {
+      fail(*s, kSamplers);
+    }
+  }
+
+  if (options.collective_timeout) {
+    c.collective_timeout = *options.collective_timeout;
+  } else if (auto s = env.get({"LENS_COLLECTIVE_TIMEOUT_MS"})) {
+    c.collective_timeout = std::chrono::milliseconds(parse_uint(*s, 1, kMaxMillis));
+  }
+
+  if (options.trace_scope) {
+    c.trace_scope = *options.trace_scope;
+  } else if (auto s = env.get({"LENS_TRACE_SCOPE"})) {
+    const std::string v = lower(s->value);
+    if (v == "world")
+      c.trace_scope = TraceScope::kWorld;
+    else if (v == "pipeline")
+      c.trace_scope = TraceScope::kPipeline;
+    else
+      fail(*s, "world, pipeline");
+  }
+  if (options.export_filter) {
+    c.export_filter = *options.export_filter;
+  } else if (auto s = env.get({"LENS_EXPORT_FILTER"})) {
+    c.export_filter = ExportFilter::parse(s->value, s->name);
+  }
+  if (options.step_budget_per_minute) {
+    c.step_budget_per_minute = *options.step_budget_per_minute;
+  } else if (auto s = env.get({"LENS_STEP_BUDGET"})) {
+    c.step_budget_per_minute = static_cast<std::uint32_t>(parse_uint(*s, 0, 1000000));
+  }
+  c.coordinates = options.coordinates;
+  c.run_key = options.run_key ? *options.run_key : IdGenerator::next_u64();
+  c.exporting = c.export_filter.keeps(c.coordinates);
+  return c;
+}
+
+std::string trace_file_path(const Config& config) {
+  std::string name = config.trace_file;
+  auto replace_all = [&](std::string_view token, const std::string& with) {
+    for (std::size_t at = name.find(token); at != std::string::npos;
+         at = name.find(token, at + with.size()))
+      name.replace(at, token.size(), with);
+  };
+  replace_all("{rank}", config.rank ? std::to_string(*config.rank) : std::string("0"));
+  replace_all("{pid}", std::to_string(::getpid()));
+  replace_all("{run_id}", config.run_id);
+  return config.trace_dir + "/" + config.run_id + "/" + name;
+}
+
+}  // namespace lens

@@ -1,0 +1,225 @@
+#include "lens/telemetry.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <deque>
+#include <mutex>
+
+#include "lens/error.h"
+#include "lens/file_exporter.h"
+#include "lens/otlp_http_exporter.h"
+#include "span_clock.h"
+#include "telemetry_core.h"
+
+namespace lens {
+namespace {
+
+// Accepts spans and discards them: for ranks that take part in the step
+// protocol but do not export.
+class DiscardExporter : public SpanExporter {
+ public:
+  ExportResult export_spans(const Resource&, std::span<const SpanRecord* const>) override {
+    return ExportResult::kSuccess;
+  }
+};
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+Resource build_resource(const Config& c) {
+  Resource r;
+  r.set("host.name", host_name());
+  r.set("process.pid", static_cast<std::int64_t>(::getpid()));
+  r.set("telemetry.sdk.name", std::string("lens"));
+  r.set("telemetry.sdk.language", std::string("cpp"));
+  r.set("telemetry.sdk.version", std::string(kLensVersion));
+  for (const auto& a : c.resource_attributes) r.set(a.key, a.value);
+  r.set("service.name", c.service_name);
+  r.set("nemo.run.id", c.run_id);
+  if (c.rank) {
+    r.set("dl.rank", static_cast<std::int64_t>(*c.rank));
+    r.set("service.instance.id", c.run_id + "-rank" + std::to_string(*c.rank));
+  } else {
+    r.set("service.instance.id", c.run_id + "-pid" + std::to_string(::getpid()));
+  }
+  if (c.world_size) r.set("dl.world_size", static_cast<std::int64_t>(*c.world_size));
+  if (c.coordinates.pp >= 0)
+    r.set("dl.pipeline_parallel.rank", static_cast<std::int64_t>(c.coordinates.pp));
+  if (c.coordinates.dp >= 0)
+    r.set("dl.data_parallel.rank", static_cast<std::int64_t>(c.coordinates.dp));
+  if (c.coordinates.tp >= 0)
+    r.set("dl.tensor_parallel.rank", static_cast<std::int64_t>(c.coordinates.tp));
+  r.set("lens.trace_scope", std::string(trace_scope_name(c.trace_scope)));
+  if (!c.export_filter.empty()) r.set("lens.export_filter", c.export_filter.to_string());
+  return r;
+}
+
+}  // namespace
+
+struct Telemetry::Impl {
+  Config config;
+  Resource resource;
+  std::string trace_file;
+  std::shared_ptr<SpanExporter> exporter;
+  detail::TelemetryCore core;
+  std::mutex scopes_mu;
+  // Stable addresses; shared with the processor, whose thread may outlive
+  // this object if an exporter hangs past the shutdown timeout.
+  std::shared_ptr<std::deque<InstrumentationScope>> scopes =
+      std::make_shared<std::deque<InstrumentationScope>>();
+  bool shut_down = false;
+  std::mutex shutdown_mu;
+};
+
+std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
+                                             const EnvLookup& env) {
+  Config config = resolve_config(options, env);
+  if (!config.enabled) return nullptr;
+
+  auto impl = std::make_unique<Impl>();
+  impl->config = std::move(config);
+  const Config& c = impl->config;
+  impl->resource = build_resource(c);
+  if (!c.exporting) {
+    // Left out by the export filter: no file, no connection, no spans.
+    impl->exporter = std::make_shared<DiscardExporter>();
+  } else if (options.exporter_instance) {
+    impl->exporter = options.exporter_instance;
+  } else if (c.exporter == "file") {
+    impl->trace_file = trace_file_path(c);
+    impl->exporter = std::make_shared<OtlpJsonFileExporter>(impl->trace_file);
+  } else if (c.exporter == "otlp") {
+    OtlpHttpOptions otlp = c.otlp;
+    if (!c.spool_dir.empty() && otlp.spool_path.empty()) {
+      otlp.spool_path =
+          c.spool_dir + "/" + c.run_id + "/spool-" +
+          (c.rank ? "rank-" + std::to_string(*c.rank) : "pid-" + std::to_string(::getpid())) +
+          ".otlp.jsonl";
+    }
+    impl->exporter = std::make_shared<OtlpHttpExporter>(std::move(otlp));
+  } else if (c.exporter == "console") {
+    impl->exporter = OtlpJsonFileExporter::for_descriptor(STDOUT_FILENO, "stdout");
+  } else {
+    impl->exporter = std::make_shared<DiscardExporter>();
+  }
+  detail::refresh_clock_offset();
+  impl->core.limits = c.span_limits;
+  impl->core.sampler = c.sampler;
+  impl->core.switches.bits.store(c.exporting ? c.span_groups.bits() : 0u,
+                                 std::memory_order_relaxed);
+  impl->core.processor =
+      std::make_unique<BatchProcessor>(impl->exporter, impl->resource, c.batch, impl->scopes);
+  return std::unique_ptr<Telemetry>(new Telemetry(std::move(impl)));
+}
+
+Telemetry::Telemetry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Telemetry::~Telemetry() { shutdown(impl_->config.batch.export_timeout); }
+
+Tracer Telemetry::tracer(std::string_view name, std::string_view version) {
+  std::lock_guard<std::mutex> lock(impl_->scopes_mu);
+  auto& scopes = *impl_->scopes;
+  for (const auto& s : scopes)
+    if (s.name == name && s.version == version)
+      return Tracer(&impl_->core, &impl_->core.switches, &s);
+  scopes.push_back({std::string(name), std::string(version)});
+  return Tracer(&impl_->core, &impl_->core.switches, &scopes.back());
+}
+
+bool Telemetry::enabled(SpanGroup group) const { return span_groups().contains(group); }
+
+SpanGroupSet Telemetry::span_groups() const {
+  return SpanGroupSet(impl_->core.switches.bits.load(std::memory_order_relaxed));
+}
+
+void Telemetry::set_span_groups(SpanGroupSet groups) {
+  if (!impl_->config.exporting) return;  // the export filter leaves this rank out
+  impl_->core.switches.bits.store(groups.bits(), std::memory_order_relaxed);
+}
+
+const Config& Telemetry::config() const { return impl_->config; }
+const Resource& Telemetry::resource() const { return impl_->resource; }
+const std::string& Telemetry::trace_file() const { return impl_->trace_file; }
+
+bool Telemetry::flush(std::chrono::milliseconds timeout) {
+  return impl_->core.processor->force_flush(timeout);
+}
+
+bool Telemetry::shutdown(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
+  if (impl_->shut_down) return true;
+  impl_->shut_down = true;
+  // New spans from here on are not recorded.
+  impl_->core.switches.bits.store(0, std::memory_order_relaxed);
+  impl_->core.truncate_open_spans();
+  const bool in_time = impl_->core.processor->shutdown(timeout);
+  const TelemetryStats s = stats();
+  const auto& p = s.processor;
+  if (p.dropped_queue_full || p.export_failed || p.dropped_at_shutdown || s.spans_truncated) {
+    std::fprintf(stderr,
+                 "lens: shutdown: %llu spans exported, %llu dropped (queue full), %llu failed "
+                 "to export, %llu not exported before the shutdown timeout, %llu ended by "
+                 "shutdown (truncated)\n",
+                 static_cast<unsigned long long>(p.exported),
+                 static_cast<unsigned long long>(p.dropped_queue_full),
+                 static_cast<unsigned long long>(p.export_failed),
+                 static_cast<unsigned long long>(p.dropped_at_shutdown),
+                 static_cast<unsigned long long>(s.spans_truncated));
+  }
+  return in_time;
+}
+
+std::vector<std::string> Telemetry::mark_open_spans(std::string_view event,
+                                                    std::string_view detail) {
+  return impl_->core.mark_open_spans(event, detail);
+}
+
+void write_failure_record(Telemetry& telemetry, std::string_view who, std::string_view detail) {
+  const std::string prefix(who);
+  for (const auto& line : telemetry.mark_open_spans("lens.failure", detail)) {
+    const char* joint = line.starts_with("last span ended") ? ":" : " was in:";
+    std::fprintf(stderr, "%s%s %s\n", prefix.c_str(), joint, line.c_str());
+  }
+}
+
+TelemetryStats Telemetry::stats() const {
+  TelemetryStats s;
+  s.processor = impl_->core.processor->stats();
+  s.spans_truncated = impl_->core.spans_truncated.load(std::memory_order_relaxed);
+  s.delivery = impl_->exporter->delivery_stats();
+  return s;
+}
+
+namespace {
+std::mutex g_global_mu;
+std::unique_ptr<Telemetry> g_global;
+std::atomic<Telemetry*> g_global_ptr{nullptr};
+}  // namespace
+
+Telemetry* init(const TelemetryOptions& options) {
+  std::lock_guard<std::mutex> lock(g_global_mu);
+  if (g_global) {
+    g_global_ptr.store(nullptr);
+    g_global.reset();
+  }
+  g_global = Telemetry::create(options);
+  g_global_ptr.store(g_global.get());
+  return g_global.get();
+}
+
+Telemetry* get_telemetry() { return g_global_ptr.load(std::memory_order_acquire); }
+
+bool shutdown_telemetry(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(g_global_mu);
+  if (!g_global) return true;
+  g_global_ptr.store(nullptr);
+  bool ok = g_global->shutdown(timeout);
+  g_global.reset();
+  return ok;
+}
+
+}  // namespace lens

@@ -1,0 +1,132 @@
+#include "batch_processor.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "memory_telemetry.h"
+
+namespace lens {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::MemoryTelemetry;
+
+// An exporter whose export calls block until released.
+class GatedExporter : public SpanExporter {
+ public:
+  ExportResult export_spans(const Resource&, std::span<const SpanRecord* const> spans) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++calls_;
+    entered_.notify_all();
+    open_cv_.wait(lock, [&] { return open_; });
+    exported_ += spans.size();
+    return ExportResult::kSuccess;
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    open_cv_.notify_all();
+  }
+  void wait_for_first_call() {
+    std::unique_lock<std::mutex> lock(mu_);
+    entered_.wait(lock, [&] { return calls_ > 0; });
+  }
+  std::size_t exported() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return exported_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable open_cv_, entered_;
+  bool open_ = false;
+  int calls_ = 0;
+  std::size_t exported_ = 0;
+};
+
+std::unique_ptr<Telemetry> gated_telemetry(std::shared_ptr<GatedExporter> exporter,
+                                           std::uint32_t queue, std::uint32_t batch) {
+  TelemetryOptions opts;
+  opts.enabled = true;
+  opts.span_groups.emplace("all");
+  opts.run_id = "bp";
+  opts.max_queue_size = queue;
+  opts.max_export_batch_size = batch;
+  opts.schedule_delay = 1ms;
+  opts.exporter_instance = exporter;
+  return Telemetry::create(opts, testing::fake_env({}));
+}
+
+TEST(BatchProcessor, FullQueueDropsAndCountsWithoutBlocking) {
+  auto exporter = std::make_shared<GatedExporter>();
+  auto telemetry = gated_telemetry(exporter, 4, 2);
+  Tracer tracer = telemetry->tracer();
+  // The first span goes out and blocks the export thread inside the exporter.
+  tracer.start_span(SpanGroup::kJob, "first").end();
+  exporter->wait_for_first_call();
+  for (int i = 0; i < 20; ++i) tracer.start_span(SpanGroup::kJob, "more").end();
+  auto stats = telemetry->stats().processor;
+  EXPECT_EQ(stats.queued, 5u);  // the first one plus a full queue of 4
+  EXPECT_EQ(stats.dropped_queue_full, 16u);
+  exporter->open();
+  ASSERT_TRUE(telemetry->flush(10s));
+  stats = telemetry->stats().processor;
+  EXPECT_EQ(stats.exported, 5u);
+  EXPECT_EQ(exporter->exported(), 5u);
+  EXPECT_EQ(stats.queued + stats.dropped_queue_full, 21u);
+}
+
+TEST(BatchProcessor, ExportFailuresAreCounted) {
+  MemoryTelemetry mt;
+  mt.exporter->set_fail(true);
+  Tracer tracer = mt.telemetry->tracer();
+  for (int i = 0; i < 7; ++i) tracer.start_span(SpanGroup::kJob, "x").end();
+  mt.telemetry->flush(10s);
+  auto stats = mt.telemetry->stats().processor;
+  EXPECT_EQ(stats.export_failed, 7u);
+  EXPECT_EQ(stats.exported, 0u);
+  mt.exporter->set_fail(false);
+  tracer.start_span(SpanGroup::kJob, "y").end();
+  mt.telemetry->flush(10s);
+  EXPECT_EQ(mt.telemetry->stats().processor.exported, 1u);
+}
+
+TEST(BatchProcessor, ExportsInBatchesOfAtMostBatchSize) {
+  TelemetryOptions opts;
+  opts.max_queue_size = 100;
+  opts.max_export_batch_size = 10;
+  MemoryTelemetry mt(opts);
+  Tracer tracer = mt.telemetry->tracer();
+  for (int i = 0; i < 35; ++i) tracer.start_span(SpanGroup::kJob, "x").end();
+  EXPECT_EQ(mt.spans().size(), 35u);
+  EXPECT_GE(mt.exporter->export_calls(), 4u);
+}
+
+TEST(BatchProcessor, ScheduleDelayExportsWithoutFlush) {
+  TelemetryOptions opts;
+  opts.schedule_delay = 20ms;
+  MemoryTelemetry mt(opts);
+  mt.telemetry->tracer().start_span(SpanGroup::kJob, "timed").end();
+  for (int i = 0; i < 500 && mt.exporter->spans().empty(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(mt.exporter->spans().size(), 1u);
+}
+
+TEST(BatchProcessor, ShutdownWithStuckExporterReturnsWithinTimeout) {
+  auto exporter = std::make_shared<GatedExporter>();
+  auto telemetry = gated_telemetry(exporter, 8, 1);
+  Tracer tracer = telemetry->tracer();
+  tracer.start_span(SpanGroup::kJob, "stuck").end();
+  exporter->wait_for_first_call();
+  for (int i = 0; i < 3; ++i) tracer.start_span(SpanGroup::kJob, "queued").end();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(telemetry->shutdown(100ms));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_EQ(telemetry->stats().processor.dropped_at_shutdown, 3u);
+  exporter->open();  // let the detached export thread finish
+  telemetry.reset();
+}
+
+}  // namespace
+}  // namespace lens

@@ -1,0 +1,321 @@
+#include "lens/span.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "lens/tracer.h"
+#include "memory_telemetry.h"
+#include "remote_context.h"
+
+namespace lens {
+namespace {
+
+using testing::MemoryTelemetry;
+
+const SpanRecord* find(const std::vector<SpanRecord>& spans, std::string_view name) {
+  for (const auto& s : spans)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+TEST(Span, DisabledGroupRecordsNothing) {
+  TelemetryOptions opts;
+  opts.span_groups.emplace("default");
+  MemoryTelemetry mt(opts);
+  Tracer tracer = mt.telemetry->tracer();
+  EXPECT_FALSE(tracer.enabled(SpanGroup::kCommunication));
+  {
+    Span s = tracer.start_span(SpanGroup::kCommunication, "megatron.p2p.send_forward");
+    EXPECT_FALSE(s.recording());
+    EXPECT_FALSE(s.context().valid());
+    s.set_attribute("k", 1);
+    s.add_event("e");
+    s.add_link(SpanContext());
+    Scope scope(s);
+    EXPECT_FALSE(current_span_context().valid());
+  }
+  Span job = tracer.start_span(SpanGroup::kJob, "job");
+  EXPECT_TRUE(job.recording());
+  job.end();
+  auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_EQ(spans[0].name, "job");
+}
+
+TEST(Span, DefaultTracerIsDisabled) {
+  Tracer tracer;
+  EXPECT_FALSE(tracer.enabled(SpanGroup::kJob));
+  Span s = tracer.start_span(SpanGroup::kJob, "x");
+  EXPECT_FALSE(s.recording());
+}
+
+TEST(Span, RecordsNameKindTimesAttributesEventsStatus) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer("my.scope", "1.2");
+  StartOptions opts;
+  opts.kind = SpanKind::kProducer;
+  {
+    Span s = tracer.start_span(SpanGroup::kStep, "megatron.train_step", opts);
+    s.set_attribute("b", true);
+    s.set_attribute("i", 42);
+    s.set_attribute("u", std::uint32_t{7});
+    s.set_attribute("d", 2.5);
+    s.set_attribute("s", "text");
+    s.set_attribute("sv", std::string_view("view"));
+    s.set_attribute("arr", AttributeValue(std::vector<std::int64_t>{1, 2, 3}));
+    s.set_attribute("i", 43);  // replaces
+    s.add_event("checkpoint", {{"bytes", std::int64_t{1024}}});
+    s.set_status(StatusCode::kError, "boom");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), 1u);
+  const SpanRecord& r = spans[0];
+  EXPECT_EQ(r.name, "megatron.train_step");
+  EXPECT_EQ(r.kind, SpanKind::kProducer);
+  EXPECT_EQ(r.group, SpanGroup::kStep);
+  ASSERT_NE(r.scope, nullptr);
+  EXPECT_EQ(r.scope->name, "my.scope");
+  EXPECT_EQ(r.scope->version, "1.2");
+  EXPECT_GE(r.end_time_unix_ns - r.start_time_unix_ns, 2'000'000);
+  const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  EXPECT_LT(std::llabs(now - r.start_time_unix_ns), 10'000'000'000LL);
+  ASSERT_EQ(r.attributes.size(), 7u);
+  EXPECT_EQ(std::get<bool>(*find_attribute(r.attributes, "b")), true);
+  EXPECT_EQ(std::get<std::int64_t>(*find_attribute(r.attributes, "i")), 43);
+  EXPECT_EQ(std::get<std::int64_t>(*find_attribute(r.attributes, "u")), 7);
+  EXPECT_EQ(std::get<double>(*find_attribute(r.attributes, "d")), 2.5);
+  EXPECT_EQ(std::get<std::string>(*find_attribute(r.attributes, "s")), "text");
+  EXPECT_EQ(std::get<std::string>(*find_attribute(r.attributes, "sv")), "view");
+  EXPECT_EQ(std::get<std::vector<std::int64_t>>(*find_attribute(r.attributes, "arr")),
+            (std::vector<std::int64_t>{1, 2, 3}));
+  ASSERT_EQ(r.events.size(), 1u);
+  EXPECT_EQ(r.events[0].name, "checkpoint");
+  EXPECT_GE(r.events[0].time_unix_ns, r.start_time_unix_ns);
+  EXPECT_LE(r.events[0].time_unix_ns, r.end_time_unix_ns);
+  EXPECT_EQ(r.status_code, StatusCode::kError);
+  EXPECT_EQ(r.status_message, "boom");
+  EXPECT_TRUE(r.context.sampled());
+  EXPECT_FALSE(r.has_parent());
+}
+
+TEST(Span, StatusOkIsFinalAndUnsetIgnored) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  {
+    Span s = tracer.start_span(SpanGroup::kJob, "a");
+    s.set_status(StatusCode::kOk, "ignored message");
+    s.set_status(StatusCode::kError, "late");
+    s.set_status(StatusCode::kUnset);
+  }
+  auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_EQ(spans[0].status_code, StatusCode::kOk);
+  EXPECT_EQ(spans[0].status_message, "");
+}
+
+TEST(Span, ScopeMakesChildrenAndNests) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  SpanContext outer_ctx, inner_ctx;
+  {
+    Span outer = tracer.start_span(SpanGroup::kJob, "outer");
+    outer_ctx = outer.context();
+    Scope s1(outer);
+    EXPECT_EQ(current_span_context(), outer_ctx);
+    {
+      Span inner = tracer.start_span(SpanGroup::kStep, "inner");
+      inner_ctx = inner.context();
+      Scope s2(inner);
+      Span leaf = tracer.start_span(SpanGroup::kStep, "leaf");
+    }
+    EXPECT_EQ(current_span_context(), outer_ctx);
+    Span sibling = tracer.start_span(SpanGroup::kStep, "sibling");
+    StartOptions root;
+    root.root = true;
+    Span detached = tracer.start_span(SpanGroup::kStep, "root", root);
+  }
+  EXPECT_FALSE(current_span_context().valid());
+  auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), 5u);
+  EXPECT_EQ(find(spans, "inner")->parent_span_id, outer_ctx.span_id);
+  EXPECT_EQ(find(spans, "inner")->context.trace_id, outer_ctx.trace_id);
+  EXPECT_EQ(find(spans, "leaf")->parent_span_id, inner_ctx.span_id);
+  EXPECT_EQ(find(spans, "sibling")->parent_span_id, outer_ctx.span_id);
+  EXPECT_FALSE(find(spans, "root")->has_parent());
+  EXPECT_NE(find(spans, "root")->context.trace_id, outer_ctx.trace_id);
+  EXPECT_FALSE(find(spans, "outer")->has_parent());
+}
+
+TEST(Span, ExplicitRemoteParentAndJoiningATraceAsRoot) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  const SpanContext remote = testing::remote_context("vendor=1");
+  const SpanId reserved = IdGenerator::new_span_id();
+  {
+    StartOptions child;
+    child.parent = remote;
+    Span a = tracer.start_span(SpanGroup::kStep, "child-of-remote", child);
+    StartOptions join;
+    join.context = SpanContext{remote.trace_id, reserved, remote.trace_flags};
+    Span b = tracer.start_span(SpanGroup::kStep, "joined-root", join);
+    EXPECT_EQ(b.context().span_id, reserved);
+  }
+  auto spans = mt.spans();
+  const auto* a = find(spans, "child-of-remote");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->context.trace_id, remote.trace_id);
+  EXPECT_EQ(a->parent_span_id, remote.span_id);
+  EXPECT_TRUE(a->parent_remote);
+  EXPECT_EQ(a->context.tracestate, "vendor=1");
+  const auto* b = find(spans, "joined-root");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->context.trace_id, remote.trace_id);
+  EXPECT_EQ(b->context.span_id, reserved);
+  EXPECT_FALSE(b->has_parent());
+}
+
+TEST(Span, UnsampledSpansAreNotExportedButPropagate) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  {
+    StartOptions opts;
+    opts.context = SpanContext{TraceId(), SpanId(), 0};
+    Span s = tracer.start_span(SpanGroup::kStep, "unsampled", opts);
+    EXPECT_TRUE(s.context().valid());
+    Scope scope(s);
+    Span child = tracer.start_span(SpanGroup::kStep, "child");
+    EXPECT_FALSE(child.context().sampled());
+    EXPECT_EQ(child.context().trace_id, s.context().trace_id);
+  }
+  EXPECT_TRUE(mt.spans().empty());
+}
+
+TEST(Span, LinksCarryTheirOwnAttributesAndInvalidLinksAreIgnored) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  const SpanContext target = testing::remote_context();
+  {
+    StartOptions opts;
+    opts.links.push_back({target, {{"at", std::string("start")}}, 0});
+    opts.links.push_back({SpanContext(), {}, 0});
+    Span s = tracer.start_span(SpanGroup::kCommunication, "linked", opts);
+    s.add_link(target, {{"at", std::string("later")}});
+    s.add_link(SpanContext());
+  }
+  auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), 1u);
+  ASSERT_EQ(spans[0].links.size(), 2u);
+  EXPECT_EQ(spans[0].links[0].context, target);
+  EXPECT_EQ(std::get<std::string>(spans[0].links[0].attributes[0].value), "start");
+  EXPECT_EQ(std::get<std::string>(spans[0].links[1].attributes[0].value), "later");
+  EXPECT_EQ(spans[0].dropped_links_count, 0u);
+}
+
+TEST(Span, LimitsDropAndCount) {
+  TelemetryOptions opts;
+  SpanLimits limits;
+  limits.attribute_count = 3;
+  limits.event_count = 2;
+  limits.link_count = 1;
+  limits.attribute_per_event_count = 1;
+  limits.attribute_per_link_count = 2;
+  opts.span_limits = limits;
+  MemoryTelemetry mt(opts);
+  Tracer tracer = mt.telemetry->tracer();
+  SpanContext target;
+  target.trace_id = IdGenerator::new_trace_id();
+  target.span_id = IdGenerator::new_span_id();
+  {
+    Span s = tracer.start_span(SpanGroup::kJob, "limited");
+    for (int i = 0; i < 10; ++i) s.set_attribute("k" + std::to_string(i), i);
+    s.set_attribute("k0", 100);  // replacing an existing key is not dropped
+    for (int i = 0; i < 5; ++i) s.add_event("e", {{"a", true}, {"b", true}, {"c", true}});
+    for (int i = 0; i < 4; ++i) s.add_link(target, {{"x", 1.0}, {"y", 2.0}, {"z", 3.0}});
+  }
+  auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), 1u);
+  const auto& r = spans[0];
+  EXPECT_EQ(r.attributes.size(), 3u);
+  EXPECT_EQ(r.dropped_attributes_count, 7u);
+  EXPECT_EQ(std::get<std::int64_t>(*find_attribute(r.attributes, "k0")), 100);
+  EXPECT_EQ(r.events.size(), 2u);
+  EXPECT_EQ(r.dropped_events_count, 3u);
+  EXPECT_EQ(r.events[0].attributes.size(), 1u);
+  EXPECT_EQ(r.events[0].dropped_attributes_count, 2u);
+  EXPECT_EQ(r.links.size(), 1u);
+  EXPECT_EQ(r.dropped_links_count, 3u);
+  EXPECT_EQ(r.links[0].attributes.size(), 2u);
+  EXPECT_EQ(r.links[0].dropped_attributes_count, 1u);
+}
+
+TEST(Span, MoveTransfersOwnershipAndEndIsIdempotent) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  {
+    Span a = tracer.start_span(SpanGroup::kJob, "moved");
+    Span b = std::move(a);
+    EXPECT_FALSE(a.recording());
+    EXPECT_TRUE(b.recording());
+    b.end();
+    b.end();
+    EXPECT_FALSE(b.recording());
+    Span c = tracer.start_span(SpanGroup::kJob, "assigned-over");
+    c = tracer.start_span(SpanGroup::kJob, "assigned");
+  }
+  auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), 3u);
+  EXPECT_NE(find(spans, "moved"), nullptr);
+  EXPECT_NE(find(spans, "assigned-over"), nullptr);
+  EXPECT_NE(find(spans, "assigned"), nullptr);
+}
+
+TEST(Span, RecycledRecordsStartClean) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  for (int i = 0; i < 200; ++i) {
+    Span s = tracer.start_span(SpanGroup::kJob, i % 2 ? "odd" : "even");
+    if (i % 2) {
+      s.set_attribute("only-odd", i);
+      s.add_event("odd-event");
+      s.set_status(StatusCode::kError, "odd");
+    }
+    if (i % 50 == 0) mt.telemetry->flush(std::chrono::seconds(5));
+  }
+  for (const auto& r : mt.spans()) {
+    if (r.name == "even") {
+      EXPECT_TRUE(r.attributes.empty());
+      EXPECT_TRUE(r.events.empty());
+      EXPECT_EQ(r.status_code, StatusCode::kUnset);
+      EXPECT_EQ(r.status_message, "");
+    } else {
+      EXPECT_EQ(r.attributes.size(), 1u);
+    }
+  }
+}
+
+TEST(Span, ManyThreadsRecordConcurrently) {
+  TelemetryOptions opts;
+  opts.max_queue_size = 1 << 16;
+  opts.max_export_batch_size = 256;
+  MemoryTelemetry mt(opts);
+  Tracer tracer = mt.telemetry->tracer();
+  constexpr int kThreads = 4, kSpans = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kSpans; ++i) {
+        Span s = tracer.start_span(SpanGroup::kMicrobatch, "work");
+        s.set_attribute("thread", t);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mt.spans().size(), static_cast<std::size_t>(kThreads * kSpans));
+}
+
+}  // namespace
+}  // namespace lens

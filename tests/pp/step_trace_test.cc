@@ -1,0 +1,271 @@
+// The step protocol over the in-process communicator: ranks are threads,
+// each with its own Telemetry writing to memory.
+#include "lens/step_trace.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "lens/carrier_slot.h"
+#include "lens/error.h"
+#include "lens/in_process_communicator.h"
+#include "lens/linked_span.h"
+#include "lens/pipeline_stats.h"
+#include "lens/startup_agreement.h"
+#include "memory_telemetry.h"
+
+namespace lens {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct RankResult {
+  std::vector<SpanRecord> spans;
+  std::vector<std::optional<StepCarrier>> carriers;
+};
+
+struct RunOptions {
+  int ranks = 4;
+  int steps = 3;
+  int microbatches = 2;
+  std::string groups = "all";
+  bool telemetry = true;
+  bool prefetch = false;
+  std::map<std::string, std::string> env;
+};
+
+// Runs `steps` steps on `ranks` threads. Non-first stages open a linked span
+// around each of `microbatches` warmup receives.
+std::vector<RankResult> run_pipeline(const RunOptions& o, std::uint64_t* collectives = nullptr) {
+  InProcessGroup group(o.ranks);
+  std::vector<RankResult> results(static_cast<std::size_t>(o.ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < o.ranks; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = group.communicator(r);
+      TelemetryOptions opts;
+      opts.rank = r;
+      opts.world_size = o.ranks;
+      opts.span_groups = o.groups;
+      std::optional<testing::MemoryTelemetry> mt;
+      if (o.telemetry) mt.emplace(opts, o.env);
+      StepTraceOptions so;
+      so.prefetch_next_step = o.prefetch;
+      StepTrace trace(mt ? mt->telemetry.get() : nullptr, comm.get(), so);
+      for (int step = 0; step < o.steps; ++step) {
+        StepScope scope(trace, static_cast<std::uint64_t>(step));
+        results[static_cast<std::size_t>(r)].carriers.push_back(scope.carrier());
+        for (int mb = 0; mb < o.microbatches; ++mb) {
+          Span link = trace.recv_forward_linked(mb);
+          Span recv =
+              trace.tracer().start_span(SpanGroup::kCommunication, "megatron.p2p.recv_forward");
+        }
+      }
+      if (mt) results[static_cast<std::size_t>(r)].spans = mt->spans();
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (collectives) *collectives = group.collectives();
+  return results;
+}
+
+std::vector<const SpanRecord*> named(const RankResult& r, std::string_view name) {
+  std::vector<const SpanRecord*> out;
+  for (const auto& s : r.spans)
+    if (s.name == name) out.push_back(&s);
+  return out;
+}
+
+std::int64_t int_attr(const SpanRecord& s, std::string_view key) {
+  const auto* v = find_attribute(s.attributes, key);
+  return v ? std::get<std::int64_t>(*v) : -1;
+}
+
+class StepProtocol : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(StepProtocol, EveryRankSharesTheTraceAndLinksResolveToRankZeroStepSpan) {
+  RunOptions o;
+  o.ranks = std::get<0>(GetParam());
+  o.prefetch = std::get<1>(GetParam());
+  std::uint64_t collectives = 0;
+  auto results = run_pipeline(o, &collectives);
+  // Prefetching posts one broadcast ahead: the one after the last step.
+  EXPECT_EQ(collectives,
+            o.ranks > 1 ? static_cast<std::uint64_t>(o.steps + (o.prefetch ? 1 : 0)) : 0u);
+
+  auto rank0_steps = named(results[0], "megatron.train_step");
+  ASSERT_EQ(rank0_steps.size(), static_cast<std::size_t>(o.steps));
+  std::set<TraceId> step_traces;
+  for (int step = 0; step < o.steps; ++step) {
+    const SpanRecord* root = nullptr;
+    for (auto* s : rank0_steps)
+      if (int_attr(*s, "dl.step") == step) root = s;
+    ASSERT_NE(root, nullptr);
+    step_traces.insert(root->context.trace_id);
+    if (o.ranks > 1) {
+      // Every rank decoded the same carrier, naming rank 0's step span.
+      for (const auto& r : results) {
+        const auto& c = r.carriers[static_cast<std::size_t>(step)];
+        ASSERT_TRUE(c);
+        EXPECT_EQ(c->context.trace_id, root->context.trace_id);
+        EXPECT_EQ(c->context.span_id, root->context.span_id);
+        EXPECT_EQ(c->step, static_cast<std::uint64_t>(step));
+      }
+    }
+    for (int rank = 0; rank < o.ranks; ++rank) {
+      const auto& res = results[static_cast<std::size_t>(rank)];
+      const SpanRecord* mine = nullptr;
+      for (auto* s : named(res, "megatron.train_step"))
+        if (int_attr(*s, "dl.step") == step) mine = s;
+      ASSERT_NE(mine, nullptr) << "rank " << rank << " step " << step;
+      EXPECT_FALSE(mine->has_parent());
+      EXPECT_EQ(int_attr(*mine, "dl.rank"), rank);
+      if (o.ranks > 1) {
+        EXPECT_EQ(mine->context.trace_id, root->context.trace_id);
+      }
+      auto linked = named(res, "megatron.pp.recv_forward.linked");
+      std::size_t in_step = 0;
+      for (auto* l : linked) {
+        if (l->parent_span_id != mine->context.span_id) continue;
+        ++in_step;
+        EXPECT_EQ(l->context.trace_id, root->context.trace_id);
+        ASSERT_EQ(l->links.size(), 1u);
+        EXPECT_EQ(l->links[0].context.trace_id, root->context.trace_id);
+        EXPECT_EQ(l->links[0].context.span_id, root->context.span_id);
+        EXPECT_EQ(int_attr(*l, "dl.pipeline_parallel.rank"), rank);
+      }
+      const std::size_t expected = (rank == 0 || o.ranks == 1) ? 0u : 2u;
+      EXPECT_EQ(in_step, expected) << "rank " << rank << " step " << step;
+    }
+  }
+  EXPECT_EQ(step_traces.size(), static_cast<std::size_t>(o.steps));  // a new trace per step
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, StepProtocol,
+                         ::testing::Combine(::testing::Values(1, 2, 4, 8), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks" +
+                                  (std::get<1>(info.param) ? "Prefetch" : "");
+                         });
+
+TEST(StepProtocolGates, DefaultGroupsKeepTheBroadcastAndDropLinkedSpans) {
+  RunOptions o;
+  o.groups = "default";
+  std::uint64_t collectives = 0;
+  auto results = run_pipeline(o, &collectives);
+  EXPECT_EQ(collectives, 3u);  // ids stay shared
+  for (const auto& r : results) {
+    EXPECT_TRUE(named(r, "megatron.pp.recv_forward.linked").empty());
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_TRUE(r.carriers[static_cast<std::size_t>(step)]);
+      EXPECT_EQ(r.carriers[static_cast<std::size_t>(step)]->context.trace_id,
+                results[0].carriers[static_cast<std::size_t>(step)]->context.trace_id);
+    }
+  }
+}
+
+TEST(StepProtocolGates, NoTelemetryMeansNoCollectiveAndNoSpans) {
+  RunOptions o;
+  o.telemetry = false;
+  std::uint64_t collectives = 1;
+  auto results = run_pipeline(o, &collectives);
+  EXPECT_EQ(collectives, 0u);
+  for (const auto& r : results) {
+    EXPECT_TRUE(r.spans.empty());
+    for (const auto& c : r.carriers) EXPECT_FALSE(c);
+  }
+}
+
+TEST(StepProtocolGates, CommunicationWithoutStepGroupStillJoinsTheSharedTrace) {
+  RunOptions o;
+  o.groups = "communication";
+  auto results = run_pipeline(o);
+  for (int rank = 1; rank < o.ranks; ++rank) {
+    auto linked = named(results[static_cast<std::size_t>(rank)], "megatron.pp.recv_forward.linked");
+    ASSERT_EQ(linked.size(), 6u);
+    for (auto* l : linked) {
+      ASSERT_EQ(l->links.size(), 1u);
+      EXPECT_EQ(l->context.trace_id, l->links[0].context.trace_id);
+    }
+  }
+}
+
+TEST(StepProtocolSampling, EveryRankKeepsOrDropsTheSameSteps) {
+  RunOptions o;
+  o.steps = 40;
+  o.microbatches = 1;
+  o.env = {{"OTEL_TRACES_SAMPLER", "traceidratio"}, {"OTEL_TRACES_SAMPLER_ARG", "0.5"}};
+  auto results = run_pipeline(o);
+  std::set<std::int64_t> kept_by_rank0;
+  for (auto* s : named(results[0], "megatron.train_step"))
+    kept_by_rank0.insert(int_attr(*s, "dl.step"));
+  EXPECT_GT(kept_by_rank0.size(), 5u);
+  EXPECT_LT(kept_by_rank0.size(), 35u);
+  for (const auto& r : results) {
+    std::set<std::int64_t> kept;
+    for (auto* s : named(r, "megatron.train_step")) kept.insert(int_attr(*s, "dl.step"));
+    EXPECT_EQ(kept, kept_by_rank0);
+  }
+}
+
+TEST(StepProtocolPrefetch, AStepOutOfSequenceUsesThePostedContextAndIsCounted) {
+  InProcessGroup group(2);
+  const std::uint64_t before = pipeline_stats().step_mismatches;
+  std::vector<std::vector<SpanRecord>> spans(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = group.communicator(r);
+      TelemetryOptions opts;
+      opts.rank = r;
+      testing::MemoryTelemetry mt(opts);
+      StepTraceOptions so;
+      so.prefetch_next_step = true;
+      StepTrace trace(mt.telemetry.get(), comm.get(), so);
+      for (std::uint64_t step : {0u, 1u, 7u}) StepScope scope(trace, step);
+      spans[static_cast<std::size_t>(r)] = mt.spans();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(pipeline_stats().step_mismatches - before, 2u)
+      << "step 7 arrived where 2 was posted, on both ranks";
+  for (std::int64_t step : {0, 1, 7}) {
+    std::set<TraceId> traces;
+    for (const auto& rank_spans : spans)
+      for (const auto& s : rank_spans)
+        if (s.name == "megatron.train_step" && int_attr(s, "dl.step") == step)
+          traces.insert(s.context.trace_id);
+    EXPECT_EQ(traces.size(), 1u) << "step " << step << " is one trace on both ranks";
+  }
+}
+
+TEST(LinkedSpan, InvalidRemoteGivesSpanWithoutLinkAndIsCounted) {
+  testing::MemoryTelemetry mt;
+  reset_pipeline_stats();
+  Tracer tracer = mt.telemetry->tracer();
+  {
+    Span a = create_linked_span(tracer, "no-remote", std::optional<StepCarrier>());
+    Span b =
+        create_linked_span(tracer, "invalid-remote", std::optional<SpanContext>(SpanContext()));
+    EXPECT_TRUE(a.recording());
+    EXPECT_TRUE(b.recording());
+  }
+  auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), 2u);
+  for (const auto& s : spans) EXPECT_TRUE(s.links.empty());
+  EXPECT_EQ(pipeline_stats().linked_spans_without_link, 2u);
+}
+
+TEST(LinkedSpan, DisabledCommunicationGroupCreatesNothing) {
+  TelemetryOptions opts;
+  opts.span_groups = "per_step";
+  testing::MemoryTelemetry mt(opts);
+  mt.telemetry->set_span_groups(SpanGroupSet::parse("step"));
+  Span s = create_linked_span(mt.telemetry->tracer(), "x", get_pp_trace_carrier());
+  EXPECT_FALSE(s.recording());
+}
+
+}  // namespace
+}  // namespace lens
