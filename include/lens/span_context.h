@@ -24,7 +24,7 @@ struct SpanContext {
   SpanId span_id;
   std::uint8_t trace_flags = 0;
   /// Serialised W3C tracestate ("k1=v1,k2=v2"), already validated.
-  std::string tracestate;
+  std::string tracestate{};
   bool remote = false;
 
   bool valid() const { return trace_id.valid() && span_id.valid(); }

@@ -45,19 +45,19 @@ struct StepTraceOptions {
   /// Rank (in the communicator) that decides and broadcasts each step's context.
   int src_rank = 0;
   /// The gate's PP size; unset: the communicator's size.
-  std::optional<int> pipeline_parallel_size;
+  std::optional<int> pipeline_parallel_size = std::nullopt;
   /// This rank's pipeline stage (dl.pipeline_parallel.rank); unset: the
   /// communicator rank.
-  std::optional<int> pipeline_rank;
+  std::optional<int> pipeline_rank = std::nullopt;
   /// Unset: the telemetry's collective timeout (LENS_COLLECTIVE_TIMEOUT_MS).
-  std::optional<std::chrono::milliseconds> timeout;
+  std::optional<std::chrono::milliseconds> timeout = std::nullopt;
   /// Unset: the telemetry's (LENS_TRACE_SCOPE). In `pipeline` scope the
   /// communicator is this rank's pipeline group: its first stage reserves and
   /// broadcasts the replica's step context, and every step span outside
   /// global rank 0's trace links to global rank 0's step span, whose context
   /// every rank derives from the run key, the run id and the step without
   /// any further collective (anchor_step_context, step_context.h).
-  std::optional<TraceScope> trace_scope;
+  std::optional<TraceScope> trace_scope = std::nullopt;
   /// Post the next step's broadcast as soon as this step's has arrived, and
   /// wait for it only when the next StepScope opens, so its latency hides
   /// behind the step (the communicator must allow the step's other
