@@ -23,6 +23,7 @@
 #include "lens/ids.h"
 #include "lens/linked_span.h"
 #include "lens/pipeline_stats.h"
+#include "lens/startup_agreement.h"
 #include "lens/step_trace.h"
 #include "lens/telemetry.h"
 #include "lens/trace_context.h"
@@ -293,27 +294,43 @@ PYBIND11_MODULE(_lens, m) {
       py::arg("run_id") = py::none(), py::arg("collective_timeout") = py::none(),
       py::arg("coordinates") = py::none(), py::arg("run_key") = py::none());
 
-  // The settings the start-up check compares, resolved from the same options
-  // and environment as init (raises ConfigError like init).
+  // The start-up agreement's record for this process (lens.distributed.init
+  // all-gathers it): the settings resolved from the same options and
+  // environment as init, or, when they do not resolve, the mark of a rank
+  // that could not read its configuration, with the error to raise after the
+  // exchange. The comparison is compare_startup_records, as in C++.
   m.def(
-      "resolve_settings",
-      [](std::optional<bool> enabled, std::optional<std::string> span_groups,
-         std::optional<std::string> run_id) {
+      "startup_record",
+      [](int pipeline_parallel_size, std::optional<bool> enabled,
+         std::optional<std::string> span_groups, std::optional<std::string> run_id) {
         lens::TelemetryOptions o;
         o.enabled = enabled;
         o.span_groups = span_groups;
         o.run_id = run_id;
-        const lens::Config c = lens::resolve_config(o, lens::process_environment());
-        py::dict d;
-        d["enabled"] = c.enabled;
-        d["span_groups"] = c.span_groups.to_spec();
-        d["trace_scope"] = std::string(lens::trace_scope_name(c.trace_scope));
-        d["run_id"] = c.run_id;
-        d["run_key"] = c.run_key;
-        return d;
+        std::string error;
+        std::vector<std::uint8_t> record;
+        try {
+          const lens::Config c = lens::resolve_config(o, lens::process_environment());
+          record = lens::startup_record(&c, pipeline_parallel_size);
+        } catch (const lens::ConfigError& e) {
+          error = e.what();
+          record = lens::startup_record(nullptr, pipeline_parallel_size);
+        }
+        return py::make_tuple(
+            py::bytes(reinterpret_cast<const char*>(record.data()), record.size()), error);
       },
-      py::kw_only(), py::arg("enabled") = py::none(), py::arg("span_groups") = py::none(),
-      py::arg("run_id") = py::none());
+      py::arg("pipeline_parallel_size"), py::kw_only(), py::arg("enabled") = py::none(),
+      py::arg("span_groups") = py::none(), py::arg("run_id") = py::none());
+  m.def(
+      "compare_startup_records",
+      [](int my_rank, const std::vector<py::bytes>& records) {
+        std::string all;
+        for (const auto& r : records) all += std::string(r);
+        const lens::StartupAgreement agreed = lens::compare_startup_records(
+            my_rank, std::span(reinterpret_cast<const std::uint8_t*>(all.data()), all.size()));
+        return py::make_tuple(agreed.run_id, agreed.run_key);
+      },
+      py::arg("my_rank"), py::arg("records"));
 
   m.def("is_initialized", [] { return lens::get_telemetry() != nullptr; });
   m.def("group_names", [] {

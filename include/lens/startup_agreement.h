@@ -6,15 +6,18 @@
 /// first step. agree_on_startup() is one all-gather over the communicator, run
 /// by EVERY rank (enabled or not) once at start-up: ranks compare whether
 /// telemetry is enabled, the pipeline-parallel size, the span groups, the
-/// trace scope and the protocol version, and take rank 0's run id and run key. A mismatch throws ConfigError
-/// on every rank alike, naming the setting and which ranks differ, instead of
-/// a hang later.
+/// trace scope and the protocol version, and take rank 0's run id and run key. A mismatch throws
+/// ConfigError on every rank alike, naming the setting and which ranks differ, instead of a hang
+/// later.
 ///
 /// Thread safety: collective; call from one thread per rank.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "lens/communicator.h"
 #include "lens/config.h"
@@ -23,6 +26,7 @@
 namespace lens {
 
 inline constexpr std::uint16_t kStepProtocolVersion = 1;
+inline constexpr std::size_t kStartupRecordBytes = 128;
 
 struct StartupAgreement {
   std::string run_id;         ///< rank 0's
@@ -32,6 +36,21 @@ struct StartupAgreement {
 /// Throws ConfigError on a mismatch, CommError if the all-gather fails.
 StartupAgreement agree_on_startup(Communicator& comm, const Config& config,
                                   int pipeline_parallel_size);
+
+/// The fixed-size record agree_on_startup exchanges for one rank
+/// (kStartupRecordBytes): its settings, or, for a null config, the mark of a
+/// rank whose configuration did not resolve (the others then fail with it).
+/// For engines driven outside lens: the Python package all-gathers these
+/// bytes over torch.distributed and compares them with
+/// compare_startup_records, so the rules live here only. Throws ConfigError
+/// on a run id too long for the record.
+std::vector<std::uint8_t> startup_record(const Config* config, int pipeline_parallel_size);
+
+/// Compares every rank's record (concatenated in rank order) as
+/// agree_on_startup does and returns rank 0's run id and key; throws
+/// ConfigError on a mismatch, a rank that could not read its configuration,
+/// or records that are not whole.
+StartupAgreement compare_startup_records(int my_rank, std::span<const std::uint8_t> records);
 
 /// Resolves the configuration, runs agree_on_startup (when comm has more than
 /// one rank), and creates the telemetry with the agreed run id and this rank's

@@ -96,7 +96,7 @@ def run_rank(args):
                             init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}")
     stage, stages = rank, world  # one pipeline: PP = world
     try:
-        lens.distributed.init()  # the start-up check: same settings on every rank
+        lens.distributed.init(pipeline_parallel_size=stages)  # the start-up check: same settings on every rank
     except lens.ConfigError as error:
         print(f"pp_train: rank {rank}: {error}", file=sys.stderr, flush=True)
         return 2

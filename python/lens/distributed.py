@@ -28,49 +28,33 @@ def _frame_device(group):
     return torch.device("cpu")
 
 
-_SETTINGS_COMPARED = (("enabled", "MEGATRON_OTEL_ENABLED"),
-                      ("span_groups", "MEGATRON_OTEL_SPAN_GROUPS"),
-                      ("trace_scope", "LENS_TRACE_SCOPE"))
-
-
-def init(group=None, **options):
+def init(group=None, pipeline_parallel_size=None, **options):
     """lens.init for a torch.distributed job, with lens's start-up check.
 
     Every rank of ``group`` (default: the world) must call it, enabled or
-    not: one all_gather_object compares whether telemetry is enabled, the
-    span groups and the trace scope, and every rank takes rank 0's run id
-    and run key. A mismatch, or a rank whose configuration does not
-    resolve, raises lens.ConfigError on every rank alike, naming the
+    not: one all_gather_object of each rank's start-up record (the bytes
+    lens's C++ start-up agreement exchanges) and the same comparison as in
+    C++: whether telemetry is enabled, the pipeline-parallel size
+    (``pipeline_parallel_size``, default: the group's size), the span groups,
+    the trace scope and the protocol version must match, and every rank takes
+    rank 0's run id and run key. A mismatch, or a rank whose configuration
+    does not resolve, raises lens.ConfigError on every rank alike, naming the
     setting and the ranks, instead of a deadlock at the first step.
     ``rank`` and ``world_size`` default to torch.distributed's. Returns what
     lens.init returns.
     """
     import torch.distributed as dist
 
-    mine, error = {}, None
-    try:
-        mine = _lens.resolve_settings(enabled=options.get("enabled"),
-                                      span_groups=options.get("span_groups"),
-                                      run_id=options.get("run_id"))
-    except _lens.ConfigError as e:
-        error = e
+    pp_size = dist.get_world_size(group) if pipeline_parallel_size is None else int(pipeline_parallel_size)
+    record, error = _lens.startup_record(pp_size, enabled=options.get("enabled"),
+                                         span_groups=options.get("span_groups"),
+                                         run_id=options.get("run_id"))
     gathered = [None] * dist.get_world_size(group)
-    dist.all_gather_object(gathered, dict(mine, error=str(error) if error else ""), group=group)
-    if error is not None:
-        raise error
-    me = dist.get_rank(group)
-    broken = [r for r, g in enumerate(gathered) if g["error"]]
-    if broken:
-        raise _lens.ConfigError(f"lens start-up check failed on rank {me}: rank(s) {broken} could not "
-                                "read their lens configuration (their log names the setting)")
-    for key, setting in _SETTINGS_COMPARED:
-        differing = [r for r, g in enumerate(gathered) if g[key] != gathered[0][key]]
-        if differing:
-            raise _lens.ConfigError(
-                f"lens start-up check failed on rank {me}: {setting} differs across ranks: rank 0 "
-                f"has {gathered[0][key]!r}, rank(s) {differing} have {gathered[differing[0]][key]!r}; "
-                "accepted: the same value on every rank")
-    options = dict(options, run_id=gathered[0]["run_id"], run_key=gathered[0]["run_key"])
+    dist.all_gather_object(gathered, record, group=group)
+    if error:
+        raise _lens.ConfigError(error)
+    run_id, run_key = _lens.compare_startup_records(dist.get_rank(group), gathered)
+    options = dict(options, run_id=run_id, run_key=run_key)
     options.setdefault("rank", dist.get_rank())
     options.setdefault("world_size", dist.get_world_size())
     return _package.init(**options)

@@ -10,7 +10,7 @@ namespace lens {
 namespace {
 
 // One rank's settings as exchanged, fixed size, little-endian.
-constexpr std::size_t kRecordBytes = 128;
+constexpr std::size_t kRecordBytes = kStartupRecordBytes;
 constexpr std::size_t kMaxRunIdBytes = 96;
 constexpr std::uint8_t kMagic[4] = {'L', 'N', 'S', 'A'};
 
@@ -98,23 +98,24 @@ Settings settings_of(const Config& config, int pipeline_parallel_size) {
   return mine;
 }
 
-StartupAgreement compare(const Communicator& comm, const std::vector<Settings>& ranks) {
+StartupAgreement compare(int my_rank, const std::vector<Settings>& ranks) {
+  const int size = static_cast<int>(ranks.size());
   std::vector<int> broken;
-  for (int r = 0; r < comm.size(); ++r)
+  for (int r = 0; r < size; ++r)
     if (ranks[static_cast<std::size_t>(r)].config_error) broken.push_back(r);
   if (!broken.empty()) {
-    throw ConfigError("lens start-up check failed on rank " + std::to_string(comm.rank()) +
+    throw ConfigError("lens start-up check failed on rank " + std::to_string(my_rank) +
                       ": rank(s) " + rank_list(broken) +
                       " could not read their lens configuration (their log names the setting)");
   }
   auto check = [&](const char* setting, auto value_of, auto show) {
     std::vector<int> differing;
-    for (int r = 1; r < comm.size(); ++r)
+    for (int r = 1; r < size; ++r)
       if (value_of(ranks[static_cast<std::size_t>(r)]) != value_of(ranks[0]))
         differing.push_back(r);
     if (differing.empty()) return;
     const Settings& other = ranks[static_cast<std::size_t>(differing[0])];
-    throw ConfigError("lens start-up check failed on rank " + std::to_string(comm.rank()) + ": " +
+    throw ConfigError("lens start-up check failed on rank " + std::to_string(my_rank) + ": " +
                       setting + " differs across ranks: rank 0 has " + show(ranks[0]) +
                       ", rank(s) " + rank_list(differing) + " have " + show(other) + " (rank " +
                       std::to_string(differing[0]) + "); accepted: the same value on every rank");
@@ -145,7 +146,29 @@ StartupAgreement agree_on_startup(Communicator& comm, const Config& config,
                                   int pipeline_parallel_size) {
   Settings mine = settings_of(config, pipeline_parallel_size);
   if (comm.size() <= 1) return {config.run_id, config.run_key};
-  return compare(comm, exchange(comm, mine, config.collective_timeout));
+  return compare(comm.rank(), exchange(comm, mine, config.collective_timeout));
+}
+
+std::vector<std::uint8_t> startup_record(const Config* config, int pipeline_parallel_size) {
+  Settings mine;
+  if (config == nullptr)
+    mine.config_error = 1;
+  else
+    mine = settings_of(*config, pipeline_parallel_size);
+  const auto record = encode(mine);
+  return {record.begin(), record.end()};
+}
+
+StartupAgreement compare_startup_records(int my_rank, std::span<const std::uint8_t> records) {
+  if (records.empty() || records.size() % kRecordBytes != 0) {
+    throw ConfigError("lens start-up check failed on rank " + std::to_string(my_rank) + ": " +
+                      std::to_string(records.size()) + " bytes of start-up records; accepted: " +
+                      "a whole number of " + std::to_string(kRecordBytes) + "-byte records");
+  }
+  std::vector<Settings> ranks;
+  for (std::size_t at = 0; at < records.size(); at += kRecordBytes)
+    ranks.push_back(decode(records.data() + at));
+  return compare(my_rank, ranks);
 }
 
 std::unique_ptr<Telemetry> create_distributed_telemetry(Communicator& comm,
@@ -173,7 +196,7 @@ std::unique_ptr<Telemetry> create_distributed_telemetry(Communicator& comm,
     auto ranks =
         exchange(comm, mine, error ? Config().collective_timeout : config.collective_timeout);
     if (error) throw *error;
-    agreed = compare(comm, ranks);
+    agreed = compare(comm.rank(), ranks);
   } else if (error) {
     throw *error;
   }

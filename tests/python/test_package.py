@@ -123,6 +123,38 @@ class Groups(Traced):
         self.assertEqual([s["name"] for s in self.finish()], ["mb"])
 
 
+class StartupRecords(unittest.TestCase):
+    """lens.distributed.init moves start-up records; C++ compares them."""
+
+    def test_records_that_agree_give_rank_zeros_run_id(self):
+        first, error = lens._lens.startup_record(2, enabled=True, run_id="run-a")
+        self.assertEqual(error, "")
+        second, _ = lens._lens.startup_record(2, enabled=True, run_id="run-b")
+        run_id, run_key = lens._lens.compare_startup_records(1, [first, second])
+        self.assertEqual(run_id, "run-a")
+        self.assertIsInstance(run_key, int)
+
+    def test_a_different_pipeline_size_fails_naming_the_setting_and_rank(self):
+        records = [lens._lens.startup_record(size, enabled=True)[0] for size in (4, 4, 2)]
+        with self.assertRaises(lens.ConfigError) as caught:
+            lens._lens.compare_startup_records(0, records)
+        self.assertIn("pipeline-parallel size differs", str(caught.exception))
+        self.assertIn("rank(s) 2", str(caught.exception))
+
+    def test_a_rank_whose_configuration_does_not_resolve_fails_the_others(self):
+        good, _ = lens._lens.startup_record(2, enabled=True)
+        bad, error = lens._lens.startup_record(2, enabled=True, span_groups="bogus")
+        self.assertIn("bogus", error)
+        with self.assertRaises(lens.ConfigError) as caught:
+            lens._lens.compare_startup_records(0, [good, bad])
+        self.assertIn("rank(s) 1 could not read", str(caught.exception))
+
+    def test_torn_records_are_refused(self):
+        good, _ = lens._lens.startup_record(2, enabled=True)
+        with self.assertRaises(lens.ConfigError):
+            lens._lens.compare_startup_records(0, [good, good[:10]])
+
+
 class StepCarrier(Traced):
     def test_step_span_joins_the_reserved_context_once(self):
         reserved = lens._lens.reserve_step_carrier(5)
