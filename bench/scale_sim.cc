@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
             std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
         lens::Span fb = tr.start_span(SpanGroup::kForwardBackward, "megatron.forward_backward");
         {
-          lens::Scope fb_scope(fb);
+          lens::CurrentSpanScope fb_scope(fb);
           auto forward = [&](int mb, bool linked) {
             if (!first) {
               lens::Span link = linked ? trace.recv_forward_linked(mb) : lens::Span();

@@ -37,11 +37,11 @@ int main(int argc, char** argv) {
   lens::Tracer tracer = telemetry->tracer("lens.example");
   {
     lens::Span job = tracer.start_span(lens::SpanGroup::kJob, "megatron.job");
-    lens::Scope job_scope(job);
+    lens::CurrentSpanScope job_scope(job);
     double loss = 2.0;
     for (int step = 0; step < steps; ++step) {
       lens::Span step_span = tracer.start_span(lens::SpanGroup::kStep, "megatron.train_step");
-      lens::Scope step_scope(step_span);
+      lens::CurrentSpanScope step_scope(step_span);
       step_span.set_attribute("dl.step", step);
       for (int mb = 0; mb < 2; ++mb) {
         lens::Span fwd = tracer.start_span(lens::SpanGroup::kMicrobatch,

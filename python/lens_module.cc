@@ -151,7 +151,7 @@ class PySpan {
  private:
   lens::Span span_;
   std::optional<lens::SpanContext> context_;
-  std::optional<lens::Scope> scope_;
+  std::optional<lens::CurrentSpanScope> scope_;
 };
 
 // What the module keeps per process-wide telemetry: its tracer and, as a

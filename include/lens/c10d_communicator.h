@@ -32,10 +32,12 @@ class C10dCommunicator : public Communicator {
   /// returns at once; wait() waits for the group's Work.
   std::unique_ptr<PendingBroadcast> start_broadcast(std::span<const std::uint8_t> data, int root,
                                                     std::chrono::milliseconds timeout) override;
-  void all_gather(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
-                  std::chrono::milliseconds timeout) override;
 
   const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
+
+ protected:
+  void gather_from_all(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
+                       std::chrono::milliseconds timeout) override;
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;

@@ -63,12 +63,18 @@ class Communicator {
                                                             std::chrono::milliseconds timeout);
 
   /// Every rank contributes input (same size everywhere); output receives
-  /// size() * input.size() bytes, rank 0's first.
-  virtual void all_gather(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
-                          std::chrono::milliseconds timeout) = 0;
+  /// size() * input.size() bytes, rank 0's first. An output of any other
+  /// size throws CommError before the engine is called.
+  void all_gather(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
+                  std::chrono::milliseconds timeout);
 
   /// "lens: <what> failed on rank R of N (<engine>): <why>"
   std::string describe_failure(std::string_view what, std::string_view why) const;
+
+ protected:
+  /// The engine's all-gather; all_gather has checked the sizes.
+  virtual void gather_from_all(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
+                               std::chrono::milliseconds timeout) = 0;
 };
 
 }  // namespace lens

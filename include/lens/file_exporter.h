@@ -15,7 +15,9 @@
 /// stderr; they never throw. A line that could be written only in part is
 /// cut off again (the file is truncated back to where the line began), so
 /// the file holds whole lines only and later lines, once there is space
-/// again, stay readable.
+/// again, stay readable. Reopening a file whose last line was torn (a killed
+/// rank, a requeued job appending with the same run id) first ends that line,
+/// so new lines never continue it.
 ///
 /// Thread safety: export_spans is called by one thread at a time (the
 /// processor's); written_lines() and failed_writes() may be read from any

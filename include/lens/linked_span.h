@@ -2,7 +2,7 @@
 /// create_linked_span: a span that carries an OpenTelemetry Link to another
 /// rank's context.
 ///
-/// The span's parent is the caller's current span (see Scope), or none; its
+/// The span's parent is the caller's current span (see CurrentSpanScope), or none; its
 /// one link points at `remote` (in the step protocol: the source rank's step
 /// span). It is started in the `communication` group, so it costs one branch
 /// when that group is off. If `remote` is missing or invalid the span is
@@ -28,10 +28,10 @@ Span create_linked_span(const Tracer& tracer, std::string_view name,
 inline Span create_linked_span(const Tracer& tracer, std::string_view name,
                                const std::optional<StepCarrier>& remote_carrier,
                                Attributes attributes = {}) {
-  return create_linked_span(tracer, name,
-                            remote_carrier ? std::optional<SpanContext>(remote_carrier->context)
-                                           : std::nullopt,
-                            std::move(attributes));
+  return create_linked_span(
+      tracer, name,
+      remote_carrier ? std::optional<SpanContext>(remote_carrier->context) : std::nullopt,
+      std::move(attributes));
 }
 
 }  // namespace lens

@@ -46,8 +46,6 @@ class MpiCommunicator : public Communicator {
 
   void broadcast(std::span<std::uint8_t> data, int root,
                  std::chrono::milliseconds timeout) override;
-  void all_gather(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
-                  std::chrono::milliseconds timeout) override;
   /// MPI_Ibcast into an owned buffer; wait() polls it (or MPI_Wait with
   /// Wait::kBlocking). An abandoned request's buffer is deliberately leaked:
   /// MPI may still write into it.
@@ -58,6 +56,10 @@ class MpiCommunicator : public Communicator {
 
   /// Waits for a request the way this communicator's Wait mode says.
   void wait(MPI_Request& request, std::string_view what, std::chrono::milliseconds timeout);
+
+ protected:
+  void gather_from_all(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
+                       std::chrono::milliseconds timeout) override;
 
  private:
   // The persistent broadcast request and the buffer it is bound to.

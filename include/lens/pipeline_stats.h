@@ -11,11 +11,11 @@
 namespace lens {
 
 struct PipelineStats {
-  std::uint64_t broadcasts = 0;               ///< broadcast_trace_context calls completed
-  std::uint64_t frames_malformed = 0;         ///< received frames that did not decode
-  std::uint64_t frames_without_context = 0;   ///< well-formed frames that said "no context"
-  std::uint64_t step_mismatches = 0;          ///< frame's step differed from the local step
-  std::uint64_t linked_spans = 0;             ///< linked spans created with their link
+  std::uint64_t broadcasts = 0;                 ///< broadcast_trace_context calls completed
+  std::uint64_t frames_malformed = 0;           ///< received frames that did not decode
+  std::uint64_t frames_without_context = 0;     ///< well-formed frames that said "no context"
+  std::uint64_t step_mismatches = 0;            ///< frame's step differed from the local step
+  std::uint64_t linked_spans = 0;               ///< linked spans created with their link
   std::uint64_t linked_spans_without_link = 0;  ///< created without a valid remote context
 };
 

@@ -7,7 +7,7 @@
 /// attribute calls. end() (or the destructor) timestamps the span and hands it
 /// to the telemetry's processor; after that the handle is empty.
 ///
-/// Scope makes a span the thread's current span: spans started on that thread
+/// CurrentSpanScope makes a span the thread's current span: spans started on that thread
 /// without an explicit parent become its children.
 ///
 /// Thread safety: a Span is used by one thread at a time (it may move between
@@ -34,7 +34,7 @@ struct LiveSpan;
 }
 
 /// How a span starts. The defaults give an INTERNAL span whose parent is the
-/// thread's current span (see Scope), or a new trace if there is none.
+/// thread's current span (see CurrentSpanScope), or a new trace if there is none.
 struct StartOptions {
   SpanKind kind = SpanKind::kInternal;
   /// Explicit parent (local or remote). Takes precedence over the current span.
@@ -118,7 +118,7 @@ class Span {
 
  private:
   friend class Tracer;
-  friend class Scope;
+  friend class CurrentSpanScope;
   explicit Span(detail::LiveSpan* live) noexcept : live_(live) {}
 
   void set_bool(std::string_view key, bool value);
@@ -131,15 +131,17 @@ class Span {
   detail::LiveSpan* live_ = nullptr;
 };
 
-/// Makes a span the current span of this thread until the Scope is destroyed.
-/// Scopes nest; destroy them in reverse order of creation. A Scope over an
-/// empty Span leaves the current span unchanged.
-class Scope {
+/// Makes a span the current span of this thread until the scope object is
+/// destroyed. They nest; destroy them in reverse order of creation. One over
+/// an empty Span leaves the current span unchanged. (Not to be confused with
+/// StepScope, which opens a pipeline step, or InstrumentationScope, the OTLP
+/// name of a tracer.)
+class CurrentSpanScope {
  public:
-  explicit Scope(const Span& span);
-  ~Scope();
-  Scope(const Scope&) = delete;
-  Scope& operator=(const Scope&) = delete;
+  explicit CurrentSpanScope(const Span& span);
+  ~CurrentSpanScope();
+  CurrentSpanScope(const CurrentSpanScope&) = delete;
+  CurrentSpanScope& operator=(const CurrentSpanScope&) = delete;
 
  private:
   std::optional<SpanContext> previous_;

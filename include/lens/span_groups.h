@@ -50,9 +50,7 @@ class SpanGroupSet {
   static SpanGroupSet per_step_preset();
   static SpanGroupSet all();
 
-  constexpr bool contains(SpanGroup g) const {
-    return (bits_ >> static_cast<unsigned>(g)) & 1u;
-  }
+  constexpr bool contains(SpanGroup g) const { return (bits_ >> static_cast<unsigned>(g)) & 1u; }
   void insert(SpanGroup g) { bits_ |= 1u << static_cast<unsigned>(g); }
   void erase(SpanGroup g) { bits_ &= ~(1u << static_cast<unsigned>(g)); }
   constexpr std::uint32_t bits() const { return bits_; }

@@ -144,7 +144,7 @@ class StepScope {
 
  private:
   StepTrace::OpenedStep opened_;
-  std::optional<Scope> scope_;
+  std::optional<CurrentSpanScope> scope_;
 };
 
 }  // namespace lens

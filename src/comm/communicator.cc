@@ -7,6 +7,13 @@ std::string Communicator::describe_failure(std::string_view what, std::string_vi
          std::to_string(size()) + " (" + engine() + "): " + std::string(why);
 }
 
+void Communicator::all_gather(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
+                              std::chrono::milliseconds timeout) {
+  if (output.size() != input.size() * static_cast<std::size_t>(size()))
+    throw CommError(describe_failure("all_gather", "output size is not size() * input size"));
+  gather_from_all(input, output, timeout);
+}
+
 namespace {
 
 // A broadcast that already ran to completion when it was started.

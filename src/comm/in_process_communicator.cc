@@ -51,10 +51,9 @@ class InProcessCommunicator : public Communicator {
                });
   }
 
-  void all_gather(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
-                  std::chrono::milliseconds timeout) override {
-    if (output.size() != input.size() * static_cast<std::size_t>(size()))
-      throw CommError(describe_failure("all_gather", "output size is not size() * input size"));
+ protected:
+  void gather_from_all(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
+                       std::chrono::milliseconds timeout) override {
     rendezvous("all_gather", -1, input.size(), input, timeout, [&](auto& contributions) {
       for (std::size_t r = 0; r < contributions.size(); ++r)
         std::memcpy(output.data() + r * input.size(), contributions[r].data(), input.size());

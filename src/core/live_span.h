@@ -39,6 +39,14 @@ struct LiveSpan : SpanRecord {
   void reset();
 };
 
+// Keeps the first `limit` attributes and counts the rest as dropped.
+inline void limit_attributes(Attributes& attributes, std::uint32_t limit, std::uint32_t& dropped) {
+  if (attributes.size() > limit) {
+    dropped += static_cast<std::uint32_t>(attributes.size() - limit);
+    attributes.resize(limit);
+  }
+}
+
 // Takes a cleared record from this thread's cache or the global pool.
 LiveSpan* acquire_record();
 // Returns records to the pool (freed if the pool is full).

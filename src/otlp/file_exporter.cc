@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "json_lines_file.h"
 #include "lens/error.h"
 #include "lens/otlp_json.h"
 #include "rate_limited_warning.h"
@@ -33,7 +34,7 @@ OtlpJsonFileExporter::OtlpJsonFileExporter(const std::filesystem::path& path)
                         "; set LENS_TRACE_DIR to a writable directory");
     }
   }
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  fd_ = detail::open_json_lines_file(path);
   if (fd_ < 0) {
     throw ConfigError("trace file '" + label_ + "' cannot be opened for writing: " +
                       std::strerror(errno) + "; set LENS_TRACE_DIR to a writable directory");
@@ -59,26 +60,12 @@ ExportResult OtlpJsonFileExporter::export_spans(const Resource& resource,
   line_.clear();
   append_otlp_json(line_, resource, spans);
   line_.push_back('\n');
-  // Where this line begins (O_APPEND writes at the end), to cut a partial
-  // line off again; -1 for a descriptor that cannot seek.
-  const off_t start = ::lseek(fd_, 0, SEEK_END);
-  const char* p = line_.data();
-  std::size_t left = line_.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd_, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int error = errno;
-      if (left < line_.size() && start >= 0) (void)::ftruncate(fd_, start);
-      const std::uint64_t failed = failed_writes_.fetch_add(1) + 1;
-      write_warning().warn("trace file '" + label_ + "': a batch of " +
-                           std::to_string(spans.size()) + " spans could not be written (" +
-                           std::strerror(error) + "); " + std::to_string(failed) +
-                           " batches lost so far, training goes on");
-      return ExportResult::kFailure;
-    }
-    p += n;
-    left -= static_cast<std::size_t>(n);
+  if (const int error = detail::append_json_line(fd_, line_); error != 0) {
+    const std::uint64_t failed = failed_writes_.fetch_add(1) + 1;
+    write_warning().warn("trace file '" + label_ + "': a batch of " + std::to_string(spans.size()) +
+                         " spans could not be written (" + std::strerror(error) + "); " +
+                         std::to_string(failed) + " batches lost so far, training goes on");
+    return ExportResult::kFailure;
   }
   written_lines_.fetch_add(1);
   return ExportResult::kSuccess;

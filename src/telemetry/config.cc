@@ -118,33 +118,8 @@ void resolve_otlp(const Env& env, const std::optional<Setting>& traces_endpoint,
   }
 }
 
-}  // namespace
-
-EnvLookup process_environment() {
-  return [](std::string_view name) -> std::optional<std::string> {
-    const char* v = std::getenv(std::string(name).c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
-}
-
-std::string generate_run_id() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
-  char suffix[8];
-  std::snprintf(suffix, sizeof suffix, "%06llx",
-                static_cast<unsigned long long>(IdGenerator::next_u64() & 0xffffff));
-  return std::string(buf) + "-" + suffix;
-}
-
-Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) {
-  Env env(lookup);
-  Config c;
-
-  // Enabled: off unless turned on; OTEL_SDK_DISABLED=true wins over both.
+// Enabled: off unless set; OTEL_SDK_DISABLED=true wins over both.
+void resolve_enabled(const TelemetryOptions& options, const Env& env, Config& c) {
   c.enabled = false;
   if (options.enabled) {
     c.enabled = *options.enabled;
@@ -154,7 +129,10 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
   if (auto s = env.get({"OTEL_SDK_DISABLED"})) {
     if (parse_bool(*s)) c.enabled = false;
   }
+}
 
+// The span groups: the option, MEGATRON_OTEL_SPAN_GROUPS, else the default preset.
+void resolve_span_groups(const TelemetryOptions& options, const Env& env, Config& c) {
   if (options.span_groups) {
     c.span_groups = SpanGroupSet::parse(*options.span_groups, "span_groups option");
   } else if (auto s = env.get({"MEGATRON_OTEL_SPAN_GROUPS", "NEMO_LENS_SPAN_GROUPS"})) {
@@ -162,7 +140,10 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
   } else {
     c.span_groups = SpanGroupSet::default_preset();
   }
+}
 
+// The exporter and its OTLP settings, and the spool directory.
+void resolve_exporter(const TelemetryOptions& options, const Env& env, Config& c) {
   const std::optional<Setting> traces_endpoint = env.get({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"});
   const std::optional<Setting> base_endpoint = env.get({"OTEL_EXPORTER_OTLP_ENDPOINT"});
   const std::string_view kExporters = "otlp, file, console, none";
@@ -188,8 +169,11 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
     resolve_otlp(env, traces_endpoint, base_endpoint, c.otlp);
   }
   if (auto s = env.get({"LENS_SPOOL_DIR"})) c.spool_dir = s->value;
+}
 
-  // Run id: configured, else the scheduler's job id, else generated.
+// Run id: configured, else the scheduler's job id, else generated; it names a directory, so it
+// keeps to a safe character set.
+void resolve_run_id(const TelemetryOptions& options, const Env& env, Config& c) {
   if (options.run_id && !options.run_id->empty()) {
     c.run_id = *options.run_id;
   } else if (auto s = env.get({"MEGATRON_OTEL_RUN_ID", "NEMO_LENS_RUN_ID", "SLURM_JOB_ID"})) {
@@ -198,7 +182,6 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
     c.run_id = generate_run_id();
     c.run_id_generated = true;
   }
-  // The run id names a directory: keep it to a safe character set.
   for (char ch : c.run_id) {
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
       throw ConfigError("run id '" + c.run_id +
@@ -208,7 +191,10 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
   if (c.run_id == "." || c.run_id == "..") {
     throw ConfigError("run id '" + c.run_id + "' is not valid; accepted: a name, not . or ..");
   }
+}
 
+// Resource attributes (the variable, then the options over it) and the service name.
+void resolve_resource(const TelemetryOptions& options, const Env& env, Config& c) {
   if (auto s = env.get({"OTEL_RESOURCE_ATTRIBUTES"})) {
     c.resource_attributes = parse_resource_attributes(s->value, s->name);
   }
@@ -230,7 +216,10 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
   } else {
     c.service_name = options.default_service_name;
   }
+}
 
+// The rank and world size, from the options or the launcher's variables.
+void resolve_rank(const TelemetryOptions& options, const Env& env, Config& c) {
   if (options.rank) {
     c.rank = *options.rank;
   } else if (auto s = env.get({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})) {
@@ -247,7 +236,10 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
                       " (RANK/WORLD_SIZE or OMPI_COMM_WORLD_RANK/_SIZE); accepted: 0 <= rank < "
                       "world size");
   }
+}
 
+// The trace directory and file name pattern (the default depends on the rank).
+void resolve_trace_file(const TelemetryOptions& options, const Env& env, Config& c) {
   if (options.trace_dir)
     c.trace_dir = *options.trace_dir;
   else if (auto s = env.get({"LENS_TRACE_DIR"}))
@@ -266,7 +258,10 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
                       "' is not valid; accepted: a file name (no '/'), with {rank}, {pid} and "
                       "{run_id} placeholders");
   }
+}
 
+// The batch processor's OTEL_BSP_* settings.
+void resolve_batch(const TelemetryOptions& options, const Env& env, Config& c) {
   auto& b = c.batch;
   if (options.max_queue_size)
     b.max_queue_size = *options.max_queue_size;
@@ -289,7 +284,10 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
     b.export_timeout = *options.export_timeout;
   else if (auto s = env.get({"OTEL_BSP_EXPORT_TIMEOUT"}))
     b.export_timeout = std::chrono::milliseconds(parse_uint(*s, 0, kMaxMillis));
+}
 
+// The OTEL_*_LIMIT settings.
+void resolve_span_limits(const TelemetryOptions& options, const Env& env, Config& c) {
   if (options.span_limits) {
     c.span_limits = *options.span_limits;
   } else {
@@ -305,6 +303,10 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
     limit({"OTEL_LINK_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"},
           l.attribute_per_link_count);
   }
+}
+
+// OTEL_TRACES_SAMPLER and its argument.
+void resolve_sampler(const TelemetryOptions& options, const Env& env, Config& c) {
   if (options.sampler) {
     c.sampler = *options.sampler;
   } else {
@@ -337,7 +339,11 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
       fail(*s, kSamplers);
     }
   }
+}
 
+// The step protocol's job-wide settings: collective timeout, trace scope, export filter, step
+// budget.
+void resolve_parallel(const TelemetryOptions& options, const Env& env, Config& c) {
   if (options.collective_timeout) {
     c.collective_timeout = *options.collective_timeout;
   } else if (auto s = env.get({"LENS_COLLECTIVE_TIMEOUT_MS"})) {
@@ -365,6 +371,44 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
   } else if (auto s = env.get({"LENS_STEP_BUDGET"})) {
     c.step_budget_per_minute = static_cast<std::uint32_t>(parse_uint(*s, 0, 1000000));
   }
+}
+
+}  // namespace
+
+EnvLookup process_environment() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const char* v = std::getenv(std::string(name).c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+std::string generate_run_id() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  char suffix[8];
+  std::snprintf(suffix, sizeof suffix, "%06llx",
+                static_cast<unsigned long long>(IdGenerator::next_u64() & 0xffffff));
+  return std::string(buf) + "-" + suffix;
+}
+
+Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) {
+  Env env(lookup);
+  Config c;
+  resolve_enabled(options, env, c);
+  resolve_span_groups(options, env, c);
+  resolve_exporter(options, env, c);
+  resolve_run_id(options, env, c);
+  resolve_resource(options, env, c);
+  resolve_rank(options, env, c);
+  resolve_trace_file(options, env, c);
+  resolve_batch(options, env, c);
+  resolve_span_limits(options, env, c);
+  resolve_sampler(options, env, c);
+  resolve_parallel(options, env, c);
   c.coordinates = options.coordinates;
   c.run_key = options.run_key ? *options.run_key : IdGenerator::next_u64();
   c.exporting = c.export_filter.keeps(c.coordinates);

@@ -32,7 +32,7 @@ TEST(Span, DisabledGroupRecordsNothing) {
     s.set_attribute("k", 1);
     s.add_event("e");
     s.add_link(SpanContext());
-    Scope scope(s);
+    CurrentSpanScope scope(s);
     EXPECT_FALSE(current_span_context().valid());
   }
   Span job = tracer.start_span(SpanGroup::kJob, "job");
@@ -124,12 +124,12 @@ TEST(Span, ScopeMakesChildrenAndNests) {
   {
     Span outer = tracer.start_span(SpanGroup::kJob, "outer");
     outer_ctx = outer.context();
-    Scope s1(outer);
+    CurrentSpanScope s1(outer);
     EXPECT_EQ(current_span_context(), outer_ctx);
     {
       Span inner = tracer.start_span(SpanGroup::kStep, "inner");
       inner_ctx = inner.context();
-      Scope s2(inner);
+      CurrentSpanScope s2(inner);
       Span leaf = tracer.start_span(SpanGroup::kStep, "leaf");
     }
     EXPECT_EQ(current_span_context(), outer_ctx);
@@ -186,7 +186,7 @@ TEST(Span, UnsampledSpansAreNotExportedButPropagate) {
     opts.context = SpanContext{TraceId(), SpanId(), 0};
     Span s = tracer.start_span(SpanGroup::kStep, "unsampled", opts);
     EXPECT_TRUE(s.context().valid());
-    Scope scope(s);
+    CurrentSpanScope scope(s);
     Span child = tracer.start_span(SpanGroup::kStep, "child");
     EXPECT_FALSE(child.context().sampled());
     EXPECT_EQ(child.context().trace_id, s.context().trace_id);

@@ -86,7 +86,7 @@ TEST_F(FileExporterTest, WritesOneOtlpJsonRequestPerLineFieldByField) {
     step_opts.kind = SpanKind::kServer;
     Span step = tracer.start_span(SpanGroup::kStep, "megatron.train_step", step_opts);
     parent_ctx = step.context();
-    Scope scope(step);
+    CurrentSpanScope scope(step);
     Span linked = tracer.start_span(SpanGroup::kCommunication, "megatron.pp.recv_forward.linked");
     child_ctx = linked.context();
     linked.set_attribute("dl.pipeline_parallel.rank", 1);

@@ -76,7 +76,7 @@ Recorded record_rich_spans(Telemetry& telemetry) {
   so.kind = SpanKind::kServer;
   Span step = tracer.start_span(SpanGroup::kStep, "megatron.train_step", so);
   r.step = step.context();
-  Scope scope(step);
+  CurrentSpanScope scope(step);
   {
     Span linked = tracer.start_span(SpanGroup::kCommunication, "megatron.pp.recv_forward.linked");
     r.linked = linked.context();

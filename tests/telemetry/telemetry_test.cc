@@ -55,7 +55,7 @@ TEST(Telemetry, OpenSpansAreTruncatedAtShutdown) {
   open_job.set_attribute("k", 1);
   Span open_step;
   {
-    Scope scope(open_job);
+    CurrentSpanScope scope(open_job);
     open_step = tracer.start_span(SpanGroup::kStep, "step");
   }
   tracer.start_span(SpanGroup::kStep, "finished").end();
@@ -87,7 +87,7 @@ TEST(Telemetry, MarkOpenSpansRecordsTheFailureOnWhatIsOpen) {
   Tracer tracer = mt.telemetry->tracer();
   Span step = tracer.start_span(SpanGroup::kStep, "megatron.train_step");
   step.set_attribute("dl.step", 7);
-  Scope scope(step);
+  CurrentSpanScope scope(step);
   Span recv = tracer.start_span(SpanGroup::kCommunication, "megatron.p2p.recv_forward");
   tracer.start_span(SpanGroup::kStep, "already.ended").end();
   auto lines = mt.telemetry->mark_open_spans("lens.failure", "peer 1 lost");

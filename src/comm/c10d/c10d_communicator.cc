@@ -97,11 +97,9 @@ std::unique_ptr<PendingBroadcast> C10dCommunicator::start_broadcast(
   }
 }
 
-void C10dCommunicator::all_gather(std::span<const std::uint8_t> input,
-                                  std::span<std::uint8_t> output,
-                                  std::chrono::milliseconds timeout) {
-  if (output.size() != input.size() * static_cast<std::size_t>(size_))
-    throw CommError(describe_failure("all_gather", "output size is not size() * input size"));
+void C10dCommunicator::gather_from_all(std::span<const std::uint8_t> input,
+                                       std::span<std::uint8_t> output,
+                                       std::chrono::milliseconds timeout) {
   std::vector<at::Tensor> in;
   std::vector<std::vector<at::Tensor>> out(1);
   c10::intrusive_ptr<c10d::Work> work;

@@ -160,11 +160,9 @@ std::unique_ptr<PendingBroadcast> MpiCommunicator::start_broadcast(
   return pending;
 }
 
-void MpiCommunicator::all_gather(std::span<const std::uint8_t> input,
-                                 std::span<std::uint8_t> output,
-                                 std::chrono::milliseconds timeout) {
-  if (output.size() != input.size() * static_cast<std::size_t>(size_))
-    throw CommError(describe_failure("all_gather", "output size is not size() * input size"));
+void MpiCommunicator::gather_from_all(std::span<const std::uint8_t> input,
+                                      std::span<std::uint8_t> output,
+                                      std::chrono::milliseconds timeout) {
   if (wait_mode_ == Wait::kBlocking) {
     const int rc = MPI_Allgather(input.data(), static_cast<int>(input.size()), MPI_BYTE,
                                  output.data(), static_cast<int>(input.size()), MPI_BYTE, comm_);

@@ -1,0 +1,52 @@
+// The open-span registry: a span joins its core's open list when it starts
+// and leaves it when it ends (or when its telemetry ends it first).
+#include "open_spans.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "span_clock.h"
+#include "telemetry_core.h"
+
+namespace lens::detail {
+
+SpinLock& open_spans_lock() {
+  static SpinLock lock;
+  return lock;
+}
+
+void TelemetryCore::register_open(LiveSpan* s) {
+  std::lock_guard<SpinLock> lock(open_spans_lock());
+  s->core = this;
+  s->next = &open_head;
+  s->prev = open_head.prev;
+  open_head.prev->next = s;
+  open_head.prev = s;
+}
+
+void finish_span(LiveSpan* s) {
+  const std::int64_t end_steady = steady_now_ns();
+  bool queued = false;
+  {
+    std::lock_guard<SpinLock> lock(open_spans_lock());
+    TelemetryCore* core = s->core;
+    if (core != nullptr) {
+      unlink_open(s);
+      s->core = nullptr;
+      s->end_time_unix_ns = s->start_time_unix_ns + (end_steady - s->start_steady_ns);
+      const std::size_t n = std::min(s->name.size(), sizeof core->last_ended_name);
+      std::memcpy(core->last_ended_name, s->name.data(), n);
+      core->last_ended_length = static_cast<std::uint8_t>(n);
+      core->last_ended_steady_ns = end_steady;
+      // Queued under the lock: the core cannot be destroyed meanwhile.
+      if (s->context.sampled()) {
+        core->processor->enqueue(s);
+        queued = true;
+      }
+    }
+  }
+  if (!queued) release_record(s);
+}
+
+}  // namespace lens::detail

@@ -1,0 +1,74 @@
+// Tracer::start_recording: a span's start, where its trace, parent, sampling
+// decision, ids and links are settled.
+#include "lens/tracer.h"
+
+#include "current_span.h"
+#include "lens/ids.h"
+#include "span_clock.h"
+#include "telemetry_core.h"
+
+namespace lens {
+
+using detail::LiveSpan;
+
+LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
+                                  const StartOptions* options) const {
+  LiveSpan* s = detail::acquire_record();
+  s->name.assign(name);
+  s->group = group;
+  s->scope = scope_;
+  s->kind = options ? options->kind : SpanKind::kInternal;
+
+  const SpanContext* parent = nullptr;
+  if (options && options->parent && options->parent->valid()) {
+    parent = &*options->parent;
+  } else if (!(options && (options->root || options->parent || options->context))) {
+    auto& cur = detail::current_context();
+    if (cur.has) parent = &cur.context;
+  }
+  const Sampler& sampler = core_->sampler;
+  if (parent != nullptr) {
+    s->context.trace_id = parent->trace_id;
+    s->context.trace_flags = parent->trace_flags;
+    s->context.tracestate = parent->tracestate;
+    s->parent_span_id = parent->span_id;
+    s->parent_remote = parent->remote;
+    if (!sampler.parent_based) {
+      s->context.trace_flags = sampler.should_sample_root(s->context.trace_id)
+                                   ? (parent->trace_flags | TraceFlags::kSampled)
+                                   : (parent->trace_flags & ~TraceFlags::kSampled);
+    }
+  } else if (options && options->context) {
+    const SpanContext& decided = *options->context;
+    s->context.trace_id = decided.trace_id.valid() ? decided.trace_id : IdGenerator::new_trace_id();
+    s->context.trace_flags = decided.trace_flags;
+    s->context.tracestate = decided.tracestate;
+  } else {
+    s->context.trace_id = IdGenerator::new_trace_id();
+    s->context.trace_flags =
+        sampler.should_sample_root(s->context.trace_id) ? TraceFlags::kSampled : 0;
+  }
+  s->context.span_id = options && options->context && options->context->span_id.valid()
+                           ? options->context->span_id
+                           : IdGenerator::new_span_id();
+
+  if (options && !options->links.empty()) {
+    for (const auto& link : options->links) {
+      if (!link.context.valid()) continue;
+      if (s->links.size() >= core_->limits.link_count) {
+        ++s->dropped_links_count;
+        continue;
+      }
+      s->links.push_back(link);
+      detail::limit_attributes(s->links.back().attributes, core_->limits.attribute_per_link_count,
+                               s->links.back().dropped_attributes_count);
+    }
+  }
+
+  s->start_steady_ns = detail::steady_now_ns();
+  s->start_time_unix_ns = detail::unix_ns_from_steady(s->start_steady_ns);
+  core_->register_open(s);
+  return s;
+}
+
+}  // namespace lens
