@@ -20,14 +20,22 @@ bool is_step_span(const SpanRow& s) { return kind_of(s) == SpanKind::kStep && s.
 
 const char* kind_name(SpanKind kind) {
   switch (kind) {
-    case SpanKind::kStep: return "step";
-    case SpanKind::kForwardBackward: return "forward_backward";
-    case SpanKind::kForward: return "forward";
-    case SpanKind::kBackward: return "backward";
-    case SpanKind::kP2p: return "p2p";
-    case SpanKind::kLinked: return "linked";
-    case SpanKind::kOptimizer: return "optimizer";
-    case SpanKind::kOther: return "other";
+    case SpanKind::kStep:
+      return "step";
+    case SpanKind::kForwardBackward:
+      return "forward_backward";
+    case SpanKind::kForward:
+      return "forward";
+    case SpanKind::kBackward:
+      return "backward";
+    case SpanKind::kP2p:
+      return "p2p";
+    case SpanKind::kLinked:
+      return "linked";
+    case SpanKind::kOptimizer:
+      return "optimizer";
+    case SpanKind::kOther:
+      return "other";
   }
   return "other";
 }
@@ -35,12 +43,16 @@ const char* kind_name(SpanKind kind) {
 int lane_row(SpanKind k) {
   switch (k) {
     case SpanKind::kStep:
-    case SpanKind::kForwardBackward: return 0;
+    case SpanKind::kForwardBackward:
+      return 0;
     case SpanKind::kForward:
     case SpanKind::kBackward:
-    case SpanKind::kOptimizer: return 1;
-    case SpanKind::kLinked: return 3;
-    default: return 2;
+    case SpanKind::kOptimizer:
+      return 1;
+    case SpanKind::kLinked:
+      return 3;
+    default:
+      return 2;
   }
 }
 
@@ -55,11 +67,11 @@ PipelineView build_view(const Run& run) {
     for (const auto& s : f.spans) {
       view.by_span_id[s.span_id] = &s;
       if (s.has("dl.pipeline_parallel.size"))
-        view.pipeline_stages = std::max<int>(view.pipeline_stages,
-                                             static_cast<int>(s.int_attr("dl.pipeline_parallel.size")));
+        view.pipeline_stages = std::max<int>(
+            view.pipeline_stages, static_cast<int>(s.int_attr("dl.pipeline_parallel.size")));
       if (s.has("dl.num_microbatches"))
-        view.microbatches = std::max<int>(view.microbatches,
-                                          static_cast<int>(s.int_attr("dl.num_microbatches")));
+        view.microbatches =
+            std::max<int>(view.microbatches, static_cast<int>(s.int_attr("dl.num_microbatches")));
       if (!is_step_span(s)) continue;
       const std::int64_t step = s.int_attr("dl.step");
       StepOnRank& sr = steps[step].ranks[s.rank];

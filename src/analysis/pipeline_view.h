@@ -14,7 +14,16 @@
 
 namespace lens::tools {
 
-enum class SpanKind { kStep, kForwardBackward, kForward, kBackward, kP2p, kLinked, kOptimizer, kOther };
+enum class SpanKind {
+  kStep,
+  kForwardBackward,
+  kForward,
+  kBackward,
+  kP2p,
+  kLinked,
+  kOptimizer,
+  kOther
+};
 
 SpanKind kind_of(const SpanRow& span);
 // A step span that says its step (dl.step): what a step is recognised by.
@@ -40,9 +49,9 @@ struct StepView {
 };
 
 struct PipelineView {
-  int pipeline_stages = 0;  // from dl.pipeline_parallel.size, else the largest stage + 1
-  int microbatches = 0;     // from dl.num_microbatches, else forward spans per step on stage 0
-  std::vector<int> ranks;   // ranks with a file
+  int pipeline_stages = 0;      // from dl.pipeline_parallel.size, else the largest stage + 1
+  int microbatches = 0;         // from dl.num_microbatches, else forward spans per step on stage 0
+  std::vector<int> ranks;       // ranks with a file
   std::vector<StepView> steps;  // by step number
   std::map<std::string, const SpanRow*> by_span_id;
 };

@@ -1,8 +1,13 @@
 #include "run_reader.h"
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
+
+#include "json_depth.h"
 
 namespace lens::tools {
 
@@ -11,11 +16,10 @@ using json = nlohmann::json;
 std::int64_t SpanRow::int_attr(const std::string& key, std::int64_t fallback) const {
   auto it = attributes.find(key);
   if (it == attributes.end()) return fallback;
-  try {
-    return std::stoll(it->second);
-  } catch (const std::exception&) {
-    return fallback;
-  }
+  std::int64_t v = 0;
+  const char* end = it->second.data() + it->second.size();
+  auto [ptr, ec] = std::from_chars(it->second.data(), end, v);
+  return ec == std::errc() && ptr == end && !it->second.empty() ? v : fallback;
 }
 
 RankFile RankFile::without_spans() const {
@@ -28,6 +32,8 @@ RankFile RankFile::without_spans() const {
   m.trace_scope = trace_scope;
   m.export_filter = export_filter;
   m.replica = replica;
+  m.tensor_rank = tensor_rank;
+  m.resource = resource;
   m.lines = lines;
   m.warnings = warnings;
   return m;
@@ -47,69 +53,167 @@ int Run::declared_world_size() const {
 
 namespace {
 
+// A whole decimal integer, nothing before or after it ("12abc" is not 12).
+std::optional<std::int64_t> strict_int(std::string_view text) {
+  std::int64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
+  return v;
+}
+
+std::int64_t int_field(const json& v, const char* what) {
+  if (v.is_number_integer()) return v.get<std::int64_t>();
+  if (v.is_string())
+    if (auto i = strict_int(v.get_ref<const std::string&>())) return *i;
+  throw std::runtime_error(std::string(what) + " is not an integer");
+}
+
+// An AnyValue as text. proto3 JSON leaves out a default value, so {} is "".
 std::string scalar_text(const json& v) {
   if (!v.is_object()) throw std::runtime_error("attribute value is not an object");
-  if (v.contains("stringValue")) return v.at("stringValue").get<std::string>();
-  if (v.contains("intValue")) {
-    const json& i = v.at("intValue");
-    return i.is_string() ? i.get<std::string>() : std::to_string(i.get<std::int64_t>());
+  if (auto it = v.find("stringValue"); it != v.end()) return it->get<std::string>();
+  if (auto it = v.find("intValue"); it != v.end())
+    return std::to_string(int_field(*it, "intValue"));
+  if (auto it = v.find("boolValue"); it != v.end()) return it->get<bool>() ? "true" : "false";
+  if (auto it = v.find("doubleValue"); it != v.end()) {
+    if (it->is_number()) return std::to_string(it->get<double>());
+    const std::string& d = it->get_ref<const std::string&>();  // "NaN", "Infinity", "-Infinity"
+    if (d != "NaN" && d != "Infinity" && d != "-Infinity")
+      throw std::runtime_error("doubleValue is not a number");
+    return d;
   }
-  if (v.contains("boolValue")) return v.at("boolValue").get<bool>() ? "true" : "false";
-  if (v.contains("doubleValue")) {
-    const json& d = v.at("doubleValue");
-    return d.is_string() ? d.get<std::string>() : std::to_string(d.get<double>());
-  }
-  return v.dump();
+  if (auto it = v.find("bytesValue"); it != v.end()) return it->get<std::string>();
+  // arrayValue, kvlistValue: their JSON text; the line's depth was checked
+  // before it was parsed, so printing it recurses a bounded number of times.
+  return v.empty() ? std::string() : v.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::int64_t nanos(const json& v) {
-  // OTLP/JSON: 64-bit integers are decimal strings; numbers are accepted too.
-  if (v.is_string()) return std::stoll(v.get<std::string>());
-  return v.get<std::int64_t>();
+// A fixed64 time in nanoseconds: a decimal string (OTLP/JSON) or a number.
+std::int64_t nanos(const json& v, const char* what) {
+  const std::int64_t n = int_field(v, what);
+  if (n < 0) throw std::runtime_error(std::string(what) + " is negative");
+  return n;
 }
 
-bool lower_hex(const std::string& s, std::size_t n) {
-  if (s.size() != n) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+// A trace or span id of `hex_digits` hex digits, in either case; returned in
+// lowercase. An empty id is "none" where `optional`; an id of zeros is
+// invalid (OTel), except for a parent, where it also means "none".
+std::string id_field(const json& v, std::size_t hex_digits, const char* what, bool optional) {
+  if (!v.is_string()) throw std::runtime_error(std::string(what) + " is not a string");
+  std::string id = v.get<std::string>();
+  if (id.empty() && optional) return id;
+  bool zero = true;
+  for (char& c : id) {
+    if (c >= 'A' && c <= 'F') c = static_cast<char>(c - 'A' + 'a');
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+      throw std::runtime_error(std::string(what) + " '" + id.substr(0, 40) + "' is not hex");
+    zero &= c == '0';
+  }
+  if (id.size() != hex_digits)
+    throw std::runtime_error(std::string(what) + " '" + id.substr(0, 40) + "' is not " +
+                             std::to_string(hex_digits) + " hex digits");
+  if (zero) {
+    if (optional) return std::string();
+    throw std::runtime_error(std::string(what) + " is all zeros (an invalid id)");
+  }
+  return id;
+}
+
+// An enum in proto3 JSON: its number, or its name (looked up in `names`).
+int enum_field(const json& v, std::initializer_list<std::string_view> names, const char* what) {
+  if (v.is_string()) {
+    int i = 0;
+    for (auto n : names) {
+      if (v.get_ref<const std::string&>() == n) return i;
+      ++i;
+    }
+  }
+  return static_cast<int>(int_field(v, what));
+}
+
+// An array member that proto3 JSON may leave out when empty.
+const json& array_or_empty(const json& object, const char* key) {
+  static const json kEmpty = json::array();
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return kEmpty;
+  if (!it->is_array()) throw std::runtime_error(std::string(key) + " is not an array");
+  return *it;
+}
+
+std::string string_or_empty(const json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return {};
+  return it->get<std::string>();
+}
+
+int resource_int(const std::map<std::string, std::string>& resource, const char* key) {
+  auto it = resource.find(key);
+  if (it == resource.end()) return -1;
+  auto v = strict_int(it->second);
+  if (!v || *v < 0 || *v > (1 << 30))
+    throw std::runtime_error(std::string("resource attribute ") + key + "='" +
+                             it->second.substr(0, 40) + "' is not a rank number");
+  return static_cast<int>(*v);
 }
 
 void read_line(RankFile& file, const std::string& line) {
+  if (!json_depth_within(line))
+    throw std::runtime_error("nested deeper than " + std::to_string(kMaxJsonDepth) +
+                             " levels (the reader's limit)");
   json req = json::parse(line);
-  for (const auto& rs : req.at("resourceSpans")) {
+  if (!req.is_object()) throw std::runtime_error("the line is not a JSON object");
+  for (const auto& rs : array_or_empty(req, "resourceSpans")) {
     std::map<std::string, std::string> resource;
-    if (rs.contains("resource") && rs.at("resource").contains("attributes"))
-      for (const auto& kv : rs.at("resource").at("attributes"))
-        resource[kv.at("key").get<std::string>()] = scalar_text(kv.at("value"));
-    int rank = -1;
-    if (resource.count("dl.rank")) rank = std::stoi(resource["dl.rank"]);
+    if (auto r = rs.find("resource"); r != rs.end() && r->is_object())
+      for (const auto& kv : array_or_empty(*r, "attributes"))
+        resource[string_or_empty(kv, "key")] =
+            kv.contains("value") ? scalar_text(kv.at("value")) : std::string();
+    const int rank = resource_int(resource, "dl.rank");
     if (rank >= 0) file.rank = rank;
-    if (resource.count("dl.world_size")) file.world_size = std::stoi(resource["dl.world_size"]);
+    if (int w = resource_int(resource, "dl.world_size"); w >= 0) file.world_size = w;
     if (resource.count("nemo.run.id")) file.run_id = resource["nemo.run.id"];
     if (resource.count("service.name")) file.service_name = resource["service.name"];
     if (resource.count("lens.trace_scope")) file.trace_scope = resource["lens.trace_scope"];
     if (resource.count("lens.export_filter")) file.export_filter = resource["lens.export_filter"];
-    if (resource.count("dl.data_parallel.rank"))
-      file.replica = std::stoi(resource["dl.data_parallel.rank"]);
-    for (const auto& ss : rs.at("scopeSpans")) {
-      for (const auto& s : ss.at("spans")) {
+    if (int dp = resource_int(resource, "dl.data_parallel.rank"); dp >= 0) file.replica = dp;
+    if (int tp = resource_int(resource, "dl.tensor_parallel.rank"); tp >= 0) file.tensor_rank = tp;
+    for (auto& [k, v] : resource) file.resource[k] = v;
+    for (const auto& ss : array_or_empty(rs, "scopeSpans")) {
+      for (const auto& s : array_or_empty(ss, "spans")) {
         SpanRow row;
         row.rank = rank;
-        row.trace_id = s.at("traceId").get<std::string>();
-        row.span_id = s.at("spanId").get<std::string>();
-        if (!lower_hex(row.trace_id, 32) || !lower_hex(row.span_id, 16))
-          throw std::runtime_error("traceId/spanId is not lowercase hex of the right length");
-        row.parent_span_id = s.value("parentSpanId", "");
-        row.name = s.at("name").get<std::string>();
-        row.start_ns = nanos(s.at("startTimeUnixNano"));
-        row.end_ns = nanos(s.at("endTimeUnixNano"));
-        if (s.contains("attributes"))
-          for (const auto& kv : s.at("attributes"))
-            row.attributes[kv.at("key").get<std::string>()] = scalar_text(kv.at("value"));
-        if (s.contains("links"))
-          for (const auto& l : s.at("links"))
-            row.links.emplace_back(l.at("traceId").get<std::string>(),
-                                   l.at("spanId").get<std::string>());
+        if (!s.contains("traceId") || !s.contains("spanId"))
+          throw std::runtime_error("a span has no traceId or spanId");
+        row.trace_id = id_field(s.at("traceId"), 32, "traceId", false);
+        row.span_id = id_field(s.at("spanId"), 16, "spanId", false);
+        if (auto p = s.find("parentSpanId"); p != s.end())
+          row.parent_span_id = id_field(*p, 16, "parentSpanId", true);
+        row.name = string_or_empty(s, "name");
+        if (auto t = s.find("startTimeUnixNano"); t != s.end())
+          row.start_ns = nanos(*t, "startTimeUnixNano");
+        if (auto t = s.find("endTimeUnixNano"); t != s.end())
+          row.end_ns = nanos(*t, "endTimeUnixNano");
+        if (auto k = s.find("kind"); k != s.end())
+          row.kind = enum_field(*k,
+                                {"SPAN_KIND_UNSPECIFIED", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER",
+                                 "SPAN_KIND_CLIENT", "SPAN_KIND_PRODUCER", "SPAN_KIND_CONSUMER"},
+                                "kind");
+        if (auto st = s.find("status"); st != s.end() && st->is_object()) {
+          if (auto c = st->find("code"); c != st->end())
+            row.status_code = enum_field(
+                *c, {"STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR"}, "status code");
+          row.status_message = string_or_empty(*st, "message");
+        }
+        for (const auto& kv : array_or_empty(s, "attributes"))
+          row.attributes[string_or_empty(kv, "key")] =
+              kv.contains("value") ? scalar_text(kv.at("value")) : std::string();
+        for (const auto& l : array_or_empty(s, "links")) {
+          if (!l.contains("traceId") || !l.contains("spanId"))
+            throw std::runtime_error("a link has no traceId or spanId");
+          row.links.emplace_back(id_field(l.at("traceId"), 32, "link traceId", false),
+                                 id_field(l.at("spanId"), 16, "link spanId", false));
+        }
         file.spans.push_back(std::move(row));
       }
     }
@@ -118,7 +222,8 @@ void read_line(RankFile& file, const std::string& line) {
 
 }  // namespace
 
-RankFileReader::RankFileReader(const std::filesystem::path& path) : in_(path, std::ios::binary) {
+RankFileReader::RankFileReader(const std::filesystem::path& path, std::size_t max_line_bytes)
+    : in_(path, std::ios::binary), lines_(in_, max_line_bytes), max_line_bytes_(max_line_bytes) {
   file_.path = path;
   if (!in_) throw ReadError(path.string() + ": cannot open");
 }
@@ -126,18 +231,28 @@ RankFileReader::RankFileReader(const std::filesystem::path& path) : in_(path, st
 bool RankFileReader::next_line() {
   std::string line;
   while (!done_) {
-    if (!std::getline(in_, line)) {
+    const LineReader::Status status = lines_.next(line);
+    if (status == LineReader::Status::kEnd) {
       done_ = true;
       break;
     }
     ++number_;
-    const bool terminated = !in_.eof();
-    bytes_ += line.size() + (terminated ? 1 : 0);
+    bytes_ = lines_.bytes_read();
+    if (status == LineReader::Status::kTooLong) {
+      done_ = true;
+      throw ReadError(file_.path.string() + ":" + std::to_string(number_) +
+                      ": the line is longer than " + std::to_string(max_line_bytes_) +
+                      " bytes (the reader's limit)");
+    }
+    const bool terminated = status == LineReader::Status::kLine;
     if (line.empty()) continue;
     try {
       read_line(file_, line);
       ++file_.lines;
       return true;
+    } catch (const std::bad_alloc&) {
+      throw ReadError(file_.path.string() + ":" + std::to_string(number_) + ": out of memory (" +
+                      std::to_string(line.size()) + " bytes on this line)");
     } catch (const std::exception& e) {
       if (!terminated) {
         file_.warnings.push_back(file_.path.string() + ":" + std::to_string(number_) +

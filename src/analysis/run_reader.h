@@ -5,6 +5,14 @@
 // not parse is an error naming the file and line, except an unterminated
 // last line (a process killed mid-write), which is skipped with a warning.
 //
+// The files are untrusted input. The reader refuses a line longer than
+// kMaxLineBytes (64 MiB, line_reader.h) or nested deeper than kMaxJsonDepth
+// (64, json_depth.h), and validates every id where it appears (trace, span,
+// parent and link ids: hex of the right length, either case, read as
+// lowercase; a parent of zeros means none). It accepts what proto3 JSON may
+// leave out (empty arrays, an empty name, zero times) and enum names as
+// well as numbers, and parses numbers strictly ("12abc" is an error).
+//
 // Thread safety: plain functions and values.
 #pragma once
 
@@ -17,12 +25,17 @@
 #include <string>
 #include <vector>
 
+#include "line_reader.h"
+
 namespace lens::tools {
 
 struct SpanRow {
   int rank = -1;  // dl.rank of the file's resource
   std::string trace_id, span_id, parent_span_id, name;
   std::int64_t start_ns = 0, end_ns = 0;
+  int kind = 0;         // OTLP SpanKind: 0 unspecified, 1 internal, 2 server, 3 client, ...
+  int status_code = 0;  // OTLP StatusCode: 0 unset, 1 ok, 2 error
+  std::string status_message;
   std::map<std::string, std::string> attributes;           // scalar values as text
   std::vector<std::pair<std::string, std::string>> links;  // (trace id, span id)
 
@@ -39,6 +52,8 @@ struct RankFile {
   std::string trace_scope;    // lens.trace_scope: "world" (or absent) or "pipeline"
   std::string export_filter;  // lens.export_filter, when ranks were filtered out
   int replica = -1;           // dl.data_parallel.rank
+  int tensor_rank = -1;       // dl.tensor_parallel.rank
+  std::map<std::string, std::string> resource;  // every resource attribute, as text
   std::vector<SpanRow> spans;
   std::size_t lines = 0;
   std::vector<std::string> warnings;
@@ -67,7 +82,10 @@ class ReadError : public std::runtime_error {
 // resource fields are filled from the lines read so far.
 class RankFileReader {
  public:
-  explicit RankFileReader(const std::filesystem::path& path);  // ReadError if unreadable
+  // ReadError if unreadable. `max_line_bytes` is for tests; readers keep the
+  // default.
+  explicit RankFileReader(const std::filesystem::path& path,
+                          std::size_t max_line_bytes = kMaxLineBytes);
   // Reads the next non-empty line; false at the end of the file (or at an
   // incomplete last line, which is skipped with a warning). ReadError, naming
   // the file and line, for a malformed line.
@@ -79,6 +97,8 @@ class RankFileReader {
 
  private:
   std::ifstream in_;
+  LineReader lines_;
+  std::size_t max_line_bytes_;
   RankFile file_;
   std::size_t number_ = 0;
   std::uintmax_t bytes_ = 0;
