@@ -5,13 +5,25 @@
 #include <set>
 
 namespace lens::tools {
+namespace {
+
+std::string span_label(const SpanRow& s) { return s.name + " " + s.span_id; }
+
+// The linked receives of Megatron's 1F1B schedule on stage s of P with M
+// microbatches: the warmup ones, and the one before the steady state.
+std::size_t expected_linked(int pipeline_stages, int stage, int microbatches) {
+  const int warmup = std::min(pipeline_stages - stage - 1, microbatches);
+  return static_cast<std::size_t>(warmup + (microbatches > warmup ? 1 : 0));
+}
+
+}  // namespace
 
 std::string format_violation(const Violation& v) {
   std::string where;
   if (v.step >= 0) where += "step " + std::to_string(v.step);
   if (v.rank >= 0)
     where += std::string(where.empty() ? "" : ", ") + "rank " + std::to_string(v.rank);
-  return (where.empty() ? "" : where + ": ") + v.what;
+  return (where.empty() ? "" : where + ": ") + v.what + (v.span.empty() ? "" : " [" + v.span + "]");
 }
 
 void RunChecker::check_spans(const Run& part, const PipelineView& view,
@@ -22,26 +34,162 @@ void RunChecker::check_spans(const Run& part, const PipelineView& view,
     for (const auto& s : f.spans) {
       auto st = step_of_span.find(s.span_id);
       const std::int64_t step = st != step_of_span.end() ? st->second : s.int_attr("dl.step", -1);
+      if (s.has("dl.pipeline_parallel.size"))
+        declared_stages_ = std::max(declared_stages_,
+                                    static_cast<int>(s.int_attr("dl.pipeline_parallel.size", 0)));
       for (const auto& [trace, span] : s.links) {
         auto it = view.by_span_id.find(span);
         if (it == view.by_span_id.end())
-          pending_.push_back({step, s.rank, s.name, trace, span});
+          pending_.push_back({step, s.rank, s.name, s.span_id, trace, span});
         else if (it->second->trace_id != trace)
           found_.push_back({step, s.rank,
                             s.name + " links to span " + span + " of trace " + trace +
-                                ", which is not in the run"});
+                                ", which is not in the run",
+                            span_label(s)});
       }
       auto t = s.attributes.find("nemo.span.truncated");
       if (t != s.attributes.end() && t->second == "true")
         found_.push_back({-1, s.rank,
                           s.name + " was still open when its process shut down "
-                                   "(nemo.span.truncated)"});
+                                   "(nemo.span.truncated)",
+                          span_label(s)});
     }
+  }
+}
+
+void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool pipeline_scope,
+                            const std::map<int, std::pair<int, int>>& pipeline_of) {
+  // The pipelines sharing a trace: every rank in world scope; each (dp, tp)
+  // pipeline in pipeline scope.
+  const auto pipeline = [&](int rank) {
+    if (!pipeline_scope) return std::pair{-1, -1};
+    auto it = pipeline_of.find(rank);
+    return it != pipeline_of.end() ? it->second : std::pair{-1, -1};
+  };
+  // Each pipeline's source (global rank 0 in world scope, the first stage in
+  // pipeline scope), when its step span is here, and the rank whose trace id
+  // the others are compared with (the source, else the lowest stage here).
+  std::map<std::pair<int, int>, const StepOnRank*> source, reference;
+  for (const auto& [rank, sr] : sv.ranks) {
+    const auto p = pipeline(rank);
+    if (pipeline_scope ? sr.stage == 0 : rank == 0) source[p] = &sr;
+    const StepOnRank*& ref = reference[p];
+    if (!ref || std::pair{sr.stage, sr.rank} < std::pair{ref->stage, ref->rank}) ref = &sr;
+  }
+  for (auto& [p, ref] : reference)
+    if (source.count(p)) ref = source[p];
+  const auto global = sv.ranks.find(0);
+  const StepOnRank* global_source = global != sv.ranks.end() ? &global->second : nullptr;
+
+  for (int r : view.ranks)
+    if (!sv.ranks.count(r))
+      found_.push_back({sv.step, r, "no megatron.train_step span for this step", ""});
+
+  std::map<std::string, std::set<std::string>> ids_in_trace;
+  std::set<std::string> step_traces;
+  for (const auto& [rank, sr] : sv.ranks) {
+    const SpanRow& step_span = *sr.step_span;
+    const auto p = pipeline(rank);
+    const StepOnRank* src = source.count(p) ? source[p] : nullptr;
+    const StepOnRank* ref = reference[p];
+    if (step_span.trace_id != ref->step_span->trace_id)
+      found_.push_back({sv.step, rank,
+                        "trace id " + step_span.trace_id + " differs from rank " +
+                            std::to_string(ref->rank) + "'s " + ref->step_span->trace_id +
+                            ": this rank's step is not in the shared trace",
+                        span_label(step_span)});
+    if (src != &sr && !step_span.parent_span_id.empty())
+      found_.push_back({sv.step, rank,
+                        "step span has a parent (" + step_span.parent_span_id +
+                            "): only the source's step span may; the other ranks' step spans "
+                            "are roots of the shared trace",
+                        span_label(step_span)});
+    if (pipeline_scope && global_source && p != pipeline(0) &&
+        step_span.trace_id != global_source->step_span->trace_id) {
+      bool linked_to_global = false;
+      for (const auto& [t, sp] : step_span.links)
+        linked_to_global |= sp == global_source->step_span->span_id;
+      if (!linked_to_global)
+        found_.push_back({sv.step, rank,
+                          "step span of replica " + std::to_string(p.first) +
+                              " does not link to rank 0's step span",
+                          span_label(step_span)});
+    }
+    step_traces.insert(step_span.trace_id);
+    stages_.push_back({sv.step, rank, sr.stage, span_label(step_span)});
+
+    std::size_t linked = 0;
+    bool has_p2p = false;
+    for (const SpanRow* s : sr.spans) {
+      if (!ids_in_trace[s->trace_id].insert(s->span_id).second)
+        found_.push_back(
+            {sv.step, rank,
+             "span id " + s->span_id + " appears more than once in trace " + s->trace_id,
+             span_label(*s)});
+      if (!s->parent_span_id.empty())
+        if (auto it = view.by_span_id.find(s->parent_span_id); it != view.by_span_id.end() &&
+                                                               it->second->rank == rank &&
+                                                               s->start_ns < it->second->start_ns)
+          found_.push_back({sv.step, rank,
+                            "starts " +
+                                std::to_string((it->second->start_ns - s->start_ns) / 1000) +
+                                " us before its parent " + span_label(*it->second),
+                            span_label(*s)});
+      const SpanKind kind = kind_of(*s);
+      has_p2p |= kind == SpanKind::kP2p;
+      if (kind != SpanKind::kLinked) continue;
+      ++linked;
+      if (sr.stage == 0)
+        found_.push_back({sv.step, rank,
+                          "a linked span on the first pipeline stage (only later "
+                          "stages link to the source)",
+                          span_label(*s)});
+      if (s->parent_span_id != step_span.span_id)
+        found_.push_back(
+            {sv.step, rank, "linked span is not a child of this rank's step span", span_label(*s)});
+      // Without the source's step span (an export filter left it out) the
+      // link is judged where it resolves, in finish().
+      if (src && (s->links.size() != 1 || s->links[0].second != src->step_span->span_id))
+        found_.push_back(
+            {sv.step, rank,
+             "linked span does not link to rank " + std::to_string(src->rank) + "'s step span",
+             span_label(*s)});
+      const std::int64_t stage_attr = s->int_attr("dl.pipeline_parallel.rank", -1);
+      if (stage_attr != sr.stage)
+        found_.push_back({sv.step, rank,
+                          s->has("dl.pipeline_parallel.rank")
+                              ? "linked span says dl.pipeline_parallel.rank=" +
+                                    s->attributes.at("dl.pipeline_parallel.rank") +
+                                    ", but its rank is stage " + std::to_string(sr.stage)
+                              : "linked span has no dl.pipeline_parallel.rank",
+                          span_label(*s)});
+      const std::int64_t microbatch = s->int_attr("dl.microbatch_id", -1);
+      if (microbatch < 0)
+        found_.push_back({sv.step, rank, "linked span has no dl.microbatch_id", span_label(*s)});
+      else if (view.microbatches > 0 && microbatch >= view.microbatches)
+        found_.push_back({sv.step, rank,
+                          "linked span's dl.microbatch_id " + std::to_string(microbatch) +
+                              " is not below the " + std::to_string(view.microbatches) +
+                              " microbatches of a step",
+                          span_label(*s)});
+    }
+    linked_counts_[rank].insert(linked);
+    // Judged at the end, when the number of stages is known for sure.
+    if (sr.stage > 0) linked_.push_back({sv.step, rank, sr.stage, linked, has_p2p});
+  }
+  for (const auto& trace : step_traces) {
+    auto [it, fresh] = step_of_trace_.emplace(trace, sv.step);
+    if (!fresh && it->second != sv.step)
+      found_.push_back({sv.step, -1,
+                        "trace id " + trace + " was already step " + std::to_string(it->second) +
+                            "'s: two steps share one trace",
+                        ""});
   }
 }
 
 void RunChecker::add(const Run& run, const PipelineView& view) {
   pipeline_stages_ = std::max(pipeline_stages_, view.pipeline_stages);
+  microbatches_ = std::max(microbatches_, view.microbatches);
   std::map<std::string, std::int64_t> step_of_span;
   for (const auto& sv : view.steps)
     for (const auto& [rank, sr] : sv.ranks)
@@ -50,65 +198,12 @@ void RunChecker::add(const Run& run, const PipelineView& view) {
   steps_ += view.steps.size();
 
   bool pipeline_scope = false;
-  std::map<int, int> replica_of;  // rank -> dl.data_parallel.rank
+  std::map<int, std::pair<int, int>> pipeline_of;  // rank -> (dp, tp)
   for (const auto& f : run.files) {
     pipeline_scope |= f.trace_scope == "pipeline";
-    replica_of[f.rank] = f.replica;
+    pipeline_of[f.rank] = {f.replica, f.tensor_rank};
   }
-  // Per step: one trace for all ranks (in `pipeline` scope: per replica,
-  // each linked to global rank 0's step span); linked spans in place.
-  for (const auto& sv : view.steps) {
-    std::map<int, const StepOnRank*> sources;  // by replica (all: -1 in world scope)
-    auto replica = [&](int rank) { return pipeline_scope ? replica_of[rank] : -1; };
-    for (const auto& [rank, sr] : sv.ranks) {
-      const StepOnRank*& src = sources[replica(rank)];
-      if (!src || sr.rank < src->rank) src = &sr;
-    }
-    if (sources.empty()) continue;
-    const StepOnRank* global_source = sources.begin()->second;
-    for (const auto& [r, src] : sources)
-      if (src->rank < global_source->rank) global_source = src;
-    for (int r : view.ranks)
-      if (!sv.ranks.count(r))
-        found_.push_back({sv.step, r, "no megatron.train_step span for this step"});
-    for (const auto& [rank, sr] : sv.ranks) {
-      const StepOnRank* source = sources[replica(rank)];
-      if (pipeline_scope && source != global_source &&
-          sr.step_span->trace_id != global_source->step_span->trace_id) {
-        bool linked_to_global = false;
-        for (const auto& [t, sp] : sr.step_span->links)
-          linked_to_global |= sp == global_source->step_span->span_id;
-        if (!linked_to_global)
-          found_.push_back({sv.step, rank,
-                            "step span of replica " + std::to_string(replica(rank)) +
-                                " does not link to rank " + std::to_string(global_source->rank) +
-                                "'s step span"});
-      }
-      if (sr.step_span->trace_id != source->step_span->trace_id)
-        found_.push_back({sv.step, rank,
-                          "trace id " + sr.step_span->trace_id + " differs from rank " +
-                              std::to_string(source->rank) + "'s " + source->step_span->trace_id +
-                              ": this rank's step is not in the shared trace"});
-      std::size_t linked = 0;
-      for (const SpanRow* s : sr.spans) {
-        if (kind_of(*s) != SpanKind::kLinked) continue;
-        ++linked;
-        if (sr.stage == 0)
-          found_.push_back({sv.step, rank,
-                            "a linked span on the first pipeline stage (only later "
-                            "stages link to the source)"});
-        if (s->parent_span_id != sr.step_span->span_id)
-          found_.push_back({sv.step, rank, "linked span is not a child of this rank's step span"});
-        if (s->links.size() != 1 || s->links[0].second != source->step_span->span_id)
-          found_.push_back({sv.step, rank,
-                            "linked span does not link to rank " + std::to_string(source->rank) +
-                                "'s step span"});
-      }
-      linked_counts_[rank].insert(linked);
-      // Judged at the end, when the number of stages is known for sure.
-      if (sr.stage > 0 && linked > 0) linked_.push_back({sv.step, rank, sr.stage, linked});
-    }
-  }
+  for (const auto& sv : view.steps) check_step(sv, view, pipeline_scope, pipeline_of);
 }
 
 std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& find_spans) {
@@ -116,25 +211,35 @@ std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& fin
   // Missing ranks: the resources say how many there should be, unless an
   // export filter left some out on purpose.
   const int world = files.declared_world_size();
-  std::set<int> present;
+  std::map<int, std::vector<std::string>> paths_of;
   std::string filter;
   std::set<std::string> run_ids;
   for (const auto& f : files.files) {
-    present.insert(f.rank);
+    paths_of[f.rank].push_back(f.path.filename().string());
     if (!f.export_filter.empty()) filter = f.export_filter;
     if (!f.run_id.empty()) run_ids.insert(f.run_id);
   }
   if (world > 0 && filter.empty()) {
     for (int r = 0; r < world; ++r)
-      if (!present.count(r))
+      if (!paths_of.count(r))
         out.push_back(
-            {-1, r,
-             "no trace file for this rank (the run has " + std::to_string(world) + " ranks)"});
+            {-1, r, "no trace file for this rank (the run has " + std::to_string(world) + " ranks)",
+             ""});
+  }
+  for (const auto& [rank, paths] : paths_of) {
+    if (rank < 0 || paths.size() < 2) continue;
+    std::string names;
+    for (const auto& p : paths) names += (names.empty() ? "" : ", ") + p;
+    out.push_back({-1, rank,
+                   std::to_string(paths.size()) + " trace files say they are this rank (" + names +
+                       "): a stray copy, or a requeued job's files mixed in",
+                   ""});
   }
   if (run_ids.size() > 1)
     out.push_back({-1, -1,
                    "files of " + std::to_string(run_ids.size()) +
-                       " different runs (nemo.run.id) are mixed in this directory"});
+                       " different runs (nemo.run.id) are mixed in this directory",
+                   ""});
 
   // The spans in no step: their links and truncation, and what they say of
   // the pipeline's size (the job span carries it).
@@ -153,27 +258,62 @@ std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& fin
       trace = it->second->trace_id;
     else if (auto w = wanted.find(p.span); w != wanted.end())
       trace = w->second;
-    if (trace != p.trace)
+    if (trace.empty() && !filter.empty()) {
+      ++unverifiable_;  // its target's rank did not export
+    } else if (trace != p.trace) {
       found_.push_back({p.step, p.rank,
                         p.name + " links to span " + p.span + " of trace " + p.trace +
-                            ", which is not in the run"});
+                            ", which is not in the run",
+                        p.name + " " + p.span_id});
+    }
   }
   pending_.clear();
 
-  for (const auto& c : linked_)
-    if (pipeline_stages_ > 0 && c.linked > static_cast<std::size_t>(pipeline_stages_ - c.stage))
+  if (declared_stages_ > 0)
+    for (const auto& s : stages_)
+      if (s.stage < 0 || s.stage >= declared_stages_)
+        found_.push_back({s.step, s.rank,
+                          "stage " + std::to_string(s.stage) + " is not below the pipeline size " +
+                              std::to_string(declared_stages_),
+                          s.span});
+  stages_.clear();
+
+  const bool any_linked = std::any_of(linked_.begin(), linked_.end(),
+                                      [](const LinkedCount& c) { return c.linked > 0; });
+  for (const auto& c : linked_) {
+    if (pipeline_stages_ <= 0 || c.stage >= pipeline_stages_) continue;
+    const auto bound = static_cast<std::size_t>(pipeline_stages_ - c.stage);
+    if (c.linked > bound) {
       found_.push_back({c.step, c.rank,
                         std::to_string(c.linked) + " linked spans, more than the " +
-                            std::to_string(pipeline_stages_ - c.stage) +
-                            " warmup and pre-1F1B receives of stage " + std::to_string(c.stage) +
-                            ": the span count grows with the microbatches"});
+                            std::to_string(bound) + " warmup and pre-1F1B receives of stage " +
+                            std::to_string(c.stage) +
+                            ": the span count grows with the microbatches",
+                        ""});
+      continue;
+    }
+    // Exact, where the step's microbatches are known and the receives were
+    // traced (the communication group: p2p spans here, or linked spans in
+    // the run).
+    if (microbatches_ <= 0 || !(c.has_p2p || any_linked)) continue;
+    const std::size_t expected = expected_linked(pipeline_stages_, c.stage, microbatches_);
+    if (c.linked != expected)
+      found_.push_back({c.step, c.rank,
+                        std::to_string(c.linked) + " linked spans where stage " +
+                            std::to_string(c.stage) + " of " + std::to_string(pipeline_stages_) +
+                            " with " + std::to_string(microbatches_) + " microbatches has " +
+                            std::to_string(expected) +
+                            " (min(P-s-1, M) warmup receives, and one before the steady state "
+                            "when M > P-s-1)",
+                        ""});
+  }
   std::stable_sort(found_.begin(), found_.end(),
                    [](const Violation& a, const Violation& b) { return a.step < b.step; });
   out.insert(out.end(), found_.begin(), found_.end());
   found_.clear();
   for (const auto& [rank, counts] : linked_counts_)
     if (counts.size() > 1)
-      out.push_back({-1, rank, "the number of linked spans changes from step to step"});
+      out.push_back({-1, rank, "the number of linked spans changes from step to step", ""});
   return out;
 }
 
@@ -209,6 +349,7 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
     });
   });
   result.steps = checker.steps();
+  result.unverifiable_links = checker.unverifiable_links();
   return result;
 }
 

@@ -83,6 +83,7 @@ struct FakeRun {
           FakeSpan l{
               trace_of(step), hex_id(next_id++, 16), step_id, "megatron.pp.recv_forward.linked", t,
               t + 10};
+          l.attributes.push_back(int_attr("dl.pipeline_parallel.rank", rank));
           l.attributes.push_back(int_attr("dl.microbatch_id", i));
           l.links.push_back({{"traceId", trace_of(step)}, {"spanId", step_span_id(step, 0)}});
           by_rank[rank].push_back(l);
@@ -278,7 +279,7 @@ TEST_F(StepStream, ASpanEndingJustAfterItsStepSpanStaysWithItsStep) {
     if (w.step == 1) in_step_1 = w.run.files[1].spans.size();
   });
   EXPECT_EQ(in_step_1, run_.spans_per_step(1));
-  EXPECT_TRUE(streamed_violations().empty());
+  EXPECT_EQ(streamed_violations(), std::vector<std::string>{});
 }
 
 TEST_F(StepStream, CheckFindsWhatTheInMemoryCheckFinds) {
