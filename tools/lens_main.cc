@@ -11,10 +11,17 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <new>
+#include <optional>
+#include <tuple>
+#include <utility>
 
 #include "check.h"
 #include "lens/config.h"
@@ -52,6 +59,21 @@ void print_warnings(const std::vector<std::string>& warnings) {
   for (const auto& w : warnings) std::fprintf(stderr, "lens: warning: %s\n", w.c_str());
 }
 
+// "A-B" or "A": whole non-negative numbers, A <= B.
+std::optional<std::pair<std::int64_t, std::int64_t>> parse_step_range(std::string_view text) {
+  const auto number = [](std::string_view t) -> std::optional<std::int64_t> {
+    std::int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || ec != std::errc() || ptr != t.data() + t.size() || v < 0) return std::nullopt;
+    return v;
+  };
+  const auto dash = text.find('-');
+  const auto first = number(text.substr(0, dash));
+  const auto last = dash == std::string_view::npos ? first : number(text.substr(dash + 1));
+  if (!first || !last || *first > *last) return std::nullopt;
+  return std::pair{*first, *last};
+}
+
 bool write_file(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);
   out << content;
@@ -62,9 +84,7 @@ bool write_file(const std::string& path, const std::string& content) {
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_lens(int argc, char** argv) {
   CLI::App app{"lens: check, summarise and draw a pipeline-parallel run's traces"};
   app.set_version_flag("--version", std::string("lens ") + lens::kVersion);
   app.require_subcommand(1);
@@ -159,6 +179,11 @@ int main(int argc, char** argv) {
       const CheckResult r = check_dir(dir, reading_options());
       print_warnings(r.warnings);
       for (const auto& v : r.violations) std::printf("FAIL %s\n", format_violation(v).c_str());
+      if (r.unverifiable_links > 0)
+        std::printf(
+            "note: %zu links point at ranks the export filter left out; they cannot be "
+            "verified\n",
+            r.unverifiable_links);
       std::printf("%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), r.files, r.steps,
                   r.spans,
                   r.violations.empty()
@@ -177,25 +202,30 @@ int main(int argc, char** argv) {
     }
     if (timeline->parsed()) {
       TimelineOptions o;
-      auto dash = steps.find('-');
-      try {
-        o.first_step = std::stoll(steps.substr(0, dash));
-        o.last_step = dash == std::string::npos ? o.first_step : std::stoll(steps.substr(dash + 1));
-      } catch (const std::exception&) {
-        std::fprintf(stderr, "lens: --steps '%s' is not valid; accepted: A-B or A (step numbers)\n",
+      const auto range = parse_step_range(steps);
+      if (!range) {
+        std::fprintf(stderr,
+                     "lens: --steps '%s' is not valid; accepted: A-B or A (step numbers, A <= B)\n",
                      steps.c_str());
         return kBadInput;
       }
+      std::tie(o.first_step, o.last_step) = *range;
       o.title = "lens timeline: " + dir + ", steps " + std::to_string(o.first_step) + "-" +
                 std::to_string(o.last_step);
       // Only the chosen steps are kept, and reading stops after the last.
       StreamOptions so = reading_options();
       so.stop_after_step = o.last_step;
       std::map<std::filesystem::path, std::vector<SpanRow>> chosen;
+      std::int64_t first_seen = std::numeric_limits<std::int64_t>::max();
+      std::int64_t last_seen = std::numeric_limits<std::int64_t>::min();
+      std::size_t drawn = 0;
       Run run = stream_steps(
           dir,
           [&](StepWindow& w) {
+            first_seen = std::min(first_seen, w.step);
+            last_seen = std::max(last_seen, w.step);
             if (w.step < o.first_step) return;
+            ++drawn;
             for (auto& f : w.run.files)
               for (auto& s : f.spans) chosen[f.path].push_back(std::move(s));
           },
@@ -205,6 +235,21 @@ int main(int argc, char** argv) {
         auto& spans = chosen[f.path];
         f.spans.insert(f.spans.end(), std::make_move_iterator(spans.begin()),
                        std::make_move_iterator(spans.end()));
+      }
+      if (drawn == 0) {
+        // Nothing to draw: say why instead of writing an empty page.
+        if (first_seen > last_seen)
+          std::fprintf(stderr,
+                       "lens: %s has no steps (no megatron.train_step span with dl.step: record "
+                       "the step span group); no timeline written\n",
+                       dir.c_str());
+        else
+          std::fprintf(stderr,
+                       "lens: no step in --steps %s (the run has steps %lld-%lld); no timeline "
+                       "written\n",
+                       steps.c_str(), static_cast<long long>(first_seen),
+                       static_cast<long long>(last_seen));
+        return kBadInput;
       }
       const PipelineView view = build_view(run);
       if (!write_file(output, render_timeline(view, o))) return kBadInput;
@@ -251,4 +296,50 @@ int main(int argc, char** argv) {
     return kBadInput;
   }
   return kOk;
+}
+
+// Memory held back for when an allocation fails. nlohmann::json frees a
+// parsed document iteratively, with a vector of its own, inside a noexcept
+// destructor: when memory runs out there, an exception would terminate the
+// process. The first failure frees half the reserve and lets the allocation
+// try again (a document being freed can then be freed); the second frees
+// the rest and throws std::bad_alloc, so that what unwinds can free itself.
+struct MemoryReserve {
+  static constexpr std::size_t kBytes = std::size_t{32} << 20;
+  static inline char* first = nullptr;
+  static inline char* second = nullptr;
+  static void on_failure() {
+    if (first != nullptr) {
+      delete[] std::exchange(first, nullptr);
+      return;
+    }
+    if (second != nullptr) delete[] std::exchange(second, nullptr);
+    throw std::bad_alloc();
+  }
+  static void install() {
+    first = new char[kBytes];
+    second = new char[kBytes];
+    // Touch the pages so that the reserve is really memory, not a promise.
+    std::memset(first, 1, kBytes);
+    std::memset(second, 1, kBytes);
+    std::set_new_handler(&on_failure);
+  }
+};
+
+}  // namespace
+
+// Whatever goes wrong (an unreadable directory, memory running out, a bug)
+// ends as exit 2 with a message, never as a crash.
+int main(int argc, char** argv) {
+  try {
+    MemoryReserve::install();
+    return run_lens(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "lens: out of memory\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lens: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "lens: unexpected error\n");
+  }
+  return kBadInput;
 }

@@ -1,7 +1,8 @@
 #include "timeline.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cstdio>
 #include <limits>
 #include <map>
 
@@ -12,11 +13,20 @@ std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -39,7 +49,10 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
         t1 = std::max(t1, s->end_ns);
       }
   }
-  if (t1 <= t0) t1 = t0 + 1;
+  if (steps.empty() || t1 <= t0) {  // nothing to draw (the caller says so): any 1 ns window
+    t0 = steps.empty() ? 0 : t0;
+    t1 = t0 + 1;
+  }
   const double scale = static_cast<double>(kWidth) / static_cast<double>(t1 - t0);
   auto x_of = [&](std::int64_t t) { return kLeft + (t - t0) * scale; };
 
@@ -59,16 +72,13 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
   const int height = kTop + static_cast<int>(lanes.size()) * lane_height + 40;
 
   std::string svg;
-  char buf[1024];
   for (int rank : lanes) {
-    std::snprintf(buf, sizeof buf,
-                  "<g class=\"lane\" data-rank=\"%d\"><rect class=\"lane-bg\" x=\"0\" y=\"%d\" "
-                  "width=\"%d\" height=\"%d\"/><text x=\"6\" y=\"%d\">rank %d%s</text></g>\n",
-                  rank, lane_y[rank] - 4, kLeft + kWidth + 10, kLaneRows * kRowHeight + 8,
-                  lane_y[rank] + 2 * kRowHeight + 4, rank,
-                  stage_of.count(rank) ? (" · stage " + std::to_string(stage_of[rank])).c_str()
-                                       : "");
-    svg += buf;
+    svg += fmt::format(
+        "<g class=\"lane\" data-rank=\"{}\"><rect class=\"lane-bg\" x=\"0\" y=\"{}\" "
+        "width=\"{}\" height=\"{}\"/><text x=\"6\" y=\"{}\">rank {}{}</text></g>\n",
+        rank, lane_y[rank] - 4, kLeft + kWidth + 10, kLaneRows * kRowHeight + 8,
+        lane_y[rank] + 2 * kRowHeight + 4, rank,
+        stage_of.count(rank) ? " · stage " + std::to_string(stage_of[rank]) : std::string());
   }
   // Spans.
   std::size_t links = 0;
@@ -83,31 +93,27 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
         const double x = x_of(s->start_ns);
         const double w = std::max(1.0, (s->end_ns - s->start_ns) * scale);
         const int y = lane_y[rank] + lane_row(k) * kRowHeight;
-        std::string detail = s->name + " | rank " + std::to_string(rank) + " | step " +
-                             std::to_string(sv->step);
-        std::snprintf(buf, sizeof buf, " | %.3f ms", (s->end_ns - s->start_ns) / 1e6);
-        detail += buf;
-        if (s->has("dl.microbatch_id")) detail += " | microbatch " + s->attributes.at("dl.microbatch_id");
-        std::snprintf(buf, sizeof buf,
-                      "<rect class=\"span %s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
-                      "data-detail=\"%s\"><title>%s</title></rect>\n",
-                      kind_name(k), x, y, w, kRowHeight - 3, escape(detail).c_str(),
-                      escape(detail).c_str());
-        svg += buf;
+        std::string detail = fmt::format("{} | rank {} | step {} | {:.3f} ms", s->name, rank,
+                                         sv->step, (s->end_ns - s->start_ns) / 1e6);
+        if (s->has("dl.microbatch_id"))
+          detail += " | microbatch " + s->attributes.at("dl.microbatch_id");
+        const std::string shown = escape(detail);
+        svg += fmt::format(
+            "<rect class=\"span {}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" "
+            "data-detail=\"{}\"><title>{}</title></rect>\n",
+            kind_name(k), x, y, w, kRowHeight - 3, shown, shown);
         if (k == SpanKind::kLinked && source && s->links.size() == 1) {
           const SpanRow* target = view.by_span_id.count(s->links[0].second)
                                       ? view.by_span_id.at(s->links[0].second)
                                       : nullptr;
           if (target && lane_y.count(target->rank)) {
-            std::snprintf(buf, sizeof buf,
-                          "<path class=\"link\" d=\"M %.2f %d C %.2f %d, %.2f %d, %.2f %d\" "
-                          "marker-end=\"url(#arrow)\"><title>link from %s (rank %d) to rank %d's "
-                          "step span</title></path>\n",
-                          x_of(target->start_ns), lane_y[target->rank] + kRowHeight / 2,
-                          x_of(target->start_ns) + 30, lane_y[target->rank] + kRowHeight,
-                          x - 30, y, x, y + (kRowHeight - 3) / 2, escape(s->name).c_str(), rank,
-                          target->rank);
-            arrows += buf;
+            arrows += fmt::format(
+                "<path class=\"link\" d=\"M {:.2f} {} C {:.2f} {}, {:.2f} {}, {:.2f} {}\" "
+                "marker-end=\"url(#arrow)\"><title>link from {} (rank {}) to rank {}'s "
+                "step span</title></path>\n",
+                x_of(target->start_ns), lane_y[target->rank] + kRowHeight / 2,
+                x_of(target->start_ns) + 30, lane_y[target->rank] + kRowHeight, x - 30, y, x,
+                y + (kRowHeight - 3) / 2, escape(s->name), rank, target->rank);
             ++links;
           }
         }
@@ -119,15 +125,16 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
   const double total_ms = (t1 - t0) / 1e6;
   for (int i = 0; i <= 10; ++i) {
     const double x = kLeft + kWidth * i / 10.0;
-    std::snprintf(buf, sizeof buf,
-                  "<line class=\"tick\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/><text "
-                  "class=\"axis\" x=\"%.1f\" y=\"%d\">%.1f ms</text>\n",
-                  x, kTop - 10, x, height - 30, x - 12, kTop - 14, total_ms * i / 10.0);
-    axis += buf;
+    axis += fmt::format(
+        "<line class=\"tick\" x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\"/><text "
+        "class=\"axis\" x=\"{:.1f}\" y=\"{}\">{:.1f} ms</text>\n",
+        x, kTop - 10, x, height - 30, x - 12, kTop - 14, total_ms * i / 10.0);
   }
 
-  std::string html = R"(<!doctype html>
-<html><head><meta charset="utf-8"><title>)" + escape(o.title) + R"(</title>
+  std::string html =
+      R"(<!doctype html>
+<html><head><meta charset="utf-8"><title>)" +
+      escape(o.title) + R"(</title>
 <style>
  body { font: 13px sans-serif; margin: 16px; color: #222; }
  .lane-bg { fill: #f7f7f9; }
@@ -141,19 +148,20 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
            padding: 4px 8px; min-height: 1em; }
  .legend span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
 </style></head><body>
-<h3>)" + escape(o.title) + R"(</h3>
+<h3>)" +
+      escape(o.title) + R"(</h3>
 <div class="legend">)" +
       R"(<span style="background:#3d7dd8"></span>forward<span style="background:#3aa564"></span>backward)" +
       R"(<span style="background:#e8912d"></span>optimizer<span style="background:#9a9a9a"></span>p2p)" +
       R"(<span style="background:#8e44ad"></span>linked recv (arrow: link to the source's step span))" +
       R"(<span style="background:#c9ccd3"></span>step</div>
 )";
-  std::snprintf(buf, sizeof buf,
-                "<svg id=\"wave\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-                "data-lanes=\"%zu\" data-links=\"%zu\">\n",
-                kLeft + kWidth + 20, height, lanes.size(), links);
-  html += buf;
-  html += R"(<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#8e44ad"/></marker></defs>
+  html += fmt::format(
+      "<svg id=\"wave\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "data-lanes=\"{}\" data-links=\"{}\">\n",
+      kLeft + kWidth + 20, height, lanes.size(), links);
+  html +=
+      R"(<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#8e44ad"/></marker></defs>
 )";
   html += axis + svg + arrows + "</svg>\n<div id=\"detail\"></div>\n";
   html += R"(<script>

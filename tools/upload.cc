@@ -5,37 +5,65 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "json_depth.h"
+#include "line_reader.h"
+
 namespace lens::tools {
 
 using json = nlohmann::json;
 
 namespace {
 
-bool lower_hex(const json& v, std::size_t n) {
+// A hex id of n digits in either case; made lowercase in place, the form
+// OTLP/JSON receivers expect.
+bool hex_id(json& v, std::size_t n) {
   if (!v.is_string()) return false;
-  const auto& s = v.get_ref<const std::string&>();
-  return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  auto& s = v.get_ref<std::string&>();
+  if (s.size() != n) return false;
+  for (char& c : s) {
+    if (c >= 'A' && c <= 'F') c = static_cast<char>(c - 'A' + 'a');
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
 }
 
-// Checks the shape lens and collectors rely on; returns the span count.
-std::size_t validate(const json& req) {
+// An array member that proto3 JSON may leave out when empty; nullptr then.
+json* array_member(json& object, const char* key, const char* where) {
+  if (!object.is_object()) throw std::runtime_error(std::string(where) + " is not an object");
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  if (!it->is_array())
+    throw std::runtime_error(std::string(where) + "'s " + key + " is not an array");
+  return &*it;
+}
+
+// Checks the shape lens and collectors rely on (ids made lowercase on the
+// way); returns the span count. Empty arrays and an empty name may be left
+// out, as proto3 JSON does.
+std::size_t validate(json& req) {
   std::size_t spans = 0;
-  if (!req.is_object() || !req.contains("resourceSpans") || !req["resourceSpans"].is_array())
-    throw std::runtime_error("no resourceSpans array");
-  for (const auto& rs : req["resourceSpans"]) {
-    if (!rs.contains("scopeSpans") || !rs["scopeSpans"].is_array())
-      throw std::runtime_error("a resourceSpans entry has no scopeSpans array");
-    for (const auto& ss : rs["scopeSpans"]) {
-      if (!ss.contains("spans") || !ss["spans"].is_array())
-        throw std::runtime_error("a scopeSpans entry has no spans array");
-      for (const auto& s : ss["spans"]) {
-        if (!lower_hex(s.value("traceId", json()), 32) || !lower_hex(s.value("spanId", json()), 16))
-          throw std::runtime_error(
-              "a span's traceId/spanId is not lowercase hex of the right length");
-        if (!s.contains("name") || !s["name"].is_string())
-          throw std::runtime_error("a span has no name");
+  json* resource_spans = array_member(req, "resourceSpans", "the request");
+  if (resource_spans == nullptr) return 0;
+  for (auto& rs : *resource_spans) {
+    json* scope_spans = array_member(rs, "scopeSpans", "a resourceSpans entry");
+    if (scope_spans == nullptr) continue;
+    for (auto& ss : *scope_spans) {
+      json* list = array_member(ss, "spans", "a scopeSpans entry");
+      if (list == nullptr) continue;
+      for (auto& s : *list) {
+        if (!s.is_object() || !s.contains("traceId") || !s.contains("spanId") ||
+            !hex_id(s["traceId"], 32) || !hex_id(s["spanId"], 16))
+          throw std::runtime_error("a span's traceId/spanId is not hex of the right length");
+        if (s.contains("parentSpanId") &&
+            !(s["parentSpanId"] == "" || hex_id(s["parentSpanId"], 16)))
+          throw std::runtime_error("a span's parentSpanId is not hex of the right length");
+        if (s.contains("name") && !s["name"].is_string())
+          throw std::runtime_error("a span's name is not a string");
+        if (json* links = array_member(s, "links", "a span"))
+          for (auto& l : *links)
+            if (!l.is_object() || !l.contains("traceId") || !l.contains("spanId") ||
+                !hex_id(l["traceId"], 32) || !hex_id(l["spanId"], 16))
+              throw std::runtime_error("a link's traceId/spanId is not hex of the right length");
         ++spans;
       }
     }
@@ -67,7 +95,15 @@ UploadReport upload(const std::vector<std::filesystem::path>& paths, const OtlpH
       throw std::runtime_error(p.string() + ": no such file or directory");
     }
   }
+  // A file named twice (a run directory and a file in it, or a path and its
+  // parent) is sent once.
+  for (auto& f : files) {
+    std::error_code ec;
+    auto canonical = std::filesystem::weakly_canonical(f, ec);
+    if (!ec) f = canonical;
+  }
   std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
   report.files = files.size();
 
   // Reads every valid line in order: on_line(request, spans). Malformed lines
@@ -77,14 +113,30 @@ UploadReport upload(const std::vector<std::filesystem::path>& paths, const OtlpH
     for (std::size_t fi = 0; fi < files.size(); ++fi) {
       std::ifstream in(files[fi], std::ios::binary);
       if (!in) throw std::runtime_error(files[fi].string() + ": cannot open");
+      LineReader lines(in);
       std::string line;
       std::size_t number = 0;
-      while (std::getline(in, line)) {
+      for (;;) {
+        const LineReader::Status status = lines.next(line);
+        if (status == LineReader::Status::kEnd) break;
         ++number;
+        if (status == LineReader::Status::kTooLong) {
+          if (reported.insert({fi, number}).second)
+            report.problems.push_back(files[fi].string() + ":" + std::to_string(number) +
+                                      ": the line is longer than " +
+                                      std::to_string(kMaxLineBytes >> 20) +
+                                      " MiB (the reader's limit); the rest of the file is skipped");
+          break;
+        }
         if (line.empty()) continue;
         json req;
         std::size_t spans = 0;
         try {
+          // Refused before parsing: printing a deeper value would recurse
+          // once per level.
+          if (!json_depth_within(line))
+            throw std::runtime_error("nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                     " levels (the reader's limit)");
           req = json::parse(line);
           spans = validate(req);
         } catch (const std::exception& e) {
@@ -119,7 +171,8 @@ UploadReport upload(const std::vector<std::filesystem::path>& paths, const OtlpH
   std::size_t sent = 0;
   const auto send = [&] {
     if (batch.spans == 0) return;
-    const std::string body = json({{"resourceSpans", std::move(batch.resource_spans)}}).dump();
+    const std::string body = json({{"resourceSpans", std::move(batch.resource_spans)}})
+                                 .dump(-1, ' ', false, json::error_handler_t::replace);
     const OtlpSendResult r = send_otlp_request(o, body);
     ++sent;
     if (r.delivered) {
@@ -135,6 +188,7 @@ UploadReport upload(const std::vector<std::filesystem::path>& paths, const OtlpH
   };
   each_valid_line([&](json& req, std::size_t spans) {
     if (batch.spans > 0 && batch.spans + spans > max_spans_per_batch) send();
+    if (spans == 0) return;
     for (auto& rs : req["resourceSpans"]) batch.resource_spans.push_back(std::move(rs));
     batch.spans += spans;
   });

@@ -1,9 +1,17 @@
 #include "viewer_export.h"
 
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <unordered_map>
 
+#include "line_reader.h"
 #include "pipeline_view.h"
 
 namespace lens::tools {
@@ -41,12 +49,58 @@ struct FlowStart {
 };
 FlowStart flow_start(const SpanRow& s) { return {s.rank, lane_row(kind_of(s)), s.start_ns, true}; }
 
+// The earliest startTimeUnixNano in the run's files, found by a scan of the
+// text (no parsing: the export's own pass validates every line), or 0.
+std::int64_t earliest_start_ns(const std::filesystem::path& dir) {
+  constexpr std::string_view kKey = "\"startTimeUnixNano\":";
+  std::int64_t earliest = std::numeric_limits<std::int64_t>::max();
+  for (const auto& path : run_files(dir)) {
+    std::ifstream in(path, std::ios::binary);
+    LineReader lines(in);
+    std::string line;
+    for (;;) {
+      const LineReader::Status status = lines.next(line);
+      if (status == LineReader::Status::kEnd || status == LineReader::Status::kTooLong) break;
+      for (auto at = line.find(kKey); at != std::string::npos; at = line.find(kKey, at + 1)) {
+        std::size_t i = at + kKey.size();
+        while (i < line.size() && (line[i] == '"' || line[i] == ' ')) ++i;
+        std::int64_t v = 0;
+        auto [ptr, ec] = std::from_chars(line.data() + i, line.data() + line.size(), v);
+        if (ec == std::errc() && ptr != line.data() + i && v > 0) earliest = std::min(earliest, v);
+      }
+    }
+  }
+  return earliest == std::numeric_limits<std::int64_t>::max() ? 0 : earliest;
+}
+
+const char* span_kind_tag(int kind) {
+  switch (kind) {
+    case 2:
+      return "server";
+    case 3:
+      return "client";
+    case 4:
+      return "producer";
+    case 5:
+      return "consumer";
+    default:
+      return nullptr;  // internal or unspecified: Jaeger writes no tag either
+  }
+}
+
 }  // namespace
 
 ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out,
                              const StreamOptions& options) {
   ExportCounts counts;
-  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  // Microseconds from the run's first span: absolute ones (~1.7e15) would
+  // lose their sub-microsecond digits in a double and print in exponent form.
+  const std::int64_t origin_ns = earliest_start_ns(dir);
+  const auto us = [origin_ns](std::int64_t ns) {
+    return static_cast<double>(ns - origin_ns) / 1e3;
+  };
+  out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"lens.time_origin_unix_ns\":\"" << origin_ns
+      << "\"},\"traceEvents\":[\n";
   ArrayWriter events(out);
   std::int64_t flow_id = 0;
   const auto add_flow = [&](const FlowStart& from, const SpanRow& s) {
@@ -58,7 +112,7 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
                 {"id", flow_id},
                 {"pid", from.rank},
                 {"tid", from.row},
-                {"ts", from.start_ns / 1000.0}});
+                {"ts", us(from.start_ns)}});
     events.add({{"ph", "f"},
                 {"bp", "e"},
                 {"name", "link"},
@@ -66,7 +120,7 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
                 {"id", flow_id},
                 {"pid", s.rank},
                 {"tid", lane_row(kind_of(s))},
-                {"ts", s.start_ns / 1000.0}});
+                {"ts", us(s.start_ns)}});
   };
   // Links whose target is not in the linking span's step: drawn at the end.
   struct Pending {
@@ -89,8 +143,8 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
                     {"cat", kind_name(k)},
                     {"pid", s.rank},
                     {"tid", lane_row(k)},
-                    {"ts", s.start_ns / 1000.0},
-                    {"dur", (s.end_ns - s.start_ns) / 1000.0},
+                    {"ts", us(s.start_ns)},
+                    {"dur", static_cast<double>(s.end_ns - s.start_ns) / 1e3},
                     {"args", args}});
         ++counts.spans;
         for (const auto& [trace, span] : s.links) {
@@ -145,61 +199,125 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
   return counts;
 }
 
+namespace {
+
+// One Jaeger trace entry per trace id for a part of the run.
+std::map<std::string, json> jaeger_traces(const Run& part, ExportCounts& counts) {
+  std::map<std::string, json> traces;  // trace id -> {traceID, spans, processes}
+  for (const auto& f : part.files) {
+    const std::string process = "p" + std::to_string(f.rank);
+    const json process_json = {
+        {"serviceName", f.service_name.empty() ? "unknown" : f.service_name},
+        {"tags", json::array({{{"key", "dl.rank"}, {"type", "int64"}, {"value", f.rank}},
+                              {{"key", "nemo.run.id"}, {"type", "string"}, {"value", f.run_id}}})}};
+    for (const auto& s : f.spans) {
+      json& trace = traces[s.trace_id];
+      if (trace.is_null())
+        trace = {{"traceID", s.trace_id}, {"spans", json::array()}, {"processes", json::object()}};
+      trace["processes"][process] = process_json;
+      json refs = json::array();
+      if (!s.parent_span_id.empty())
+        refs.push_back(
+            {{"refType", "CHILD_OF"}, {"traceID", s.trace_id}, {"spanID", s.parent_span_id}});
+      for (const auto& [lt, ls] : s.links) {
+        refs.push_back({{"refType", "FOLLOWS_FROM"}, {"traceID", lt}, {"spanID", ls}});
+        ++counts.links;
+      }
+      json tags = json::array();
+      for (const auto& [k, v] : s.attributes)
+        tags.push_back({{"key", k}, {"type", "string"}, {"value", v}});
+      // Kind and status as Jaeger's own OTLP translator writes them, so a
+      // failed span keeps its error mark.
+      if (const char* kind = span_kind_tag(s.kind))
+        tags.push_back({{"key", "span.kind"}, {"type", "string"}, {"value", kind}});
+      if (s.status_code == 2) {
+        tags.push_back({{"key", "otel.status_code"}, {"type", "string"}, {"value", "ERROR"}});
+        tags.push_back({{"key", "error"}, {"type", "bool"}, {"value", true}});
+        if (!s.status_message.empty())
+          tags.push_back({{"key", "otel.status_description"},
+                          {"type", "string"},
+                          {"value", s.status_message}});
+      } else if (s.status_code == 1) {
+        tags.push_back({{"key", "otel.status_code"}, {"type", "string"}, {"value", "OK"}});
+      }
+      // Start and end in whole microseconds, the duration between them, so
+      // that start + duration is the end as rounded (not rounded twice).
+      const std::int64_t start_us = s.start_ns / 1000;
+      trace["spans"].push_back({{"traceID", s.trace_id},
+                                {"spanID", s.span_id},
+                                {"operationName", s.name},
+                                {"references", refs},
+                                {"startTime", start_us},
+                                {"duration", s.end_ns / 1000 - start_us},
+                                {"tags", tags},
+                                {"logs", json::array()},
+                                {"processID", process},
+                                {"warnings", nullptr},
+                                {"flags", 1}});
+      ++counts.spans;
+    }
+  }
+  return traces;
+}
+
+// Adds `extra`'s spans and processes to `entry` (both one trace's).
+void merge_trace(json& entry, json& extra) {
+  for (auto& span : extra["spans"]) entry["spans"].push_back(std::move(span));
+  for (auto& [id, process] : extra["processes"].items()) entry["processes"][id] = process;
+}
+
+}  // namespace
+
 ExportCounts export_jaeger(const std::filesystem::path& dir, std::ostream& out,
                            const StreamOptions& options) {
+  // Jaeger's UI keeps one entry per traceID, so each trace must be written
+  // whole. Steps are written as they are read, to a temporary file (a line
+  // per trace, after its id); a trace that also has spans among those in no
+  // step (one that ended after its step span) is merged with them when the
+  // temporary file is copied out. Memory stays at one step.
   ExportCounts counts;
-  out << "{\"data\":[\n";
-  ArrayWriter data(out);
-  const auto add_traces = [&](const Run& part) {
-    std::map<std::string, json> traces;  // trace id -> {traceID, spans, processes}
-    for (const auto& f : part.files) {
-      const std::string process = "p" + std::to_string(f.rank);
-      const json process_json = {
-          {"serviceName", f.service_name.empty() ? "unknown" : f.service_name},
-          {"tags",
-           json::array({{{"key", "dl.rank"}, {"type", "int64"}, {"value", f.rank}},
-                        {{"key", "nemo.run.id"}, {"type", "string"}, {"value", f.run_id}}})}};
-      for (const auto& s : f.spans) {
-        json& trace = traces[s.trace_id];
-        if (trace.is_null())
-          trace = {
-              {"traceID", s.trace_id}, {"spans", json::array()}, {"processes", json::object()}};
-        trace["processes"][process] = process_json;
-        json refs = json::array();
-        if (!s.parent_span_id.empty())
-          refs.push_back(
-              {{"refType", "CHILD_OF"}, {"traceID", s.trace_id}, {"spanID", s.parent_span_id}});
-        for (const auto& [lt, ls] : s.links) {
-          refs.push_back({{"refType", "FOLLOWS_FROM"}, {"traceID", lt}, {"spanID", ls}});
-          ++counts.links;
-        }
-        json tags = json::array();
-        for (const auto& [k, v] : s.attributes)
-          tags.push_back({{"key", k}, {"type", "string"}, {"value", v}});
-        trace["spans"].push_back({{"traceID", s.trace_id},
-                                  {"spanID", s.span_id},
-                                  {"operationName", s.name},
-                                  {"references", refs},
-                                  {"startTime", s.start_ns / 1000},
-                                  {"duration", (s.end_ns - s.start_ns) / 1000},
-                                  {"tags", tags},
-                                  {"logs", json::array()},
-                                  {"processID", process},
-                                  {"warnings", nullptr},
-                                  {"flags", 1}});
-        ++counts.spans;
+  std::string tmp_path = (std::filesystem::temp_directory_path() / "lens-jaeger-XXXXXX").string();
+  const int fd = ::mkstemp(tmp_path.data());
+  if (fd < 0) throw std::runtime_error("cannot create a temporary file in " + tmp_path);
+  ::close(fd);
+  struct Remove {
+    std::string path;
+    ~Remove() { std::filesystem::remove(path); }
+  } remove_tmp{tmp_path};
+  {
+    std::ofstream tmp(tmp_path, std::ios::binary | std::ios::trunc);
+    Run rest = stream_steps(
+        dir,
+        [&](StepWindow& w) {
+          for (auto& [id, entry] : jaeger_traces(w.run, counts))
+            tmp << id << ' ' << entry.dump() << '\n';
+        },
+        options);
+    collect_warnings(rest, counts);
+    std::map<std::string, json> leftovers = jaeger_traces(rest, counts);
+    tmp.close();
+    if (!tmp) throw std::runtime_error("cannot write the temporary file " + tmp_path);
+
+    out << "{\"data\":[\n";
+    ArrayWriter data(out);
+    std::ifstream in(tmp_path, std::ios::binary);
+    for (std::string line; std::getline(in, line);) {
+      const auto space = line.find(' ');
+      const std::string id = line.substr(0, space);
+      json entry = json::parse(line.substr(space + 1));
+      if (auto it = leftovers.find(id); it != leftovers.end()) {
+        merge_trace(entry, it->second);
+        leftovers.erase(it);
       }
-    }
-    for (auto& [id, t] : traces) {
-      data.add(t);
+      data.add(entry);
       ++counts.traces;
     }
-  };
-  Run rest = stream_steps(
-      dir, [&](StepWindow& w) { add_traces(w.run); }, options);
-  add_traces(rest);
-  out << "]}\n";
-  collect_warnings(rest, counts);
+    for (auto& [id, entry] : leftovers) {
+      data.add(entry);
+      ++counts.traces;
+    }
+    out << "]}\n";
+  }
   return counts;
 }
 

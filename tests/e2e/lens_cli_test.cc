@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -42,6 +43,35 @@ void write_lines(const fs::path& p, const std::vector<std::string>& lines,
     out << lines[i];
     if (i + 1 < lines.size() || last_newline) out << "\n";
   }
+}
+
+// Rewrites every span of a file through `edit` (one line at a time, the
+// lines' order kept). `edit` returns false to drop the span.
+void edit_spans(const fs::path& p, const std::function<bool(json& span)>& edit) {
+  std::vector<std::string> out;
+  for (const auto& l : read_lines(p)) {
+    json j = json::parse(l);
+    for (auto& rs : j["resourceSpans"])
+      for (auto& ss : rs["scopeSpans"]) {
+        json kept = json::array();
+        for (auto& span : ss["spans"])
+          if (edit(span)) kept.push_back(span);
+        ss["spans"] = kept;
+      }
+    out.push_back(j.dump());
+  }
+  write_lines(p, out);
+}
+
+std::int64_t attr_int(const json& span, const std::string& key) {
+  for (const auto& a : span["attributes"])
+    if (a["key"] == key) return std::stoll(a["value"]["intValue"].get<std::string>());
+  return -1;
+}
+
+void set_attr_int(json& span, const std::string& key, std::int64_t v) {
+  for (auto& a : span["attributes"])
+    if (a["key"] == key) a["value"] = {{"intValue", std::to_string(v)}};
 }
 
 class LensCli : public ::testing::Test {
@@ -224,9 +254,10 @@ TEST_F(LensCli, PerfettoExportIsValidChromeTraceJson) {
       ++slices;
       pids.insert(e["pid"].get<int>());
       EXPECT_GE(e["dur"].get<double>(), 0);
-      // Microseconds since the epoch: 1.6e15 and up, far below nanoseconds' 1.6e18.
-      EXPECT_GT(e["ts"].get<double>(), 1.6e15);
-      EXPECT_LT(e["ts"].get<double>(), 1.0e17);
+      // Microseconds from the run's first span (a run of seconds), not since
+      // the epoch: a double keeps their sub-microsecond digits.
+      EXPECT_GE(e["ts"].get<double>(), 0);
+      EXPECT_LT(e["ts"].get<double>(), 1.0e9);
     } else if (ph == "s") {
       flows[e["id"].get<std::int64_t>()] += 1;
     } else if (ph == "f") {
@@ -270,6 +301,407 @@ TEST_F(LensCli, UsageErrorsExitWithTwo) {
   EXPECT_EQ(run(lens("frobnicate x")).exit_code, 2);
   EXPECT_EQ(run(lens("timeline " + run_dir_.string() + " -o /tmp/x.html --steps a-b")).exit_code,
             2);
+}
+
+// --- `lens check` finds every broken invariant (altered copies of the run) ---
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST_F(LensCli, NonSourceStepSpanWithAParentFails) {
+  fs::path dir = copy("step-with-parent");
+  edit_spans(dir / "rank-1.otlp.jsonl", [](json& s) {
+    if (s["name"] == "megatron.train_step" && attr_int(s, "dl.step") == 1)
+      s["parentSpanId"] = "0123456789abcdef";
+    return true;
+  });
+  Result r = run(lens("check " + dir.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "step 1, rank 1: step span has a parent (0123456789abcdef)"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "[megatron.train_step ")) << r.output;
+}
+
+TEST_F(LensCli, LinkedSpanRemovedOrWithoutItsAttributesFails) {
+  fs::path dir = copy("linked-count");
+  bool removed = false;
+  edit_spans(dir / "rank-1.otlp.jsonl", [&](json& s) {
+    if (s["name"] != "megatron.pp.recv_forward.linked") return true;
+    if (!removed) {
+      removed = true;  // step 0's first linked receive on stage 1
+      return false;
+    }
+    json kept = json::array();
+    for (auto& a : s["attributes"])
+      if (a["key"] != "dl.microbatch_id") kept.push_back(a);
+    s["attributes"] = kept;
+    return true;
+  });
+  ASSERT_TRUE(removed);
+  Result r = run(lens("check " + dir.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  // Stage 1 of 4 with 4 microbatches: min(2, 4) warmup receives + 1.
+  EXPECT_TRUE(contains(
+      r.output, "step 0, rank 1: 2 linked spans where stage 1 of 4 with 4 microbatches has 3"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1: linked span has no dl.microbatch_id")) << r.output;
+}
+
+TEST_F(LensCli, StageNotBelowThePipelineSizeFails) {
+  fs::path dir = copy("stage-too-big");
+  edit_spans(dir / "rank-3.otlp.jsonl", [](json& s) {
+    if (s["name"] == "megatron.train_step") set_attr_int(s, "dl.pipeline_parallel.rank", 4);
+    return true;
+  });
+  Result r = run(lens("check " + dir.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "step 0, rank 3: stage 4 is not below the pipeline size 4"))
+      << r.output;
+}
+
+TEST_F(LensCli, DuplicateSpanIdInATraceFails) {
+  fs::path dir = copy("duplicate-span");
+  auto lines = read_lines(dir / "rank-2.otlp.jsonl");
+  // A forward span of step 0, written a second time in a line of its own.
+  std::string copy_line;
+  for (const auto& l : lines) {
+    json j = json::parse(l);
+    for (auto& rs : j["resourceSpans"])
+      for (auto& ss : rs["scopeSpans"])
+        for (auto& span : ss["spans"])
+          if (copy_line.empty() && span["name"] == "megatron.microbatch.forward") {
+            json one = j;
+            one["resourceSpans"] = json::array({rs});
+            one["resourceSpans"][0]["scopeSpans"] = json::array({ss});
+            one["resourceSpans"][0]["scopeSpans"][0]["spans"] = json::array({span});
+            copy_line = one.dump();
+          }
+  }
+  ASSERT_FALSE(copy_line.empty());
+  lines.insert(lines.begin(), copy_line);
+  write_lines(dir / "rank-2.otlp.jsonl", lines);
+  Result r = run(lens("check " + dir.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 2: span id ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "appears more than once in trace")) << r.output;
+}
+
+TEST_F(LensCli, TwoFilesForOneRankFail) {
+  fs::path dir = copy("two-files");
+  fs::copy_file(dir / "rank-1.otlp.jsonl", dir / "rank-1-requeued.otlp.jsonl");
+  Result r = run(lens("check " + dir.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "rank 1: 2 trace files say they are this rank (rank-1-requeued.otlp.jsonl, "
+                       "rank-1.otlp.jsonl)"))
+      << r.output;
+}
+
+TEST_F(LensCli, TraceIdSharedByTwoStepsFails) {
+  fs::path dir = copy("shared-trace");
+  // Step 1's trace id becomes step 0's on every rank.
+  std::string trace0, trace1;
+  for (const auto& l : read_lines(dir / "rank-0.otlp.jsonl"))
+    for (const json line = json::parse(l); const auto& rs : line["resourceSpans"])
+      for (const auto& ss : rs["scopeSpans"])
+        for (const auto& span : ss["spans"])
+          if (span["name"] == "megatron.train_step")
+            (attr_int(span, "dl.step") == 0 ? trace0 : trace1) = span["traceId"].get<std::string>();
+  ASSERT_FALSE(trace0.empty());
+  ASSERT_FALSE(trace1.empty());
+  for (int rank = 0; rank < 4; ++rank)
+    edit_spans(dir / ("rank-" + std::to_string(rank) + ".otlp.jsonl"), [&](json& s) {
+      if (s["traceId"] == trace1) s["traceId"] = trace0;
+      for (auto& l : s["links"])
+        if (l["traceId"] == trace1) l["traceId"] = trace0;
+      return true;
+    });
+  Result r = run(lens("check " + dir.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(
+      r.output, "step 1: trace id " + trace0 + " was already step 0's: two steps share one trace"))
+      << r.output;
+}
+
+TEST_F(LensCli, ExportFilterLeavingOutTheSourceIsUnverifiableNotAFailure) {
+  // dp=1 keeps replica 1 only: rank 0, whose step span every link targets,
+  // did not export. In pipeline scope, pp=1 keeps the last stage of each
+  // replica: no first stage exported.
+  for (const char* env :
+       {"LENS_EXPORT_FILTER=dp=1", "LENS_EXPORT_FILTER=pp=1 LENS_TRACE_SCOPE=pipeline"}) {
+    const fs::path traces = base_ / "filtered-traces";
+    fs::remove_all(traces);
+    Result t = run("env " + std::string(env) + " " + std::string(LENS_TRAIN_BIN) +
+                   " --pp 2 --dp 2 --microbatches 3 --steps 2 --layers 2 --hidden 16"
+                   " --microbatch-size 4 --otel-enabled=true --otel-span-groups per_step"
+                   " --trace-dir " +
+                   traces.string());
+    ASSERT_EQ(t.exit_code, 0) << t.output;
+    fs::path dir;
+    for (const auto& e : fs::directory_iterator(traces)) dir = e.path();
+    Result r = run(lens("check " + dir.string()));
+    EXPECT_EQ(r.exit_code, 0) << env << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "links point at ranks the export filter left out"))
+        << env << "\n"
+        << r.output;
+  }
+}
+
+// --- the reader survives any file ---
+
+TEST_F(LensCli, DeeplyNestedLineIsBadInputForEveryCommandAndNeverACrash) {
+  fs::path dir = copy("deep");
+  auto lines = read_lines(dir / "rank-1.otlp.jsonl");
+  // ~200 KB: a kvlistValue nested 100,000 deep inside an attribute.
+  std::string value;
+  for (int i = 0; i < 50000; ++i) value += R"({"kvlistValue":{"values":[{"key":"k","value":)";
+  value += "{}";
+  for (int i = 0; i < 50000; ++i) value += "}]}}";
+  lines.insert(
+      lines.begin() + 1,
+      R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0123456789abcdef0123456789abcdef","spanId":"0123456789abcdef","name":"x","attributes":[{"key":"deep","value":)" +
+          value + "}]}]}]}]}");
+  write_lines(dir / "rank-1.otlp.jsonl", lines);
+  const std::string file = (dir / "rank-1.otlp.jsonl").string();
+  for (const std::string& command :
+       {"check " + dir.string(), "summary " + dir.string(),
+        "timeline " + dir.string() + " -o " + (base_ / "deep.html").string(),
+        "export " + dir.string() + " --perfetto " + (base_ / "deep-perfetto.json").string(),
+        "export " + dir.string() + " --jaeger " + (base_ / "deep-jaeger.json").string()}) {
+    Result r = run(lens(command));
+    EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.output.substr(0, 2000);
+    EXPECT_TRUE(contains(r.output, file + ":2: not an OTLP/JSON request: nested deeper than 64"))
+        << command << "\n"
+        << r.output.substr(0, 2000);
+  }
+  // upload skips the line, says so, and sends the rest (here to a closed port).
+  Result up =
+      run(lens("upload " + file + " --endpoint http://127.0.0.1:9/v1/traces --max-attempts 1"));
+  EXPECT_EQ(up.exit_code, 1) << up.output.substr(0, 2000);
+  EXPECT_TRUE(contains(up.output, file + ":2: skipped, not an OTLP/JSON request: nested deeper"))
+      << up.output.substr(0, 2000);
+}
+
+TEST_F(LensCli, LineLongerThanTheLimitIsBadInput) {
+  fs::path dir = copy("long-line");
+  {
+    std::ofstream out(dir / "rank-2.otlp.jsonl", std::ios::app | std::ios::binary);
+    const std::string chunk(1 << 20, 'x');
+    for (int i = 0; i < 65; ++i) out << chunk;  // 65 MiB, no newline
+  }
+  Result r = run(lens("check " + dir.string()));
+  EXPECT_EQ(r.exit_code, 2) << r.output.substr(0, 2000);
+  EXPECT_TRUE(contains(r.output, "rank-2.otlp.jsonl:")) << r.output.substr(0, 2000);
+  EXPECT_TRUE(contains(r.output, "the line is longer than 67108864 bytes (the reader's limit)"))
+      << r.output.substr(0, 2000);
+}
+
+TEST_F(LensCli, IdsInEitherCaseAndOmittedDefaultsAreRead) {
+  fs::path dir = copy("uppercase");
+  for (int rank = 0; rank < 4; ++rank) {
+    const fs::path f = dir / ("rank-" + std::to_string(rank) + ".otlp.jsonl");
+    edit_spans(f, [](json& s) {
+      auto upper = [](json& v) {
+        std::string t = v;
+        for (char& c : t) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        v = t;
+      };
+      upper(s["traceId"]);
+      upper(s["spanId"]);
+      if (s.contains("parentSpanId")) upper(s["parentSpanId"]);
+      for (auto& l : s["links"]) {
+        upper(l["traceId"]);
+        upper(l["spanId"]);
+      }
+      if (s["links"].empty()) s.erase("links");  // proto3 JSON leaves empty arrays out
+      return true;
+    });
+    auto lines = read_lines(f);
+    lines.push_back(R"({"resourceSpans":[{"resource":{"attributes":[]}}]})");  // no scopeSpans
+    lines.push_back("{}");                                                     // no resourceSpans
+    write_lines(f, lines);
+  }
+  Result r = run(lens("check " + dir.string()));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "4 ranks, 2 steps")) << r.output;
+}
+
+TEST_F(LensCli, NumbersAndIdsAreParsedStrictly) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("startTimeUnixNano":"12abc")", "startTimeUnixNano is not an integer"},
+      {R"("parentSpanId":"0123")", "parentSpanId '0123' is not 16 hex digits"},
+      {R"("spanId":"00000000000000000")", "spanId '00000000000000000' is not 16 hex digits"},
+  };
+  for (const auto& [field, message] : cases) {
+    fs::path dir = copy("strict");
+    auto lines = read_lines(dir / "rank-3.otlp.jsonl");
+    lines.push_back(
+        R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0123456789abcdef0123456789abcdef","spanId":"0123456789abcdef","name":"x",)" +
+        field + "}]}]}]}");
+    if (field.starts_with(R"("spanId")"))
+      lines.back() =
+          R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0123456789abcdef0123456789abcdef",)" +
+          field + "}]}]}]}";
+    write_lines(dir / "rank-3.otlp.jsonl", lines);
+    Result r = run(lens("check " + dir.string()));
+    EXPECT_EQ(r.exit_code, 2) << field << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "rank-3.otlp.jsonl:" + std::to_string(lines.size()) + ":"))
+        << field << "\n"
+        << r.output;
+    EXPECT_TRUE(contains(r.output, message)) << field << "\n" << r.output;
+  }
+}
+
+TEST_F(LensCli, OutOfMemoryEndsAsExitTwoWithAMessage) {
+  fs::path dir = copy("huge-line");
+  {
+    // One valid 40 MB line: its parsed form needs several times that.
+    std::ofstream out(dir / "rank-0.otlp.jsonl", std::ios::app | std::ios::binary);
+    out << R"({"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0123456789abcdef0123456789abcdef","spanId":"0123456789abcdef","name":"x","attributes":[)";
+    for (int i = 0; i < 500000; ++i)
+      out << (i ? "," : "") << R"({"key":"k)" << i << R"(","value":{"intValue":"1"}})";
+    out << "]}]}]}]}\n";
+  }
+  // Under a 300 MB address-space limit the line cannot be parsed.
+  Result r = run("ulimit -v 300000; " + lens("check " + dir.string()));
+  EXPECT_EQ(r.exit_code, 2) << r.output.substr(0, 2000);
+  EXPECT_TRUE(contains(r.output, "rank-0.otlp.jsonl:")) << r.output.substr(0, 2000);
+  EXPECT_TRUE(contains(r.output, ": out of memory (")) << r.output.substr(0, 2000);
+}
+
+// --- timeline and exports ---
+
+TEST_F(LensCli, TimelineKeepsLongNamesWholeAndRefusesAnEmptyRange) {
+  fs::path dir = copy("long-name");
+  const std::string name = "megatron.custom." + std::string(3000, 'n');
+  edit_spans(dir / "rank-0.otlp.jsonl", [&](json& s) {
+    if (s["name"] == "megatron.optimizer.step") s["name"] = name;
+    return true;
+  });
+  const fs::path html = base_ / "long-name.html";
+  Result r = run(lens("timeline " + dir.string() + " -o " + html.string() + " --steps 0-1"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(html);
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(page, "data-detail=\"" + name + " | rank 0 | step ")) << "name cut short";
+  EXPECT_TRUE(contains(page, "</svg>"));
+
+  const fs::path none = base_ / "none.html";
+  Result e = run(lens("timeline " + run_dir_.string() + " -o " + none.string() + " --steps 5-6"));
+  EXPECT_EQ(e.exit_code, 2) << e.output;
+  EXPECT_TRUE(contains(e.output, "no step in --steps 5-6 (the run has steps 0-1)")) << e.output;
+  EXPECT_FALSE(fs::exists(none));
+  EXPECT_EQ(
+      run(lens("timeline " + run_dir_.string() + " -o " + none.string() + " --steps 3x")).exit_code,
+      2);
+}
+
+TEST_F(LensCli, PerfettoFlowsBindToTheirSlices) {
+  const fs::path out = base_ / "perfetto-flows.json";
+  Result r = run(lens("export " + run_dir_.string() + " --perfetto " + out.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(out);
+  json j = json::parse(in);
+  EXPECT_GT(std::stoll(j["otherData"]["lens.time_origin_unix_ns"].get<std::string>()),
+            1600000000LL * 1000000000);
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> slices;  // (pid, tid)
+  double first = 1e300;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X") {
+      slices[{e["pid"], e["tid"]}].push_back(
+          {e["ts"], e["ts"].get<double>() + e["dur"].get<double>()});
+      first = std::min(first, e["ts"].get<double>());
+    }
+  EXPECT_EQ(first, 0.0);  // rebased to the run's first span
+  int flows = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "s" && e["ph"] != "f") continue;
+    ++flows;
+    const double ts = e["ts"];
+    bool bound = false;
+    for (const auto& [from, to] : slices[{e["pid"], e["tid"]}]) bound |= from <= ts && ts <= to;
+    EXPECT_TRUE(bound) << e.dump();
+  }
+  EXPECT_GT(flows, 0);
+}
+
+TEST_F(LensCli, JaegerExportWritesEachTraceOnceWithExactDurationsAndStatus) {
+  fs::path dir = copy("jaeger-late");
+  // A span of step 0 that reaches the file only after the last step (as a
+  // span that ends late does), and a failed span.
+  auto lines = read_lines(dir / "rank-1.otlp.jsonl");
+  std::string late;
+  std::vector<std::string> kept;
+  for (const auto& l : lines) {
+    json j = json::parse(l);
+    bool moved = false;
+    for (auto& rs : j["resourceSpans"])
+      for (auto& ss : rs["scopeSpans"]) {
+        json rest = json::array();
+        for (auto& span : ss["spans"]) {
+          if (late.empty() && !moved && span["name"] == "megatron.microbatch.forward") {
+            json one = j;
+            one["resourceSpans"] = json::array({rs});
+            one["resourceSpans"][0]["scopeSpans"] = json::array({ss});
+            one["resourceSpans"][0]["scopeSpans"][0]["spans"] = json::array({span});
+            late = one.dump();
+            moved = true;
+            continue;
+          }
+          if (span["name"] == "megatron.optimizer.step")
+            span["status"] = {{"code", 2}, {"message", "boom"}};
+          rest.push_back(span);
+        }
+        ss["spans"] = rest;
+      }
+    kept.push_back(j.dump());
+  }
+  ASSERT_FALSE(late.empty());
+  kept.push_back(late);
+  write_lines(dir / "rank-1.otlp.jsonl", kept);
+
+  // What the files say, span by span: start and end in nanoseconds.
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> times;
+  std::size_t spans = 0;
+  for (const auto& e : fs::directory_iterator(dir))
+    for (const auto& l : read_lines(e.path()))
+      for (const json line = json::parse(l); const auto& rs : line["resourceSpans"])
+        for (const auto& ss : rs["scopeSpans"])
+          for (const auto& s : ss["spans"]) {
+            times[s["spanId"].get<std::string>()] = {
+                std::stoll(s["startTimeUnixNano"].get<std::string>()),
+                std::stoll(s["endTimeUnixNano"].get<std::string>())};
+            ++spans;
+          }
+
+  const fs::path out = base_ / "jaeger-late.json";
+  Result r = run(lens("export " + dir.string() + " --jaeger " + out.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(out);
+  json j = json::parse(in);
+  std::set<std::string> trace_ids;
+  std::size_t written = 0;
+  int errors = 0;
+  for (const auto& trace : j["data"]) {
+    EXPECT_TRUE(trace_ids.insert(trace["traceID"]).second)
+        << "trace " << trace["traceID"] << " twice";
+    for (const auto& s : trace["spans"]) {
+      ++written;
+      ASSERT_TRUE(times.count(s["spanID"].get<std::string>())) << s.dump();
+      const auto [start, end] = times.at(s["spanID"].get<std::string>());
+      EXPECT_EQ(s["startTime"].get<std::int64_t>(), start / 1000);
+      EXPECT_EQ(s["startTime"].get<std::int64_t>() + s["duration"].get<std::int64_t>(), end / 1000);
+      for (const auto& t : s["tags"])
+        if (t["key"] == "error") {
+          EXPECT_EQ(t["value"], true);
+          EXPECT_EQ(s["operationName"], "megatron.optimizer.step");
+          ++errors;
+        }
+    }
+  }
+  EXPECT_EQ(written, spans);
+  EXPECT_EQ(errors, 2);  // rank 1's optimizer step of each of the 2 steps
 }
 
 }  // namespace

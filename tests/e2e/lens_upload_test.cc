@@ -137,6 +137,26 @@ TEST_F(Upload, CorruptLineIsNamedAndTheValidLinesStillGo) {
   EXPECT_EQ(receiver.accepted_spans(), in_files);
 }
 
+TEST_F(Upload, AFileNamedTwiceIsSentOnce) {
+  fs::create_directories(dir_ / "reports");
+  Result r = run(trainer("MEGATRON_OTEL_EXPORTER=file"), dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::size_t in_files = spans_in_files(dir_ / "traces");
+  fs::path run_dir;
+  for (const auto& e : fs::directory_iterator(dir_ / "traces")) run_dir = e.path();
+  OtlpReceiver receiver;
+  receiver.start();
+  // The run as its parent, itself, by another spelling, and one of its files.
+  Result up =
+      run(std::string(LENS_BIN) + " upload " + (dir_ / "traces").string() + " " + run_dir.string() +
+              " " + (run_dir / ".." / run_dir.filename()).string() + " " +
+              (run_dir / "rank-0.otlp.jsonl").string() + " --endpoint " + receiver.endpoint(),
+          dir_);
+  EXPECT_EQ(up.exit_code, 0) << up.output;
+  EXPECT_EQ(receiver.accepted_spans(), in_files);
+  EXPECT_NE(up.output.find(" 2 files,"), std::string::npos) << up.output;
+}
+
 TEST_F(Upload, UnreachableEndpointCountsFailedSpans) {
   fs::create_directories(dir_ / "reports");
   Result r = run(trainer("MEGATRON_OTEL_EXPORTER=file"), dir_);
