@@ -156,9 +156,10 @@ class PySpan {
 
 // What the module keeps per process-wide telemetry: its tracer and, as a
 // step source, its step budget (LENS_STEP_BUDGET). Rebuilt whenever the
-// telemetry changes (init, shutdown).
+// telemetry changes (init, shutdown): keyed on Telemetry::instance(), since a
+// new telemetry may take the address of the one before it.
 struct PerTelemetry {
-  lens::Telemetry* owner = nullptr;
+  std::uint64_t owner = 0;  // 0: none
   lens::Tracer tracer;
   lens::StepBudget budget;
 };
@@ -166,10 +167,11 @@ struct PerTelemetry {
 PerTelemetry& per_telemetry() {
   static PerTelemetry state;
   lens::Telemetry* t = lens::get_telemetry();
-  if (t != state.owner) {
+  const std::uint64_t instance = t ? t->instance() : 0;
+  if (instance != state.owner) {
     state.tracer = t ? t->tracer(lens::kDefaultTracerName) : lens::Tracer();
     state.budget = lens::StepBudget(t ? t->config().step_budget_per_minute : 0);
-    state.owner = t;
+    state.owner = instance;
   }
   return state;
 }
@@ -186,8 +188,10 @@ std::unique_ptr<PySpan> start_span(const std::string& name, const std::string& g
     start.context = lens::step_span_context(join->carrier, join->reserved_here);
     // Pipeline scope: a replica's step span links to global rank 0's.
     const lens::Telemetry* t = lens::get_telemetry();
-    if (t && t->config().trace_scope == lens::TraceScope::kPipeline)
+    if (t && t->config().trace_scope == lens::TraceScope::kPipeline) {
+      lens::require_pipeline_scope_settings(t->config());
       if (auto link = lens::global_rank_zero_link(*t, join->carrier)) start.links.push_back(*link);
+    }
   }
   lens::Span span = tracer.start_span(g, name, start);
   for (const auto& [k, v] : attributes) span.set_attribute(std::string(py::str(k)), to_value(v));
@@ -332,6 +336,14 @@ PYBIND11_MODULE(_lens, m) {
       },
       py::arg("my_rank"), py::arg("records"));
 
+  m.def(
+      "compare_telemetry_start",
+      [](int my_rank, const std::vector<bool>& failed) {
+        std::vector<std::uint8_t> statuses(failed.begin(), failed.end());
+        lens::compare_telemetry_start(my_rank, statuses);
+      },
+      py::arg("my_rank"), py::arg("failed"));
+
   m.def("is_initialized", [] { return lens::get_telemetry() != nullptr; });
   m.def("group_names", [] {
     std::vector<std::string> names;
@@ -393,8 +405,10 @@ PYBIND11_MODULE(_lens, m) {
         if (!t) throw std::runtime_error("lens: telemetry is not initialised");
         // As StepScope does on a source rank (step_trace.h).
         const lens::Config& cfg = t->config();
+        if (cfg.trace_scope == lens::TraceScope::kPipeline)
+          lens::require_pipeline_scope_settings(cfg);
         PyCarrier c;
-        c.carrier = lens::reserve_step_context(*t, cfg.trace_scope, cfg.rank.value_or(-1), step,
+        c.carrier = lens::reserve_step_context(*t, cfg.trace_scope, cfg.rank.value_or(0), step,
                                                per_telemetry().budget);
         c.reserved_here = true;
         return c;

@@ -44,9 +44,9 @@ SyntheticData::SyntheticData(int hidden, int microbatch_size, std::uint64_t seed
 }
 
 std::uint64_t SyntheticData::sample_seed(std::int64_t step, int microbatch, int replica) const {
-  return mix(mix(mix(seed_ ^ static_cast<std::uint64_t>(step)) ^
-                 static_cast<std::uint64_t>(microbatch)) ^
-             static_cast<std::uint64_t>(replica));
+  return mix(
+      mix(mix(seed_ ^ static_cast<std::uint64_t>(step)) ^ static_cast<std::uint64_t>(microbatch)) ^
+      static_cast<std::uint64_t>(replica));
 }
 
 torch::Tensor SyntheticData::input(std::int64_t step, int microbatch, int replica) const {

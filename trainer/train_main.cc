@@ -101,6 +101,11 @@ int run_rank(const TrainOptions& o) {
   topts.trace_dir = o.trace_dir;
   topts.collective_timeout = timeout;
   topts.coordinates = {stage, replica, 0};
+  // The world group carries nothing else during a step, so the next step's
+  // broadcast can be in flight meanwhile (StepTrace prefetches in world
+  // scope only: in pipeline scope the pipeline group carries the schedule's
+  // p2p transfers). Agreed at start-up.
+  topts.step_prefetch = o.step_prefetch;
   std::unique_ptr<Telemetry> telemetry;
   try {
     telemetry = create_distributed_telemetry(world_comm, o.pp, topts);
@@ -114,10 +119,6 @@ int run_rank(const TrainOptions& o) {
   // World scope: rank 0 broadcasts to every rank. Pipeline scope (agreed at
   // start-up): each replica's first stage broadcasts over its pipeline group.
   const bool pipeline_scope = telemetry && telemetry->config().trace_scope == TraceScope::kPipeline;
-  // The world group carries nothing else during a step, so the next step's
-  // broadcast can be in flight meanwhile; the pipeline group carries the
-  // schedule's p2p transfers, so pipeline scope broadcasts in step.
-  sopts.prefetch_next_step = o.step_prefetch && !pipeline_scope;
   StepTrace step_trace(telemetry.get(), pipeline_scope ? &pp_comm : &world_comm, sopts);
   Tracer tracer = step_trace.tracer();
 

@@ -88,6 +88,10 @@ struct TelemetryOptions {
   /// At most this many sampled steps per minute (LENS_STEP_BUDGET); 0: no
   /// budget.
   std::optional<std::uint32_t> step_budget_per_minute;
+  /// Post each next step's trace-context broadcast early (LENS_STEP_PREFETCH;
+  /// world scope only). Agreed at start-up: a rank that prefetches posts one
+  /// broadcast more than one that does not.
+  std::optional<bool> step_prefetch;
   /// This rank's parallel coordinates (resource attributes
   /// dl.pipeline_parallel.rank, dl.data_parallel.rank,
   /// dl.tensor_parallel.rank; the export filter's input).
@@ -122,8 +126,12 @@ struct Config {
   TraceScope trace_scope = TraceScope::kWorld;
   ExportFilter export_filter;
   std::uint32_t step_budget_per_minute = 0;
+  bool step_prefetch = false;
   ParallelCoordinates coordinates;
   std::uint64_t run_key = 0;  ///< random unless agreed
+  /// True when the run key came from the options (the start-up agreement
+  /// passes rank 0's): `pipeline` scope needs it the same on every rank.
+  bool run_key_agreed = false;
   /// False on a rank the export filter leaves out: its telemetry exists (the
   /// gate stays uniform) but records and writes nothing.
   bool exporting = true;

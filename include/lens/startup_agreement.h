@@ -13,7 +13,9 @@
 /// Thread safety: collective; call from one thread per rank.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,8 +27,10 @@
 
 namespace lens {
 
-inline constexpr std::uint16_t kStepProtocolVersion = 1;
-inline constexpr std::size_t kStartupRecordBytes = 128;
+/// 2: the start-up record carries the carrier frame version, the step
+/// budget and the step prefetch.
+inline constexpr std::uint16_t kStepProtocolVersion = 2;
+inline constexpr std::size_t kStartupRecordBytes = 160;
 
 struct StartupAgreement {
   std::string run_id;         ///< rank 0's
@@ -52,10 +56,22 @@ std::vector<std::uint8_t> startup_record(const Config* config, int pipeline_para
 /// or records that are not whole.
 StartupAgreement compare_startup_records(int my_rank, std::span<const std::uint8_t> records);
 
+/// After each rank tried to create its telemetry: one all-gather of a byte
+/// per rank, so that a rank whose telemetry did not start (`failure`, e.g.
+/// its trace directory cannot be written) fails every rank alike, before the
+/// first step's broadcast would wait for it. Throws ConfigError on every
+/// rank when any failed (`failure`'s message on the rank it happened on).
+void agree_on_telemetry_start(Communicator& comm, const std::exception* failure,
+                              std::chrono::milliseconds timeout);
+
+/// The comparison agree_on_telemetry_start makes, for engines driven outside
+/// lens (the Python package): one byte per rank, 0 started, 1 failed.
+void compare_telemetry_start(int my_rank, std::span<const std::uint8_t> statuses);
+
 /// Resolves the configuration, runs agree_on_startup (when comm has more than
-/// one rank), and creates the telemetry with the agreed run id and this rank's
-/// rank and world size. Returns nullptr when telemetry is disabled, after
-/// taking part in the check.
+/// one rank), creates the telemetry with the agreed run id and this rank's
+/// rank and world size, and runs agree_on_telemetry_start. Returns nullptr
+/// when telemetry is disabled, after taking part in both checks.
 std::unique_ptr<Telemetry> create_distributed_telemetry(
     Communicator& comm, int pipeline_parallel_size, TelemetryOptions options = {},
     const EnvLookup& env = process_environment());

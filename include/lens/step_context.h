@@ -58,6 +58,12 @@ StepCarrier reserve_step_context(const Telemetry& telemetry, TraceScope scope, i
 /// ranks' step spans are roots of the same trace with ids of their own.
 SpanContext step_span_context(const StepCarrier& carrier, bool reserved_here);
 
+/// Throws ConfigError unless `config` can run `pipeline` scope: the run key
+/// must have been agreed at start-up (every replica derives global rank 0's
+/// step context from it) and this rank's global rank known (global rank 0
+/// takes the anchor). StepTrace and the Python package call it.
+void require_pipeline_scope_settings(const Config& config);
+
 /// In `pipeline` scope: the Link a step span in `carrier`'s trace carries to
 /// global rank 0's step span; nullopt for global rank 0's own trace.
 std::optional<SpanLink> global_rank_zero_link(const Telemetry& telemetry,

@@ -44,29 +44,37 @@ namespace lens {
 struct StepTraceOptions {
   /// Rank (in the communicator) that decides and broadcasts each step's context.
   int src_rank = 0;
-  /// The gate's PP size; unset: the communicator's size.
+  /// The job's pipeline-parallel size: the gate (1 never broadcasts).
+  /// Required: the communicator's size is not it (a data-parallel job may
+  /// pass its world communicator). Unset throws ConfigError.
   std::optional<int> pipeline_parallel_size = std::nullopt;
   /// This rank's pipeline stage (dl.pipeline_parallel.rank); unset: the
   /// communicator rank.
   std::optional<int> pipeline_rank = std::nullopt;
   /// Unset: the telemetry's collective timeout (LENS_COLLECTIVE_TIMEOUT_MS).
+  /// At least 1 ms (ConfigError otherwise).
   std::optional<std::chrono::milliseconds> timeout = std::nullopt;
   /// Unset: the telemetry's (LENS_TRACE_SCOPE). In `pipeline` scope the
   /// communicator is this rank's pipeline group: its first stage reserves and
   /// broadcasts the replica's step context, and every step span outside
   /// global rank 0's trace links to global rank 0's step span, whose context
   /// every rank derives from the run key, the run id and the step without
-  /// any further collective (anchor_step_context, step_context.h).
+  /// any further collective (anchor_step_context, step_context.h). Pipeline
+  /// scope needs the run key agreed at start-up (create_distributed_telemetry)
+  /// and this rank's global rank (Config::rank): without either every
+  /// replica would derive a different anchor, so StepTrace refuses it with
+  /// ConfigError.
   std::optional<TraceScope> trace_scope = std::nullopt;
-  /// Post the next step's broadcast as soon as this step's has arrived, and
-  /// wait for it only when the next StepScope opens, so its latency hides
-  /// behind the step (the communicator must allow the step's other
-  /// collectives meanwhile: true when they run on other groups, as the PP
-  /// p2p and DP all-reduce groups are). The source then decides step s+1's
-  /// context at the start of step s. Step numbers must be consecutive; a
-  /// StepScope for another step uses the posted context and counts a step
-  /// mismatch. The destructor waits (at most 5 s) for the last posted one.
-  bool prefetch_next_step = false;
+  // The step prefetch is the telemetry's (Config::step_prefetch,
+  // LENS_STEP_PREFETCH, agreed at start-up; world scope only): each
+  // StepScope posts the next step's broadcast as soon as this step's has
+  // arrived and waits for it only when the next StepScope opens, so its
+  // latency hides behind the step (the communicator must allow the step's
+  // other collectives meanwhile: true when they run on other groups, as the
+  // PP p2p and DP all-reduce groups are). The source then decides step s+1's
+  // context at the start of step s. Step numbers must be consecutive; a
+  // StepScope for another step uses the posted context and counts a step
+  // mismatch. The destructor waits (at most 5 s) for the last posted one.
   std::string step_span_name = "megatron.train_step";
   std::string linked_span_name = "megatron.pp.recv_forward.linked";
   std::string tracer_name = "nemo.lens";
@@ -120,6 +128,7 @@ class StepTrace {
   std::chrono::milliseconds timeout_;
   TraceScope scope_ = TraceScope::kWorld;
   StepBudget budget_;
+  bool prefetch_ = false;
   PendingTraceContext pending_{nullptr};  ///< the next step's, when prefetching
   std::optional<StepCarrier> carrier_;    ///< this step's, for recv_forward_linked
 };

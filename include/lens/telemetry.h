@@ -81,6 +81,11 @@ class Telemetry {
 
   TelemetryStats stats() const;
 
+  /// A number no other Telemetry of this process had or will have (its
+  /// address may be reused by a later one): what caches keyed on "this
+  /// telemetry" compare.
+  std::uint64_t instance() const;
+
   /// For a failure that ends the job (a collective that timed out, a lost
   /// peer): adds an event named `event` with attribute lens.detail=`detail` to
   /// every span still open, and returns one line per open span, oldest first

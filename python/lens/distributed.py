@@ -35,21 +35,31 @@ def init(group=None, pipeline_parallel_size=None, **options):
     not: one all_gather_object of each rank's start-up record (the bytes
     lens's C++ start-up agreement exchanges) and the same comparison as in
     C++: whether telemetry is enabled, the pipeline-parallel size
-    (``pipeline_parallel_size``, default: the group's size), the span groups,
-    the trace scope and the protocol version must match, and every rank takes
-    rank 0's run id and run key. A mismatch, or a rank whose configuration
-    does not resolve, raises lens.ConfigError on every rank alike, naming the
-    setting and the ranks, instead of a deadlock at the first step.
-    ``rank`` and ``world_size`` default to torch.distributed's. Returns what
-    lens.init returns.
+    (``pipeline_parallel_size``, required: the group's size is not the PP
+    size of a job with data parallelism), the span groups, the trace scope,
+    the step budget, the step prefetch, the protocol and carrier frame
+    versions must match, and every rank takes rank 0's run id and run key. A
+    mismatch, or a rank whose configuration does not resolve, raises
+    lens.ConfigError on every rank alike, naming the setting and the ranks,
+    instead of a deadlock at the first step. Then every rank creates its
+    telemetry and a second all_gather_object says whether each one started:
+    one rank that cannot (say, an unwritable trace directory) fails every
+    rank here, not the others' first broadcast later. ``rank`` and
+    ``world_size`` default to torch.distributed's. Returns what lens.init
+    returns.
     """
     import torch.distributed as dist
 
-    pp_size = dist.get_world_size(group) if pipeline_parallel_size is None else int(pipeline_parallel_size)
+    if pipeline_parallel_size is None:
+        raise _lens.ConfigError(
+            "lens.distributed.init needs pipeline_parallel_size: the job's pipeline-parallel "
+            "size (1 never broadcasts)")
+    pp_size = int(pipeline_parallel_size)
     record, error = _lens.startup_record(pp_size, enabled=options.get("enabled"),
                                          span_groups=options.get("span_groups"),
                                          run_id=options.get("run_id"))
-    gathered = [None] * dist.get_world_size(group)
+    size = dist.get_world_size(group)
+    gathered = [None] * size
     dist.all_gather_object(gathered, record, group=group)
     if error:
         raise _lens.ConfigError(error)
@@ -57,7 +67,18 @@ def init(group=None, pipeline_parallel_size=None, **options):
     options = dict(options, run_id=run_id, run_key=run_key)
     options.setdefault("rank", dist.get_rank())
     options.setdefault("world_size", dist.get_world_size())
-    return _package.init(**options)
+    failure = None
+    try:
+        telemetry = _package.init(**options)
+    except Exception as caught:  # reported to every rank before it is raised here
+        failure = caught
+        telemetry = None
+    started = [None] * size
+    dist.all_gather_object(started, failure is not None, group=group)
+    if failure is not None:
+        raise failure
+    _lens.compare_telemetry_start(dist.get_rank(group), started)
+    return telemetry
 
 
 def broadcast_trace_context(rank, src_rank=0, group=None, step=None):

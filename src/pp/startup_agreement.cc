@@ -1,17 +1,28 @@
 #include "lens/startup_agreement.h"
 
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "byte_order.h"
+#include "lens/carrier.h"
 #include "lens/error.h"
 
 namespace lens {
 namespace {
 
-// One rank's settings as exchanged, fixed size, little-endian.
+// One rank's settings as exchanged, fixed size, little-endian:
+//   0  4  magic "LNSA"          17  1  trace scope
+//   4  2  protocol version      18  2  carrier frame version
+//   6  1  enabled               20  8  run key
+//   7  1  configuration error   28  4  step budget per minute
+//   8  4  PP size               32  1  step prefetch
+//  12  4  span groups           33 31  0
+//  16  1  run id length         64 96  run id
 constexpr std::size_t kRecordBytes = kStartupRecordBytes;
 constexpr std::size_t kMaxRunIdBytes = 96;
+constexpr std::size_t kRunIdAt = 64;
+static_assert(kRunIdAt + kMaxRunIdBytes == kRecordBytes);
 constexpr std::uint8_t kMagic[4] = {'L', 'N', 'S', 'A'};
 
 struct Settings {
@@ -21,7 +32,10 @@ struct Settings {
   std::uint32_t pp_size = 0;
   std::uint32_t span_groups = 0;
   std::uint8_t trace_scope = 0;
+  std::uint16_t frame_version = kCarrierFrameVersion;
   std::uint64_t run_key = 0;
+  std::uint32_t step_budget = 0;
+  std::uint8_t step_prefetch = 0;
   std::string run_id;
 };
 
@@ -35,8 +49,11 @@ std::array<std::uint8_t, kRecordBytes> encode(const Settings& s) {
   detail::put_le32(r.data() + 12, s.span_groups);
   r[16] = static_cast<std::uint8_t>(s.run_id.size());
   r[17] = s.trace_scope;
+  detail::put_le16(r.data() + 18, s.frame_version);
   detail::put_le64(r.data() + 20, s.run_key);
-  std::memcpy(r.data() + 32, s.run_id.data(), s.run_id.size());
+  detail::put_le32(r.data() + 28, s.step_budget);
+  r[32] = s.step_prefetch;
+  std::memcpy(r.data() + kRunIdAt, s.run_id.data(), s.run_id.size());
   return r;
 }
 
@@ -54,9 +71,12 @@ Settings decode(const std::uint8_t* r) {
   s.pp_size = detail::get_le32(r + 8);
   s.span_groups = detail::get_le32(r + 12);
   s.trace_scope = r[17];
+  s.frame_version = detail::get_le16(r + 18);
   s.run_key = detail::get_le64(r + 20);
+  s.step_budget = detail::get_le32(r + 28);
+  s.step_prefetch = r[32];
   const std::size_t n = std::min<std::size_t>(r[16], kMaxRunIdBytes);
-  s.run_id.assign(reinterpret_cast<const char*>(r + 32), n);
+  s.run_id.assign(reinterpret_cast<const char*>(r + kRunIdAt), n);
   return s;
 }
 
@@ -94,6 +114,8 @@ Settings settings_of(const Config& config, int pipeline_parallel_size) {
   mine.span_groups = config.span_groups.bits();
   mine.trace_scope = static_cast<std::uint8_t>(config.trace_scope);
   mine.run_key = config.run_key;
+  mine.step_budget = config.step_budget_per_minute;
+  mine.step_prefetch = config.step_prefetch ? 1 : 0;
   mine.run_id = config.run_id;
   return mine;
 }
@@ -124,6 +146,9 @@ StartupAgreement compare(int my_rank, const std::vector<Settings>& ranks) {
       "lens step protocol version", [](const Settings& s) { return s.protocol; },
       [](const Settings& s) { return std::to_string(s.protocol); });
   check(
+      "lens carrier frame version", [](const Settings& s) { return s.frame_version; },
+      [](const Settings& s) { return std::to_string(s.frame_version); });
+  check(
       "MEGATRON_OTEL_ENABLED", [](const Settings& s) { return s.enabled; },
       [](const Settings& s) { return std::string(s.enabled ? "1" : "0"); });
   check(
@@ -137,6 +162,12 @@ StartupAgreement compare(int my_rank, const std::vector<Settings>& ranks) {
       [](const Settings& s) {
         return std::string(trace_scope_name(static_cast<TraceScope>(s.trace_scope & 1)));
       });
+  check(
+      "LENS_STEP_BUDGET", [](const Settings& s) { return s.step_budget; },
+      [](const Settings& s) { return std::to_string(s.step_budget); });
+  check(
+      "LENS_STEP_PREFETCH", [](const Settings& s) { return s.step_prefetch; },
+      [](const Settings& s) { return std::string(s.step_prefetch ? "1" : "0"); });
   return {ranks[0].run_id, ranks[0].run_key};
 }
 
@@ -144,9 +175,44 @@ StartupAgreement compare(int my_rank, const std::vector<Settings>& ranks) {
 
 StartupAgreement agree_on_startup(Communicator& comm, const Config& config,
                                   int pipeline_parallel_size) {
-  Settings mine = settings_of(config, pipeline_parallel_size);
-  if (comm.size() <= 1) return {config.run_id, config.run_key};
-  return compare(comm.rank(), exchange(comm, mine, config.collective_timeout));
+  // A setting this rank cannot send still goes out as an error record, and
+  // is thrown only after the exchange: the other ranks fail with it instead
+  // of waiting for it.
+  Settings mine;
+  std::optional<ConfigError> error;
+  try {
+    mine = settings_of(config, pipeline_parallel_size);
+  } catch (const ConfigError& e) {
+    error = e;
+    mine.config_error = 1;
+  }
+  if (comm.size() <= 1) {
+    if (error) throw *error;
+    return {config.run_id, config.run_key};
+  }
+  auto ranks = exchange(comm, mine, config.collective_timeout);
+  if (error) throw *error;
+  return compare(comm.rank(), ranks);
+}
+
+void agree_on_telemetry_start(Communicator& comm, const std::exception* failure,
+                              std::chrono::milliseconds timeout) {
+  const std::uint8_t mine = failure ? 1 : 0;
+  std::vector<std::uint8_t> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather(std::span<const std::uint8_t>(&mine, 1), all, timeout);
+  if (failure) throw ConfigError(failure->what());
+  compare_telemetry_start(comm.rank(), all);
+}
+
+void compare_telemetry_start(int my_rank, std::span<const std::uint8_t> statuses) {
+  std::vector<int> failed;
+  for (std::size_t r = 0; r < statuses.size(); ++r)
+    if (statuses[r] != 0) failed.push_back(static_cast<int>(r));
+  if (failed.empty()) return;
+  throw ConfigError("lens start-up failed on rank " + std::to_string(my_rank) + ": rank(s) " +
+                    rank_list(failed) +
+                    " could not start their telemetry (their log says why, e.g. a trace "
+                    "directory they cannot write); every rank stops before the first step");
 }
 
 std::vector<std::uint8_t> startup_record(const Config* config, int pipeline_parallel_size) {
@@ -200,10 +266,28 @@ std::unique_ptr<Telemetry> create_distributed_telemetry(Communicator& comm,
   } else if (error) {
     throw *error;
   }
+  // `enabled` is agreed, so every rank returns here alike.
   if (!config.enabled) return nullptr;
+  // The telemetry (and its exporter: the trace file, the endpoint settings)
+  // is created before the first step, and every rank learns whether every
+  // other rank's started: one rank that cannot write its trace directory
+  // fails the job here, not the other ranks' first broadcast later.
+  std::unique_ptr<Telemetry> telemetry;
+  std::optional<std::string> failure;
   options.run_id = agreed.run_id;
   options.run_key = agreed.run_key;
-  return Telemetry::create(options, env);
+  try {
+    telemetry = Telemetry::create(options, env);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (comm.size() > 1) {
+    const ConfigError own(failure.value_or(""));
+    agree_on_telemetry_start(comm, failure ? &own : nullptr, config.collective_timeout);
+  } else if (failure) {
+    throw ConfigError(*failure);
+  }
+  return telemetry;
 }
 
 }  // namespace lens

@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 
+#include "lens/error.h"
 #include "splitmix.h"
 
 namespace lens {
@@ -66,6 +67,17 @@ std::optional<SpanLink> global_rank_zero_link(const Telemetry& telemetry,
   anchor.trace_flags = carrier.context.trace_flags;
   anchor.remote = true;
   return SpanLink{anchor, {{"lens.link", std::string("global_rank_0_step")}}};
+}
+
+void require_pipeline_scope_settings(const Config& config) {
+  if (!config.run_key_agreed)
+    throw ConfigError(
+        "LENS_TRACE_SCOPE=pipeline needs the run key agreed at start-up: create the telemetry "
+        "with create_distributed_telemetry (C++) or lens.distributed.init (Python)");
+  if (!config.rank)
+    throw ConfigError(
+        "LENS_TRACE_SCOPE=pipeline needs this rank's global rank: set RANK (or "
+        "TelemetryOptions::rank, or rank= in Python)");
 }
 
 }  // namespace lens

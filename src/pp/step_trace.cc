@@ -4,13 +4,24 @@
 #include <algorithm>
 
 #include "lens/carrier_slot.h"
+#include "lens/error.h"
 #include "lens/linked_span.h"
+#include "lens/step_context.h"
 
 namespace lens {
 
 StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions options)
     : telemetry_(telemetry), comm_(comm), options_(std::move(options)) {
-  const int pp_size = options_.pipeline_parallel_size.value_or(comm_ ? comm_->size() : 1);
+  if (!options_.pipeline_parallel_size || *options_.pipeline_parallel_size < 1)
+    throw ConfigError(
+        "StepTraceOptions::pipeline_parallel_size is " +
+        (options_.pipeline_parallel_size ? std::to_string(*options_.pipeline_parallel_size)
+                                         : std::string("unset")) +
+        "; accepted: the job's pipeline-parallel size, 1 or more (1 never broadcasts)");
+  if (options_.timeout && options_.timeout->count() < 1)
+    throw ConfigError("StepTraceOptions::timeout of " + std::to_string(options_.timeout->count()) +
+                      " ms is not valid; accepted: at least 1 ms");
+  const int pp_size = *options_.pipeline_parallel_size;
   if (pp_size > 1 && comm_ == nullptr)
     throw CommError("lens: StepTrace with pipeline-parallel size " + std::to_string(pp_size) +
                     " needs a communicator");
@@ -23,6 +34,9 @@ StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions 
     budget_ = StepBudget(telemetry_->config().step_budget_per_minute);
   }
   gated_ = telemetry_ != nullptr && pp_size > 1;
+  if (gated_ && scope_ == TraceScope::kPipeline)
+    require_pipeline_scope_settings(telemetry_->config());
+  prefetch_ = gated_ && scope_ == TraceScope::kWorld && telemetry_->config().step_prefetch;
   timeout_ = options_.timeout.value_or(telemetry_ ? telemetry_->config().collective_timeout
                                                   : std::chrono::milliseconds(300000));
 }
@@ -45,7 +59,7 @@ std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step) {
       if (source()) local = reserve_step_context(*telemetry_, scope_, global_rank_, step, budget_);
       carrier = broadcast_trace_context(*comm_, options_.src_rank, local, timeout_, step);
     }
-    if (options_.prefetch_next_step) {
+    if (prefetch_) {
       std::optional<StepCarrier> next;
       if (source())
         next = reserve_step_context(*telemetry_, scope_, global_rank_, step + 1, budget_);

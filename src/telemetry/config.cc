@@ -345,6 +345,12 @@ void resolve_sampler(const TelemetryOptions& options, const Env& env, Config& c)
 // budget.
 void resolve_parallel(const TelemetryOptions& options, const Env& env, Config& c) {
   if (options.collective_timeout) {
+    // 0 means "wait forever" to c10d but "fail at once" to MPI: neither is
+    // what a timeout is for.
+    if (options.collective_timeout->count() <= 0)
+      throw ConfigError("collective timeout of " +
+                        std::to_string(options.collective_timeout->count()) +
+                        " ms is not valid; accepted: 1 ms to 24 h");
     c.collective_timeout = *options.collective_timeout;
   } else if (auto s = env.get({"LENS_COLLECTIVE_TIMEOUT_MS"})) {
     c.collective_timeout = std::chrono::milliseconds(parse_uint(*s, 1, kMaxMillis));
@@ -371,6 +377,10 @@ void resolve_parallel(const TelemetryOptions& options, const Env& env, Config& c
   } else if (auto s = env.get({"LENS_STEP_BUDGET"})) {
     c.step_budget_per_minute = static_cast<std::uint32_t>(parse_uint(*s, 0, 1000000));
   }
+  if (options.step_prefetch)
+    c.step_prefetch = *options.step_prefetch;
+  else if (auto s = env.get({"LENS_STEP_PREFETCH"}))
+    c.step_prefetch = parse_bool(*s);
 }
 
 }  // namespace
@@ -411,6 +421,7 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
   resolve_parallel(options, env, c);
   c.coordinates = options.coordinates;
   c.run_key = options.run_key ? *options.run_key : IdGenerator::next_u64();
+  c.run_key_agreed = options.run_key.has_value();
   c.exporting = c.export_filter.keeps(c.coordinates);
   return c;
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -61,6 +62,10 @@ Resource build_resource(const Config& c) {
 }  // namespace
 
 struct Telemetry::Impl {
+  const std::uint64_t instance = [] {
+    static std::atomic<std::uint64_t> next{1};
+    return next.fetch_add(1);
+  }();
   Config config;
   Resource resource;
   std::string trace_file;
@@ -140,6 +145,8 @@ void Telemetry::set_span_groups(SpanGroupSet groups) {
   if (!impl_->config.exporting) return;  // the export filter leaves this rank out
   impl_->core.switches.bits.store(groups.bits(), std::memory_order_relaxed);
 }
+
+std::uint64_t Telemetry::instance() const { return impl_->instance; }
 
 const Config& Telemetry::config() const { return impl_->config; }
 const Resource& Telemetry::resource() const { return impl_->resource; }

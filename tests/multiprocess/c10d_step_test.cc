@@ -48,14 +48,15 @@ int run_rank(const std::string& out_dir, int steps) {
     // A test hook: one rank configured differently from the others.
     if (const char* odd = std::getenv("LENS_TEST_MISMATCH_RANK"); odd && std::atoi(odd) == rank)
       opts.span_groups = "all";
+    // A test hook: post each next step's broadcast early (c10d Work).
+    opts.step_prefetch = std::getenv("LENS_TEST_PREFETCH") != nullptr;
     telemetry = lens::create_distributed_telemetry(comm, world, opts);
   } catch (const lens::ConfigError& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
     return 3;
   }
   lens::StepTraceOptions so;
-  // A test hook: post each next step's broadcast early (c10d Work).
-  so.prefetch_next_step = std::getenv("LENS_TEST_PREFETCH") != nullptr;
+  so.pipeline_parallel_size = world;
   lens::StepTrace trace(telemetry.get(), &comm, so);
   for (int step = 0; step < steps; ++step) {
     lens::StepScope scope(trace, static_cast<std::uint64_t>(step));

@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
     lens::TelemetryOptions opts;
     opts.trace_dir = out_dir;
     if (!std::getenv("MEGATRON_OTEL_SPAN_GROUPS")) opts.span_groups = "per_step";
+    // A test hook: post each next step's broadcast early (MPI_Ibcast).
+    opts.step_prefetch = std::getenv("LENS_TEST_PREFETCH") != nullptr;
     telemetry = lens::create_distributed_telemetry(comm, pp, opts);
   } catch (const lens::ConfigError& e) {
     std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
@@ -43,8 +45,7 @@ int main(int argc, char** argv) {
   std::string run_dir = telemetry ? out_dir + "/" + telemetry->config().run_id : "";
   {
     lens::StepTraceOptions so;
-    // A test hook: post each next step's broadcast early (MPI_Ibcast).
-    so.prefetch_next_step = std::getenv("LENS_TEST_PREFETCH") != nullptr;
+    so.pipeline_parallel_size = pp;
     lens::StepTrace trace(telemetry.get(), &comm, so);
     for (int step = 0; step < steps; ++step) {
       lens::StepScope scope(trace, static_cast<std::uint64_t>(step));

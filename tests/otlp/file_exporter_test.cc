@@ -197,6 +197,31 @@ TEST_F(FileExporterTest, AppendsOneLinePerExportCall) {
   EXPECT_EQ(exporter.export_spans(r, batch), ExportResult::kFailure);
 }
 
+TEST_F(FileExporterTest, ReopeningAFileWithATornLastLineStartsOnAFreshLine) {
+  // A rank killed mid-write left half a line; the requeued job (same run id)
+  // appends to the same file.
+  std::filesystem::create_directories(dir_);
+  const std::filesystem::path file = dir_ / "rank-0.otlp.jsonl";
+  std::ofstream(file, std::ios::binary) << "{\"resourceSpans\":[]}\n{\"resourceSpans\":[{\"sco";
+  SpanRecord a;
+  a.name = "after";
+  a.context.trace_id = IdGenerator::new_trace_id();
+  a.context.span_id = IdGenerator::new_span_id();
+  const SpanRecord* batch[] = {&a};
+  {
+    OtlpJsonFileExporter exporter(file);
+    EXPECT_EQ(exporter.export_spans(Resource(), batch), ExportResult::kSuccess);
+    exporter.shutdown(1s);
+  }
+  std::ifstream in(file);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1], "{\"resourceSpans\":[{\"sco");  // the torn bytes, a line of their own
+  EXPECT_EQ(json::parse(lines[2])["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"],
+            "after");
+}
+
 TEST_F(FileExporterTest, WriteFailureIsReportedNotThrown) {
   // /dev/full accepts open and fails every write with ENOSPC.
   if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";

@@ -3,11 +3,16 @@
 #include "lens/startup_agreement.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <thread>
 
+#include "lens/carrier.h"
 #include "lens/error.h"
 #include "lens/in_process_communicator.h"
 #include "lens/memory_exporter.h"
@@ -124,6 +129,137 @@ TEST(StartupAgreement, RanksTakeRankZeroRunKey) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(keys[1], keys[0]);
   EXPECT_EQ(keys[2], keys[0]);
+}
+
+TEST(StartupAgreement, StepBudgetAndPrefetchMustMatch) {
+  for (const char* setting : {"LENS_STEP_BUDGET", "LENS_STEP_PREFETCH"}) {
+    auto errors = startup(3, [&](int r) {
+      return std::map<std::string, std::string>{{"MEGATRON_OTEL_ENABLED", "1"},
+                                                {setting, r == 2 ? "1" : "0"}};
+    });
+    for (const auto& e : errors) {
+      EXPECT_NE(e.find(std::string(setting) + " differs"), std::string::npos) << e;
+      EXPECT_NE(e.find("rank(s) 2"), std::string::npos) << e;
+    }
+  }
+}
+
+TEST(StartupAgreement, CarrierFrameVersionMustMatch) {
+  const Config config = resolve_config({}, testing::fake_env({{"MEGATRON_OTEL_ENABLED", "1"}}));
+  std::vector<std::uint8_t> records;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<std::uint8_t> one = startup_record(&config, 3);
+    if (r == 1) one[18] = static_cast<std::uint8_t>(kCarrierFrameVersion + 1);  // a newer build
+    records.insert(records.end(), one.begin(), one.end());
+  }
+  try {
+    compare_startup_records(0, records);
+    ADD_FAILURE() << "mixed frame versions agreed";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("lens carrier frame version differs across ranks: rank 0 "
+                                   "has " +
+                                   std::to_string(kCarrierFrameVersion) + ", rank(s) 1 have " +
+                                   std::to_string(kCarrierFrameVersion + 1)),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(StartupAgreement, ARunIdTooLongOnOneRankFailsEveryRankAfterTheExchange) {
+  // Without the exchange the other ranks would wait in the all-gather until
+  // the timeout: the test's 60 s timeout would then show as a slow failure.
+  InProcessGroup group(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = group.communicator(r);
+      TelemetryOptions opts;
+      opts.collective_timeout = std::chrono::seconds(60);
+      if (r == 1) opts.run_id = std::string(120, 'x');
+      const Config config =
+          resolve_config(opts, testing::fake_env({{"MEGATRON_OTEL_ENABLED", "1"}}));
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        agree_on_startup(*comm, config, 3);
+      } catch (const ConfigError& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << "rank " << r;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_NE(errors[1].find("is 120 bytes; accepted: at most 96 bytes"), std::string::npos)
+      << errors[1];
+  for (int r : {0, 2})
+    EXPECT_NE(errors[static_cast<std::size_t>(r)].find("rank(s) 1 could not read"),
+              std::string::npos)
+        << errors[static_cast<std::size_t>(r)];
+}
+
+TEST(StartupAgreement, OneRankWhoseTraceDirectoryCannotBeWrittenFailsEveryRankAtStartUp) {
+  const std::filesystem::path base =
+      std::filesystem::temp_directory_path() / ("lens-startup-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(base);
+  std::ofstream(base / "a-file") << "not a directory";
+  InProcessGroup group(4);
+  std::vector<std::string> errors(4);
+  std::vector<bool> created(4, false);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = group.communicator(r);
+      TelemetryOptions opts;
+      opts.exporter = "file";
+      // Rank 2's trace directory would be inside a regular file: even root
+      // cannot create it.
+      opts.trace_dir = (r == 2 ? base / "a-file" / "traces" : base / "traces").string();
+      try {
+        auto t = create_distributed_telemetry(*comm, 4, opts,
+                                              testing::fake_env({{"MEGATRON_OTEL_ENABLED", "1"}}));
+        created[static_cast<std::size_t>(r)] = t != nullptr;
+      } catch (const ConfigError& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::filesystem::remove_all(base);
+  EXPECT_NE(errors[2].find("cannot be created"), std::string::npos) << errors[2];
+  for (int r : {0, 1, 3}) {
+    EXPECT_FALSE(created[static_cast<std::size_t>(r)]);
+    EXPECT_NE(errors[static_cast<std::size_t>(r)].find("rank(s) 2 could not start their telemetry"),
+              std::string::npos)
+        << errors[static_cast<std::size_t>(r)];
+  }
+}
+
+TEST(StartupAgreement, ZeroCollectiveTimeoutIsRefused) {
+  TelemetryOptions opts;
+  opts.collective_timeout = std::chrono::milliseconds(0);
+  try {
+    resolve_config(opts, testing::fake_env({}));
+    ADD_FAILURE() << "a 0 ms timeout was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("collective timeout of 0 ms is not valid"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(resolve_config({}, testing::fake_env({{"LENS_COLLECTIVE_TIMEOUT_MS", "0"}})),
+               ConfigError);
+}
+
+TEST(TelemetryInstance, EveryTelemetryHasANumberOfItsOwnEvenAtTheSameAddress) {
+  std::set<std::uint64_t> seen;
+  for (int i = 0; i < 8; ++i) {
+    TelemetryOptions opts;
+    opts.enabled = true;
+    opts.exporter_instance = std::make_shared<InMemoryExporter>();
+    auto t = Telemetry::create(opts, testing::fake_env({}));
+    ASSERT_NE(t, nullptr);
+    EXPECT_TRUE(seen.insert(t->instance()).second);
+  }
 }
 
 }  // namespace

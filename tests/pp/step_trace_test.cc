@@ -49,10 +49,11 @@ std::vector<RankResult> run_pipeline(const RunOptions& o, std::uint64_t* collect
       opts.rank = r;
       opts.world_size = o.ranks;
       opts.span_groups = o.groups;
+      opts.step_prefetch = o.prefetch;
       std::optional<testing::MemoryTelemetry> mt;
       if (o.telemetry) mt.emplace(opts, o.env);
       StepTraceOptions so;
-      so.prefetch_next_step = o.prefetch;
+      so.pipeline_parallel_size = o.ranks;
       StepTrace trace(mt ? mt->telemetry.get() : nullptr, comm.get(), so);
       for (int step = 0; step < o.steps; ++step) {
         StepScope scope(trace, static_cast<std::uint64_t>(step));
@@ -220,9 +221,10 @@ TEST(StepProtocolPrefetch, AStepOutOfSequenceUsesThePostedContextAndIsCounted) {
       auto comm = group.communicator(r);
       TelemetryOptions opts;
       opts.rank = r;
+      opts.step_prefetch = true;
       testing::MemoryTelemetry mt(opts);
       StepTraceOptions so;
-      so.prefetch_next_step = true;
+      so.pipeline_parallel_size = 2;
       StepTrace trace(mt.telemetry.get(), comm.get(), so);
       for (std::uint64_t step : {0u, 1u, 7u}) StepScope scope(trace, step);
       spans[static_cast<std::size_t>(r)] = mt.spans();
@@ -265,6 +267,56 @@ TEST(LinkedSpan, DisabledCommunicationGroupCreatesNothing) {
   mt.telemetry->set_span_groups(SpanGroupSet::parse("step"));
   Span s = create_linked_span(mt.telemetry->tracer(), "x", get_pp_trace_carrier());
   EXPECT_FALSE(s.recording());
+}
+
+TEST(StepTraceSettings, ThePipelineSizeIsRequired) {
+  InProcessGroup group(1);
+  auto comm = group.communicator(0);
+  try {
+    StepTrace trace(nullptr, comm.get(), {});
+    ADD_FAILURE() << "a StepTrace without a PP size";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("StepTraceOptions::pipeline_parallel_size is unset"),
+              std::string::npos)
+        << e.what();
+  }
+  StepTraceOptions zero_timeout;
+  zero_timeout.pipeline_parallel_size = 1;
+  zero_timeout.timeout = std::chrono::milliseconds(0);
+  EXPECT_THROW(StepTrace(nullptr, comm.get(), zero_timeout), ConfigError);
+}
+
+TEST(StepTraceSettings, PipelineScopeIsRefusedWithoutAnAgreedRunKeyOrAGlobalRank) {
+  InProcessGroup group(2);
+  auto comm = group.communicator(0);
+  StepTraceOptions so;
+  so.pipeline_parallel_size = 2;
+  so.trace_scope = TraceScope::kPipeline;
+  TelemetryOptions unagreed;  // each process would draw its own key
+  unagreed.rank = 0;
+  testing::MemoryTelemetry a(unagreed);
+  try {
+    StepTrace trace(a.telemetry.get(), comm.get(), so);
+    ADD_FAILURE() << "pipeline scope without an agreed run key";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs the run key agreed at start-up"), std::string::npos)
+        << e.what();
+  }
+  TelemetryOptions rankless;
+  rankless.run_key = 7;
+  testing::MemoryTelemetry b(rankless);
+  try {
+    StepTrace trace(b.telemetry.get(), comm.get(), so);
+    ADD_FAILURE() << "pipeline scope without a global rank";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs this rank's global rank"), std::string::npos)
+        << e.what();
+  }
+  TelemetryOptions ready;
+  ready.run_key = 7;
+  ready.rank = 0;
+  testing::MemoryTelemetry c(ready);
+  EXPECT_NO_THROW(StepTrace(c.telemetry.get(), comm.get(), so));
 }
 
 }  // namespace

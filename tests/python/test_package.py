@@ -149,6 +149,17 @@ class StartupRecords(unittest.TestCase):
             lens._lens.compare_startup_records(0, [good, bad])
         self.assertIn("rank(s) 1 could not read", str(caught.exception))
 
+    def test_a_rank_whose_telemetry_did_not_start_fails_the_others(self):
+        lens._lens.compare_telemetry_start(0, [False, False])
+        with self.assertRaises(lens.ConfigError) as caught:
+            lens._lens.compare_telemetry_start(0, [False, False, True])
+        self.assertIn("rank(s) 2 could not start their telemetry", str(caught.exception))
+
+    def test_distributed_init_needs_the_pipeline_size(self):
+        with self.assertRaises(lens.ConfigError) as caught:
+            lens.distributed.init(enabled=True)
+        self.assertIn("needs pipeline_parallel_size", str(caught.exception))
+
     def test_torn_records_are_refused(self):
         good, _ = lens._lens.startup_record(2, enabled=True)
         with self.assertRaises(lens.ConfigError):
@@ -271,6 +282,19 @@ class Configuration(unittest.TestCase):
         finally:
             del os.environ["LENS_TRACE_SCOPE"]
             lens.shutdown()
+
+    def test_every_new_telemetry_records_through_a_tracer_of_its_own(self):
+        # Each init may land its telemetry where the last one was freed; the
+        # module's cached tracer must follow the new one, never the old.
+        for i in range(6):
+            directory = tempfile.mkdtemp(prefix="lens-py-reinit-")
+            t = lens.init(enabled=True, exporter="file", trace_dir=directory, run_id=f"r{i}",
+                          span_groups="all")
+            with lens.managed_span(f"span-{i}", "step"):
+                pass
+            path = t.trace_file
+            lens.shutdown()
+            self.assertEqual([s["name"] for s in spans_of(path)], [f"span-{i}"])
 
     def test_bad_timeouts_are_rejected(self):
         with self.assertRaises(ValueError):
