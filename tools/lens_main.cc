@@ -142,7 +142,7 @@ int run_lens(int argc, char** argv) {
       if (!(endpoint.starts_with("http://") || endpoint.starts_with("https://"))) {
         std::fprintf(stderr,
                      "lens: --endpoint '%s' is not valid; accepted: an http:// or https:// URL\n",
-                     endpoint.c_str());
+                     lens::redacted_url(endpoint).c_str());
         return kBadInput;
       }
       options.endpoint = endpoint;
@@ -168,8 +168,8 @@ int run_lens(int argc, char** argv) {
     std::printf(
         "uploaded to %s: %zu spans sent (%zu rejected by the receiver), %zu failed; "
         "%zu files, %zu lines, %zu batches\n",
-        options.endpoint.c_str(), report.spans_sent, report.spans_rejected, report.spans_failed,
-        report.files, report.lines, report.batches);
+        lens::redacted_url(options.endpoint).c_str(), report.spans_sent, report.spans_rejected,
+        report.spans_failed, report.files, report.lines, report.batches);
     return report.problems.empty() ? kOk : kViolations;
   }
 

@@ -7,11 +7,16 @@
 /// connection errors and HTTP 429, 502, 503, 504 are retried with exponential
 /// backoff and jitter (a Retry-After in seconds is honoured); any other
 /// status fails the batch at once; a partial-success response's rejected
-/// count is read and reported. All of it runs on the batch processor's
-/// thread, never the training thread, and within the retry deadline. A batch
-/// that cannot be delivered is counted as failed and, when a spool directory
-/// is set (LENS_SPOOL_DIR), written there as an OTLP JSON line for
-/// `lens upload` to send later. Header values (tokens) are never logged.
+/// count is read and reported, and its error message logged (rate-limited).
+/// Requests carry "User-Agent: lens/<version>"; logs show the endpoint with
+/// its credentials redacted (redacted_url). One export, all its attempts
+/// and waits included, ends within the batch processor's export timeout
+/// (OTEL_BSP_EXPORT_TIMEOUT). A batch too large for the protobuf encoding
+/// (256 MiB) fails with an error saying so, and is spooled as JSON. All of it runs on the batch
+/// processor's thread, never the training thread, and within the retry deadline. A batch that
+/// cannot be delivered is counted as failed and, when a spool directory is set (LENS_SPOOL_DIR),
+/// written there as an OTLP JSON line for `lens upload` to send later. Header values (tokens) are
+/// never logged.
 ///
 /// Thread safety: export_spans is called by one thread at a time (the
 /// processor's); stats() and shutdown() may be called from any thread;
@@ -42,6 +47,7 @@ struct OtlpSendResult {
   bool delivered = false;
   long http_status = 0;
   std::int64_t rejected = 0;
+  std::string rejected_message;  ///< the receiver's partial-success error_message
   int attempts = 0;
   std::string error;  ///< empty when delivered
 };

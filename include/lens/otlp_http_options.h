@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -26,5 +27,10 @@ struct OtlpHttpOptions {
   std::chrono::milliseconds retry_deadline{30000};  ///< for one batch, all attempts
   std::string spool_path;  ///< where undeliverable batches go; empty: nowhere
 };
+
+/// The endpoint as it may be shown in logs and reports: the user:password@
+/// part and the query's values are replaced by "***", so credentials put in
+/// the URL do not leak.
+std::string redacted_url(std::string_view url);
 
 }  // namespace lens

@@ -48,7 +48,8 @@ struct BatchProcessor::State {
     cv.notify_all();
   }
   bool work_ready() const {
-    return stop || size >= options.max_export_batch_size || flush_target > taken;
+    return stop || size >= options.max_export_batch_size || flush_target > taken ||
+           (size > 0 && options.schedule_delay.count() == 0);
   }
   void run();
 };
@@ -63,7 +64,11 @@ void BatchProcessor::State::run() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(wait_mu);
-      work_cv.wait_until(lock, next_export, [&] { return locked([&] { return work_ready(); }); });
+      const auto ready = [&] { return locked([&] { return work_ready(); }); };
+      if (options.schedule_delay.count() == 0)
+        work_cv.wait(lock, ready);  // no timer: sleep until there is work
+      else
+        work_cv.wait_until(lock, next_export, ready);
     }
     const auto now = std::chrono::steady_clock::now();
     const bool timer = now >= next_export;
@@ -127,7 +132,18 @@ BatchProcessor::BatchProcessor(std::shared_ptr<SpanExporter> exporter, Resource 
 
 BatchProcessor::~BatchProcessor() { shutdown(options_.export_timeout); }
 
+void BatchProcessor::PendingWake::run() const {
+  if (state_) state_->wake(state_->work_cv);
+}
+
 bool BatchProcessor::enqueue(detail::LiveSpan* span) noexcept {
+  PendingWake wake;
+  const bool accepted = enqueue(span, wake);
+  wake.run();
+  return accepted;
+}
+
+bool BatchProcessor::enqueue(detail::LiveSpan* span, PendingWake& pending) noexcept {
   State& s = *state_;
   bool accepted = false;
   bool wake = false;
@@ -139,12 +155,15 @@ bool BatchProcessor::enqueue(detail::LiveSpan* span) noexcept {
       ++s.stats.queued;
       if (s.size > s.stats.queue_high_water) s.stats.queue_high_water = s.size;
       accepted = true;
-      wake = s.size == s.options.max_export_batch_size;
+      // A full batch; or, with no schedule delay, the first span of an empty
+      // queue (the thread then sleeps until there is work).
+      wake = s.size == s.options.max_export_batch_size ||
+             (s.size == 1 && s.options.schedule_delay.count() == 0);
     } else {
       ++s.stats.dropped_queue_full;
     }
   }
-  if (wake) s.wake(s.work_cv);
+  if (wake) pending = PendingWake(state_);
   if (!accepted) detail::release_record(span);
   return accepted;
 }

@@ -9,6 +9,8 @@
 /// delay has passed, on force_flush, and at shutdown. When the queue is full
 /// the span is dropped and counted. Options default to OpenTelemetry's
 /// (OTEL_BSP_*): queue 2048, batch 512, delay 5000 ms, export timeout 30000 ms.
+/// A delay of 0 means "export as soon as there is work": the thread sleeps
+/// until a span is queued, never spinning.
 ///
 /// Thread safety: enqueue, force_flush, stats and shutdown may be called from
 /// any thread. If shutdown's timeout expires while the exporter is still busy,
@@ -33,7 +35,23 @@ struct LiveSpan;
 }
 
 class BatchProcessor {
+  struct State;
+
  public:
+  /// A wake-up of the export thread that enqueue found due, to be run once
+  /// the caller has released its own locks (it takes a mutex and notifies).
+  /// Empty when none is due.
+  class PendingWake {
+   public:
+    PendingWake() = default;
+    explicit PendingWake(std::shared_ptr<State> state) : state_(std::move(state)) {}
+    explicit operator bool() const { return state_ != nullptr; }
+    void run() const;
+
+   private:
+    std::shared_ptr<State> state_;
+  };
+
   /// keep_alive: what the queued records point into (e.g. their
   /// instrumentation scopes), kept until the export thread ends.
   BatchProcessor(std::shared_ptr<SpanExporter> exporter, Resource resource,
@@ -45,6 +63,10 @@ class BatchProcessor {
   /// Takes ownership of a finished record. Never blocks on export. Returns
   /// false (and releases the record) if the queue is full or shut down.
   bool enqueue(detail::LiveSpan* span) noexcept;
+  /// The same, but a due wake-up of the export thread is left in `wake` for
+  /// the caller to run after releasing its locks (finish_span calls this
+  /// under the process-wide open-span lock).
+  bool enqueue(detail::LiveSpan* span, PendingWake& wake) noexcept;
 
   /// Waits until every span queued before the call has been exported (or
   /// failed). Returns false on timeout.
@@ -58,7 +80,6 @@ class BatchProcessor {
   const BatchProcessorOptions& options() const { return options_; }
 
  private:
-  struct State;
   BatchProcessorOptions options_;
   std::shared_ptr<State> state_;
 };

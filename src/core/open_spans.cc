@@ -28,6 +28,7 @@ void TelemetryCore::register_open(LiveSpan* s) {
 void finish_span(LiveSpan* s) {
   const std::int64_t end_steady = steady_now_ns();
   bool queued = false;
+  BatchProcessor::PendingWake wake;
   {
     std::lock_guard<SpinLock> lock(open_spans_lock());
     TelemetryCore* core = s->core;
@@ -39,13 +40,16 @@ void finish_span(LiveSpan* s) {
       std::memcpy(core->last_ended_name, s->name.data(), n);
       core->last_ended_length = static_cast<std::uint8_t>(n);
       core->last_ended_steady_ns = end_steady;
-      // Queued under the lock: the core cannot be destroyed meanwhile.
+      // Queued under the lock: the core cannot be destroyed meanwhile. The
+      // export thread's wake-up (a mutex and a notify) waits until the lock
+      // is released; it holds the processor's state, not the core.
       if (s->context.sampled()) {
-        core->processor->enqueue(s);
+        core->processor->enqueue(s, wake);
         queued = true;
       }
     }
   }
+  wake.run();
   if (!queued) release_record(s);
 }
 

@@ -10,8 +10,17 @@
 #include "lens/otlp_json.h"
 #include "lens/otlp_proto.h"
 #include "otlp_http_transport.h"
+#include "rate_limited_warning.h"
 
 namespace lens {
+namespace {
+
+detail::RateLimitedWarning& rejected_warning() {
+  static detail::RateLimitedWarning warning;
+  return warning;
+}
+
+}  // namespace
 
 OtlpHttpExporter::OtlpHttpExporter(OtlpHttpOptions options) : options_(std::move(options)) {
   init_otlp_http_transport();
@@ -23,11 +32,22 @@ ExportResult OtlpHttpExporter::export_spans(const Resource& resource,
                                             std::span<const SpanRecord* const> spans) {
   if (spans.empty()) return ExportResult::kSuccess;
   body_.clear();
-  if (options_.json)
+  OtlpSendResult r;
+  if (options_.json) {
     append_otlp_json(body_, resource, spans);
-  else
-    append_otlp_proto(body_, resource, spans);
-  const OtlpSendResult r = send_otlp_request(options_, body_, &stopping_);
+    r = send_otlp_request(options_, body_, &stopping_);
+  } else if (append_otlp_proto(body_, resource, spans)) {
+    r = send_otlp_request(options_, body_, &stopping_);
+  } else {
+    r.error = "a batch of " + std::to_string(spans.size()) +
+              " spans encodes to more than the 256 MiB an OTLP/protobuf request of lens can "
+              "hold; lower OTEL_BSP_MAX_EXPORT_BATCH_SIZE";
+  }
+  if (r.delivered && r.rejected > 0)
+    rejected_warning().warn("the receiver at " + redacted_url(options_.endpoint) + " rejected " +
+                            std::to_string(r.rejected) + " of " + std::to_string(spans.size()) +
+                            " spans" +
+                            (r.rejected_message.empty() ? "" : ": " + r.rejected_message));
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.requests += static_cast<std::uint64_t>(r.attempts);

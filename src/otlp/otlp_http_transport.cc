@@ -11,12 +11,14 @@
 #include "http_retry.h"
 #include "lens/ids.h"
 #include "lens/otlp_http_exporter.h"
+#include "lens/version.h"
 #include "partial_success.h"
 
 namespace lens {
 namespace {
 
 constexpr std::size_t kMaxResponseBytes = 64 * 1024;  // a hostile server cannot fill memory
+const std::string kUserAgent = std::string("lens/") + kVersion;
 
 void global_init() {
   static std::once_flag once;
@@ -99,8 +101,14 @@ OtlpSendResult send_otlp_request(const OtlpHttpOptions& o, const std::string& bo
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(payload->size()));
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(o.timeout.count()));
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.timeout.count()));
+    // Each attempt ends by the request timeout and by the retry deadline.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const long attempt_ms = static_cast<long>(
+        std::max<std::int64_t>(1, std::min<std::int64_t>(o.timeout.count(), left.count())));
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, attempt_ms);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, attempt_ms);
+    curl_easy_setopt(curl, CURLOPT_USERAGENT, kUserAgent.c_str());
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &on_body);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response);
     curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &on_header);
@@ -117,16 +125,18 @@ OtlpSendResult send_otlp_request(const OtlpHttpOptions& o, const std::string& bo
     if (rc == CURLE_OK && status >= 200 && status < 300) {
       result.delivered = true;
       result.error.clear();
-      result.rejected = o.json ? detail::rejected_spans_from_json(response.body)
-                               : detail::rejected_spans_from_proto(response.body);
+      detail::PartialSuccess partial = o.json ? detail::partial_success_from_json(response.body)
+                                              : detail::partial_success_from_proto(response.body);
+      result.rejected = partial.rejected_spans;
+      result.rejected_message = std::move(partial.error_message);
       break;
     }
     if (rc != CURLE_OK) {
-      result.error =
-          std::string("connection to ") + o.endpoint + " failed: " + curl_easy_strerror(rc);
+      result.error = std::string("connection to ") + redacted_url(o.endpoint) +
+                     " failed: " + curl_easy_strerror(rc);
       retry = retryable_curl(rc);
     } else {
-      result.error = "HTTP " + std::to_string(status) + " from " + o.endpoint;
+      result.error = "HTTP " + std::to_string(status) + " from " + redacted_url(o.endpoint);
       retry = detail::retryable_status(status);
     }
     if (!retry || attempt == o.max_attempts || (stop && stop->load())) break;

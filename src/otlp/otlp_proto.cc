@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "otlp_encoding.h"
+#include "utf8.h"
 
 namespace lens {
 namespace {
@@ -70,8 +71,14 @@ class Writer {
     varint(n);
     out_.append(static_cast<const char*>(data), n);
   }
+  // OTLP strings must be UTF-8: invalid bytes become U+FFFD, as in JSON.
   void string_field(std::uint32_t field, std::string_view s, bool keep_empty = false) {
-    bytes_field(field, s.data(), s.size(), keep_empty);
+    if (detail::valid_utf8(s)) {
+      bytes_field(field, s.data(), s.size(), keep_empty);
+    } else {
+      const std::string fixed = detail::with_invalid_utf8_replaced(s);
+      bytes_field(field, fixed.data(), fixed.size(), keep_empty);
+    }
   }
 
   // Starts a nested message; returns the position of its length slot.
@@ -81,17 +88,23 @@ class Writer {
     out_.append(4, '\0');
     return at;
   }
-  // Fills the slot with the message's length as a 4-byte varint.
+  // Fills the slot with the message's length as a 4-byte varint, which
+  // holds at most 2^28 - 1: a longer message marks the request as too large.
   void end(std::size_t at) {
     const std::size_t n = out_.size() - at - 4;
+    if (n >= kMaxNestedBytes) too_large_ = true;
     out_[at] = static_cast<char>((n & 0x7f) | 0x80);
     out_[at + 1] = static_cast<char>(((n >> 7) & 0x7f) | 0x80);
     out_[at + 2] = static_cast<char>(((n >> 14) & 0x7f) | 0x80);
     out_[at + 3] = static_cast<char>((n >> 21) & 0x7f);
   }
 
+  static constexpr std::size_t kMaxNestedBytes = std::size_t{1} << 28;
+  bool too_large() const { return too_large_; }
+
  private:
   std::string& out_;
+  bool too_large_ = false;
 };
 
 // AnyValue: string 1, bool 2, int 3, double 4, array 5 (ArrayValue.values 1).
@@ -184,7 +197,7 @@ void span(Writer& w, const SpanRecord& s) {
 
 }  // namespace
 
-void append_otlp_proto(std::string& out, const Resource& resource,
+bool append_otlp_proto(std::string& out, const Resource& resource,
                        std::span<const SpanRecord* const> spans) {
   const std::vector<const InstrumentationScope*> scopes = detail::scopes_in_order(spans);
   Writer w(out);
@@ -209,6 +222,7 @@ void append_otlp_proto(std::string& out, const Resource& resource,
     w.end(ss);
   }
   w.end(rs);
+  return !w.too_large();
 }
 
 }  // namespace lens

@@ -47,6 +47,16 @@ std::vector<std::pair<std::string, std::string>> parse_headers(const Setting& s)
                         " is not key=value (values are not shown: they may hold secrets); "
                         "accepted: key=value pairs separated by ','");
     }
+    // A header name is an HTTP token (RFC 9110): letters, digits and
+    // !#$%&'*+-.^_`|~. The name is shown; a value never is.
+    for (char ch : key) {
+      const bool token = std::isalnum(static_cast<unsigned char>(ch)) ||
+                         std::string_view("!#$%&'*+-.^_`|~").find(ch) != std::string_view::npos;
+      if (!token)
+        throw ConfigError(s.name + ": member " + std::to_string(member) + " has the header name '" +
+                          key + "', which is not an HTTP token; accepted: letters, digits and " +
+                          "!#$%&'*+-.^_`|~");
+    }
     std::string value;
     const std::string raw = trimmed(item.substr(eq + 1));
     for (std::size_t i = 0; i < raw.size(); ++i) {
@@ -72,7 +82,8 @@ std::vector<std::pair<std::string, std::string>> parse_headers(const Setting& s)
 
 std::string checked_url(const Setting& s) {
   if (!(s.value.starts_with("http://") || s.value.starts_with("https://")) || s.value.size() < 9)
-    fail(s, "an http:// or https:// URL");
+    throw ConfigError(s.name + "='" + redacted_url(s.value) +
+                      "' is not valid; accepted: an http:// or https:// URL");
   return s.value;
 }
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <deque>
@@ -105,6 +106,10 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
           (c.rank ? "rank-" + std::to_string(*c.rank) : "pid-" + std::to_string(::getpid())) +
           ".otlp.jsonl";
     }
+    // One export, every attempt and wait included, ends within
+    // OTEL_BSP_EXPORT_TIMEOUT (0: no bound beyond the retry deadline).
+    if (c.batch.export_timeout.count() > 0)
+      otlp.retry_deadline = std::min(otlp.retry_deadline, c.batch.export_timeout);
     impl->exporter = std::make_shared<OtlpHttpExporter>(std::move(otlp));
   } else if (c.exporter == "console") {
     impl->exporter = OtlpJsonFileExporter::for_descriptor(STDOUT_FILENO, "stdout");

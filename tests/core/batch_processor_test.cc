@@ -1,9 +1,11 @@
 #include "batch_processor.h"
 
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "memory_telemetry.h"
 
@@ -126,6 +128,28 @@ TEST(BatchProcessor, ShutdownWithStuckExporterReturnsWithinTimeout) {
   EXPECT_EQ(telemetry->stats().processor.dropped_at_shutdown, 3u);
   exporter->open();  // let the detached export thread finish
   telemetry.reset();
+}
+
+// Process CPU time, for telling a sleeping export thread from a spinning one.
+std::chrono::nanoseconds process_cpu_time() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+
+TEST(BatchProcessor, ZeroScheduleDelayExportsWhenThereIsWorkWithoutSpinning) {
+  MemoryTelemetry mt({}, {{"OTEL_BSP_SCHEDULE_DELAY", "0"}});
+  ASSERT_EQ(mt.telemetry->config().batch.schedule_delay.count(), 0);
+  // Idle: the export thread sleeps. A spinning one would use about as much
+  // CPU as the wall time that passed.
+  const auto cpu_before = process_cpu_time();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_LT(process_cpu_time() - cpu_before, 100ms);
+  // Work: one span goes out without a flush, soon after it ends.
+  mt.telemetry->tracer().start_span(SpanGroup::kJob, "one").end();
+  for (int i = 0; i < 200 && mt.exporter->spans().empty(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(mt.exporter->spans().size(), 1u);
+  EXPECT_EQ(mt.exporter->spans()[0].name, "one");
 }
 
 }  // namespace

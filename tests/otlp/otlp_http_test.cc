@@ -12,6 +12,7 @@
 
 #include "lens/otlp_http_exporter.h"
 #include "lens/telemetry.h"
+#include "lens/version.h"
 #include "otlp_receiver.h"
 #include "remote_context.h"
 #include "test_env.h"
@@ -411,6 +412,62 @@ TEST(OtlpHttp, PartialSuccessRejectedCountIsRead) {
   t.spans(5);
   EXPECT_EQ(t.exporter->stats().spans_rejected, 2u);
   EXPECT_EQ(t.exporter->stats().spans_delivered, 5u);
+}
+
+TEST(OtlpHttp, PartialSuccessMessageIsLogged) {
+  lens::test::otlp::ExportTraceServiceResponse response;
+  response.mutable_partial_success()->set_rejected_spans(1);
+  response.mutable_partial_success()->set_error_message("span too old\n(dropped)");
+  const std::string body = response.SerializeAsString();
+  OtlpReceiver receiver([body](int) { return Reply{200, body, "", 0}; });
+  receiver.start();
+  Traced t(fast_options(receiver.endpoint()));
+  ::testing::internal::CaptureStderr();
+  t.spans(3);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("rejected 1 of 3 spans: span too old?(dropped)"), std::string::npos) << log;
+}
+
+TEST(OtlpHttp, RequestsNameLensAsTheirUserAgent) {
+  OtlpReceiver receiver;
+  receiver.start();
+  Traced t(fast_options(receiver.endpoint()));
+  t.spans(1);
+  ASSERT_EQ(receiver.headers().size(), 1u);
+  EXPECT_EQ(receiver.headers()[0].at("User-Agent"), std::string("lens/") + kVersion);
+}
+
+TEST(OtlpHttp, ErrorsShowTheEndpointWithoutItsCredentials) {
+  Traced t(fast_options("http://user:hunter2@127.0.0.1:1/v1/traces?token=abc123"));
+  t.spans(1);
+  const std::string error = t.exporter->stats().last_error;
+  EXPECT_NE(error.find("http://***@127.0.0.1:1/v1/traces?token=***"), std::string::npos) << error;
+  EXPECT_EQ(error.find("hunter2"), std::string::npos) << error;
+  EXPECT_EQ(error.find("abc123"), std::string::npos) << error;
+}
+
+TEST(OtlpHttp, OneExportEndsWithinTheBatchExportTimeout) {
+  // The receiver answers after 3 s; OTEL_BSP_EXPORT_TIMEOUT=400 ends the
+  // export (every attempt and wait) long before, as failed.
+  OtlpReceiver receiver([](int) { return Reply{200, "", "", 3000}; });
+  receiver.start();
+  TelemetryOptions opts;
+  opts.enabled = true;
+  opts.span_groups = "all";
+  opts.run_id = "otlp-deadline";
+  auto telemetry = Telemetry::create(
+      opts, testing::fake_env({{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint()},
+                               {"OTEL_BSP_EXPORT_TIMEOUT", "400"}}));
+  telemetry->tracer().start_span(SpanGroup::kJob, "work").end();
+  const auto start = std::chrono::steady_clock::now();
+  telemetry->flush(60s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2500ms);
+  const TelemetryStats stats = telemetry->stats();
+  ASSERT_TRUE(stats.delivery);
+  EXPECT_EQ(stats.delivery->spans_failed, 1u);
+  EXPECT_EQ(stats.delivery->spans_delivered, 0u);
+  telemetry->shutdown(1s);
+  receiver.stop();
 }
 
 TEST(OtlpHttp, ShutdownCutsBackoffShort) {

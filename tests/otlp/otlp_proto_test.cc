@@ -132,5 +132,34 @@ TEST(OtlpProto, AppendsToWhatIsInTheBuffer) {
   ASSERT_EQ(request.resource_spans_size(), 1);
 }
 
+TEST(OtlpProto, InvalidUtf8BecomesTheReplacementCharacterAndTheRequestParses) {
+  SpanRecord s;
+  s.name = std::string("mb\xff") + "\xc3";  // a stray byte, then a cut sequence
+  s.context.trace_id = IdGenerator::new_trace_id();
+  s.context.span_id = IdGenerator::new_span_id();
+  s.attributes = {{"who", std::string("\xe2\x82\xac ok")}};  // valid: left as it is
+  std::string wire;
+  const SpanRecord* batch[] = {&s};
+  ASSERT_TRUE(append_otlp_proto(wire, Resource{}, batch));
+  const auto request = decode(wire);  // libprotobuf refuses invalid UTF-8 in a string
+  const auto& span = request.resource_spans(0).scope_spans(0).spans(0);
+  EXPECT_EQ(span.name(), "mb\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(span.attributes(0).value().string_value(), "\xe2\x82\xac ok");
+}
+
+TEST(OtlpProto, ARequestOver256MiBIsReportedNotCorrupted) {
+  SpanRecord s;
+  s.name = "big";
+  s.context.trace_id = IdGenerator::new_trace_id();
+  s.context.span_id = IdGenerator::new_span_id();
+  s.attributes = {{"blob", std::string((std::size_t{1} << 28) + 16, 'x')}};
+  std::string wire;
+  const SpanRecord* batch[] = {&s};
+  EXPECT_FALSE(append_otlp_proto(wire, Resource{}, batch));
+  s.attributes = {{"blob", std::string(1000, 'x')}};
+  wire.clear();
+  EXPECT_TRUE(append_otlp_proto(wire, Resource{}, batch));
+}
+
 }  // namespace
 }  // namespace lens

@@ -245,6 +245,34 @@ TEST(Config, MalformedHeadersNeverEchoTheirValues) {
   EXPECT_EQ(msg.find("secret-token"), std::string::npos) << msg;
   msg = config_error({}, {{"OTEL_EXPORTER_OTLP_HEADERS", "x=a%0d%0aInjected: 1"}});
   EXPECT_NE(msg.find("line break"), std::string::npos) << msg;
+  // A header name must be an HTTP token; the name is shown, the value never.
+  for (const char* bad : {"bad key=secret-value", "x:y=secret-value", "caf\xc3\xa9=secret-value"}) {
+    msg = config_error({}, {{"OTEL_EXPORTER_OTLP_HEADERS", bad}});
+    EXPECT_NE(msg.find("is not an HTTP token"), std::string::npos) << bad << ": " << msg;
+    EXPECT_EQ(msg.find("secret-value"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(config_error({}, {{"OTEL_EXPORTER_OTLP_HEADERS", "X-Api_Key.v2~=ok"}}), "");
+}
+
+TEST(Config, EndpointsAreShownWithTheirCredentialsRedacted) {
+  const std::string msg =
+      config_error({}, {{"OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://user:hunter2@host/?token=abc"}});
+  EXPECT_NE(msg.find("OTEL_EXPORTER_OTLP_ENDPOINT='ftp://***@host/?token=***'"), std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("hunter2"), std::string::npos) << msg;
+}
+
+TEST(RedactedUrl, HidesUserInfoAndQueryValuesOnly) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"http://localhost:4318/v1/traces", "http://localhost:4318/v1/traces"},
+      {"https://user:token@collector:4318/v1/traces", "https://***@collector:4318/v1/traces"},
+      {"https://token@collector/v1/traces?api-key=s3cr3t&region=eu",
+       "https://***@collector/v1/traces?api-key=***&region=***"},
+      {"http://host/p?flag", "http://host/p?flag"},
+      {"http://host/p?k=v#frag", "http://host/p?k=***#frag"},
+      {"http://host/a@b", "http://host/a@b"},  // an @ in the path is not user info
+  };
+  for (const auto& [url, shown] : cases) EXPECT_EQ(redacted_url(url), shown) << url;
 }
 
 }  // namespace
