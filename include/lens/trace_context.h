@@ -1,16 +1,23 @@
 /// \file
 /// W3C Trace Context: `traceparent` and `tracestate` parsing and formatting.
 ///
-/// Parsing follows https://www.w3.org/TR/trace-context/ exactly:
+/// Parsing follows W3C Trace Context Level 2
+/// (https://www.w3.org/TR/trace-context-2/) at the strictness of the W3C
+/// conformance test suite:
 /// - traceparent: "version-traceid-parentid-flags", lowercase hex only;
 ///   version "ff" is invalid; version 00 must be exactly 55 characters; a
 ///   future version is parsed by the version-00 rules on its first 55
 ///   characters and must be followed by '-' if longer; all-zero trace or
 ///   span ids are invalid.
-/// - tracestate: at most 32 list members; keys and values follow the
-///   recommendation's grammar; an invalid member is dropped on its own (the
-///   rest of the header survives), as are duplicate keys after the first and
-///   members past the 32nd.
+/// - tracestate: keys follow Level 2's grammar,
+///   `key = ( lcalpha / DIGIT ) 0*255 ( keychar )` with keychar lcalpha,
+///   DIGIT, "_", "-", "*", "/" or "@" (so `foo@` and a 256-character key
+///   holding `@` are valid; 257 characters are not); values are 1-256
+///   printable characters without ',' or '=' and not ending in a space. One
+///   invalid list member, a repeated key, or more than 32 members (after the
+///   header's fields are combined with ',') invalidates the whole tracestate:
+///   it is discarded, not trimmed member by member. Empty list members and
+///   optional whitespace around members are allowed.
 ///
 /// Thread safety: pure functions.
 #pragma once
@@ -30,8 +37,10 @@ std::optional<SpanContext> parse_traceparent(std::string_view header);
 /// Formats "00-<trace>-<span>-<flags>" (always version 00).
 std::string format_traceparent(const SpanContext& context);
 
-/// Returns the valid members of a tracestate header, re-serialised as
-/// "k=v,k=v" (no spaces), keeping the first 32 valid, distinct keys.
+/// Returns a tracestate header's members re-serialised as "k=v,k=v" (no
+/// optional whitespace, no empty members), or "" when the value is invalid
+/// as a whole (see above). Pass a header repeated over several fields
+/// combined with ','.
 std::string sanitize_tracestate(std::string_view header);
 
 /// True if key (resp. value) is a valid tracestate key (resp. value).

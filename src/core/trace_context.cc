@@ -1,5 +1,6 @@
 #include "lens/trace_context.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "hex.h"
@@ -63,24 +64,12 @@ std::string format_traceparent(const SpanContext& context) {
 }
 
 bool valid_tracestate_key(std::string_view key) {
-  auto at = key.find('@');
-  if (at == std::string_view::npos) {
-    // simple-key = lcalpha 0*255( lcalpha / DIGIT / "_" / "-"/ "*" / "/" )
-    if (key.empty() || key.size() > 256 || !is_lcalpha(key[0])) return false;
-    for (char c : key.substr(1))
-      if (!is_key_char(c)) return false;
-    return true;
-  }
-  // tenant-id "@" system-id
-  std::string_view tenant = key.substr(0, at);
-  std::string_view system = key.substr(at + 1);
-  if (tenant.empty() || tenant.size() > 241) return false;
-  if (!is_lcalpha(tenant[0]) && !is_digit(tenant[0])) return false;
-  for (char c : tenant.substr(1))
-    if (!is_key_char(c)) return false;
-  if (system.empty() || system.size() > 14 || !is_lcalpha(system[0])) return false;
-  for (char c : system.substr(1))
-    if (!is_key_char(c)) return false;
+  // key = ( lcalpha / DIGIT ) 0*255 ( keychar )
+  // keychar = lcalpha / DIGIT / "_" / "-" / "*" / "/" / "@"
+  if (key.empty() || key.size() > 256) return false;
+  if (!is_lcalpha(key[0]) && !is_digit(key[0])) return false;
+  for (char c : key.substr(1))
+    if (!is_key_char(c) && c != '@') return false;
   return true;
 }
 
@@ -95,24 +84,24 @@ bool valid_tracestate_value(std::string_view value) {
 }
 
 std::string sanitize_tracestate(std::string_view header) {
+  // Any invalid member, a repeated key or more than 32 members invalidates
+  // the whole value: it is then not propagated at all.
   std::vector<std::string_view> keys;
   std::string out;
   std::size_t pos = 0;
-  while (pos <= header.size() && keys.size() < kMaxTracestateMembers) {
+  while (pos <= header.size()) {
     std::size_t comma = header.find(',', pos);
     if (comma == std::string_view::npos) comma = header.size();
     std::string_view member = trim_ows(header.substr(pos, comma - pos));
     pos = comma + 1;
     if (member.empty()) continue;  // empty list members are allowed
-    auto eq = member.find('=');
-    if (eq == std::string_view::npos) continue;
-    std::string_view key = member.substr(0, eq);
-    std::string_view value = member.substr(eq + 1);
-    if (!valid_tracestate_key(key) || !valid_tracestate_value(value)) continue;
-    bool duplicate = false;
-    for (auto k : keys) duplicate = duplicate || k == key;
-    if (duplicate) continue;
+    const auto eq = member.find('=');
+    if (eq == std::string_view::npos) return {};
+    const std::string_view key = member.substr(0, eq);
+    if (!valid_tracestate_key(key) || !valid_tracestate_value(member.substr(eq + 1))) return {};
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) return {};
     keys.push_back(key);
+    if (keys.size() > kMaxTracestateMembers) return {};
     if (!out.empty()) out.push_back(',');
     out.append(member);
   }

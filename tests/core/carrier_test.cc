@@ -144,7 +144,7 @@ TEST(Carrier, EverySingleBitFlipIsRejected) {
   EXPECT_EQ(rejected, 8 * static_cast<int>(kCarrierFrameBytes));
 }
 
-TEST(Carrier, InvalidTracestateBytesAreSanitised) {
+TEST(Carrier, InvalidTracestateBytesAreDiscardedWhole) {
   CarrierFrame f = encode_carrier(sample_carrier());
   const char evil[] = "ok=1,BAD=\x01,fine=2";
   f[14] = sizeof(evil) - 1;
@@ -153,8 +153,8 @@ TEST(Carrier, InvalidTracestateBytesAreSanitised) {
   std::copy(evil, evil + sizeof(evil) - 1, f.begin() + 64);
   reseal(f);
   auto d = decode_carrier(f);
-  ASSERT_EQ(d.status, FrameStatus::kOk);
-  EXPECT_EQ(d.carrier->context.tracestate, "ok=1,fine=2");
+  ASSERT_EQ(d.status, FrameStatus::kOk);  // the ids still arrive; the tracestate does not
+  EXPECT_EQ(d.carrier->context.tracestate, "");
 }
 
 TEST(Carrier, RandomBytesNeverDecodeAndNeverCrash) {
