@@ -5,7 +5,8 @@
 // a free 127.0.0.1 port, starts pp x dp ranks of itself, waits for them
 // (a rank that dies makes the others stop), and prints a summary. With
 // torchrun's variables set (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) it
-// runs as that one rank.
+// runs as that one rank; rank 0 serves the rendezvous store unless
+// TORCHELASTIC_USE_AGENT_STORE=True (rendezvous_store, gloo_job.h).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -85,7 +86,9 @@ int run_rank(const TrainOptions& o) {
   const int replica = rank % o.dp;
   torch::set_num_threads(1);
 
-  auto store = connect_tcp_store(addr, static_cast<std::uint16_t>(port), world, timeout);
+  // PyTorch's env:// rule: rank 0 serves the store, unless the launcher's
+  // agent does (TORCHELASTIC_USE_AGENT_STORE=True).
+  auto store = rendezvous_store(addr, static_cast<std::uint16_t>(port), rank, world, timeout);
   auto world_group = subgroup(store, "world/", rank, world, timeout, addr);
   auto pp_group = subgroup(store, "pp" + std::to_string(replica) + "/", stage, o.pp, timeout, addr);
   c10::intrusive_ptr<c10d::ProcessGroup> dp_group;

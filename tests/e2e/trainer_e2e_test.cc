@@ -2,6 +2,8 @@
 // from the files it writes, that every stage of a step shares one trace and
 // that the linked spans are exactly where the reference page puts them.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -123,8 +125,9 @@ TEST_P(Correlation, EveryStepIsOneTraceWithLinksWhereTheReferenceSays) {
   std::set<std::string> names;
   for (const auto& s : spans) {
     names.insert(s.name);
-    if (s.name == "megatron.pp.recv_forward.linked")
+    if (s.name == "megatron.pp.recv_forward.linked") {
       EXPECT_NE(s.int_attr("dl.pipeline_parallel.rank"), 0);
+    }
     EXPECT_EQ(s.resource.at("service.name"), "megatron-lm");
     EXPECT_EQ(s.resource.at("nemo.run.id"), out.run_id);
   }
@@ -451,6 +454,76 @@ KillOutcome kill_rank_mid_run(int victim, const std::string& name,
   return k;
 }
 
+// A free TCP port on 127.0.0.1 (bound, read, released).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Four ranks started by hand with the variables torchrun's env:// rendezvous
+// and srun scripts set: rank 0 serves the store (agent = false), or a store
+// the "agent" (here a Python TCPStore) already serves (agent = true).
+void launch_four_ranks_by_hand(bool agent) {
+  const fs::path base = fs::temp_directory_path() / ("lens-e2e-" + std::to_string(getpid())) /
+                        (agent ? "by-hand-agent" : "by-hand");
+  fs::remove_all(base);
+  fs::create_directories(base);
+  const int port = free_port();
+  std::string script = "set -u\n";
+  if (agent) {
+    // The agent's store, up before the ranks and gone after them.
+    script +=
+        "/usr/bin/python3 -c 'import time, datetime, torch.distributed as d; "
+        "s = d.TCPStore(\"127.0.0.1\", " +
+        std::to_string(port) +
+        ", 5, True, datetime.timedelta(seconds=60)); time.sleep(120)' &\n"
+        "agent=$!\nsleep 2\n";
+  }
+  for (int r = 0; r < 4; ++r)
+    script += "RANK=" + std::to_string(r) +
+              " WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+              (agent ? " TORCHELASTIC_USE_AGENT_STORE=True" : "") +
+              " " LENS_TRAIN_BIN
+              " --pp 4 --microbatches 4 --steps 2 --layers 4 --hidden 16 --microbatch-size 4"
+              " --timeout-s 60 --otel-enabled=true --otel-span-groups per_step --trace-dir " +
+              (base / "traces").string() + " > " + (base / ("rank-" + std::to_string(r))).string() +
+              ".txt 2>&1 &\npid" + std::to_string(r) + "=$!\n";
+  script += "failed=0\nfor p in $pid0 $pid1 $pid2 $pid3; do wait $p || failed=1; done\n";
+  if (agent) script += "kill $agent 2>/dev/null; wait $agent 2>/dev/null\n";
+  script += "exit $failed\n";
+  std::ofstream(base / "launch.sh") << script;
+  const int status = std::system(("timeout 180 bash " + (base / "launch.sh").string()).c_str());
+  std::string logs;
+  for (int r = 0; r < 4; ++r) {
+    std::ifstream in(base / ("rank-" + std::to_string(r) + ".txt"));
+    logs += "rank " + std::to_string(r) + ": " +
+            std::string(std::istreambuf_iterator<char>(in), {}) + "\n";
+  }
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << logs;
+  fs::path run_dir;
+  for (const auto& e : fs::directory_iterator(base / "traces")) run_dir = e.path();
+  const lens::tools::Run run = lens::tools::read_run(run_dir);
+  EXPECT_EQ(run.files.size(), 4u);
+  expect_lens_check_passes(run);
+}
+
+TEST(TrainerLaunch, ByHandWithTorchrunVariablesRankZeroServesTheStore) {
+  launch_four_ranks_by_hand(false);
+}
+
+TEST(TrainerLaunch, ByHandWithTheAgentsStoreEveryRankIsAClient) {
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-torch not installed";
+  launch_four_ranks_by_hand(true);
+}
+
 TEST(TrainerFailures, KilledRankStopsTheJobWithAnErrorNamingIt) {
   KillOutcome k = kill_rank_mid_run(1, "rank1");
   EXPECT_TRUE(k.launcher_exited) << "the job is still running after rank 1 died";
@@ -463,9 +536,10 @@ TEST(TrainerFailures, KilledRankStopsTheJobWithAnErrorNamingIt) {
   const bool in_p2p = k.output.find("rank 0 was in: megatron.p2p.") != std::string::npos;
   const bool in_broadcast = k.output.find("broadcast") != std::string::npos;
   EXPECT_TRUE(in_p2p || in_broadcast) << k.output;
-  if (in_p2p)
+  if (in_p2p) {
     EXPECT_NE(k.output.find("rank 0 was in: megatron.train_step dl.step="), std::string::npos)
         << k.output;
+  }
   EXPECT_NE(k.output.find("rank 0 was in: megatron.job"), std::string::npos) << k.output;
   EXPECT_NE(k.output.find("rank 0: last span ended: megatron."), std::string::npos) << k.output;
   EXPECT_GT(k.failure_events, 0);

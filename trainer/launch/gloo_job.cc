@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -44,6 +45,33 @@ c10::intrusive_ptr<c10d::Store> connect_tcp_store(const std::string& host, std::
   } catch (const std::exception& e) {
     throw CommError("lens: cannot reach the rendezvous store at " + host + ":" +
                     std::to_string(port) + ": " + e.what());
+  }
+}
+
+c10::intrusive_ptr<c10d::Store> rendezvous_store(const std::string& host, std::uint16_t port,
+                                                 int rank, int world_size,
+                                                 std::chrono::milliseconds timeout) {
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  if (agent != nullptr && std::string(agent) == "True") {
+    const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    return c10::make_intrusive<c10d::PrefixStore>(
+        std::string("/worker/attempt_") + (attempt ? attempt : "0"),
+        connect_tcp_store(host, port, world_size, timeout));
+  }
+  if (rank != 0) return connect_tcp_store(host, port, world_size, timeout);
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = port;
+    opts.isServer = true;
+    opts.numWorkers = static_cast<std::size_t>(world_size);
+    opts.waitWorkers = false;
+    opts.timeout = timeout;
+    return c10::make_intrusive<c10d::TCPStore>(host, opts);
+  } catch (const std::exception& e) {
+    throw CommError("lens: rank 0 cannot serve the rendezvous store on port " +
+                    std::to_string(port) + " (MASTER_PORT): " + e.what() +
+                    "; if a launcher's agent serves it already, set "
+                    "TORCHELASTIC_USE_AGENT_STORE=True");
   }
 }
 

@@ -28,6 +28,8 @@ std::vector<std::string> child_environment(const LaunchOptions& o, int rank) {
   vars["LOCAL_WORLD_SIZE"] = std::to_string(o.world_size);
   vars["MASTER_ADDR"] = o.master_addr;
   vars["MASTER_PORT"] = std::to_string(o.master_port);
+  // The launcher serves the rendezvous store, as torchrun's agent does.
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
   std::vector<std::string> out;
   for (const auto& [k, v] : vars) out.push_back(k + "=" + v);
   return out;
