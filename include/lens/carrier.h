@@ -11,7 +11,7 @@
 ///   8      4     flags: bit 0 = a context is present (else "no context")
 ///   12     1     W3C trace flags (bit 0: sampled: the source's one sampling
 ///                decision for the step)
-///   13     1     reserved, 0
+///   13     1     reserved, must be 0
 ///   14     2     tracestate length in bytes (0..192)
 ///   16     16    trace id
 ///   32     8     span id (the id the source's step span has)
@@ -21,7 +21,8 @@
 ///                read little-endian and mixed as h = (h ^ w) * 0x9e3779b97f4a7c15,
 ///                h ^= h >> 29, from h = 0x6c656e732d667232; the low 32 bits
 ///                of h ^ (h >> 32)
-///   52     12    reserved, 0 (room for later fields of version 2)
+///   52     12    reserved, must be 0: a decoder of version 2 rejects any
+///                other value, so a new field here means a new version
 ///   64     192   tracestate (W3C serialised), then zero padding (checked)
 ///
 /// Decoding checks every length and field. Anything malformed yields "no
@@ -30,7 +31,9 @@
 /// from the right, as W3C Trace Context allows.
 ///
 /// Version 1 differed only in the checksum (byte-wise FNV-1a, ~0.1 us per
-/// frame); ranks agree on the frame version at start-up.
+/// frame); ranks agree on the frame version at start-up
+/// (startup_agreement.h), so a job mixing builds fails there, not with lost
+/// links.
 ///
 /// Why 256 bytes: Open MPI's shared-memory broadcast of up to 256 bytes takes
 /// ~5 us among 4 ranks here and 320 bytes ~12.6 us (bench/README.md); one

@@ -16,8 +16,11 @@
 /// unusable and the job should abort (MPI_Abort), which is what a hung MPI job
 /// needs anyway. With Wait::kBlocking the plain blocking collectives are used
 /// instead (about 1 us less per broadcast on shared memory, see
-/// bench/README.md); the timeout is then not enforced and a missing peer
-/// blocks until MPI or the job scheduler gives up.
+/// bench/README.md), and a started broadcast is waited for with MPI_Wait;
+/// the timeout is then not enforced and a missing peer blocks until MPI or
+/// the job scheduler gives up. The engine only ever writes into buffers
+/// lens owns: a collective that timed out keeps its buffer (leaked on
+/// purpose) instead of writing into the caller's after it unwound.
 ///
 /// Thread safety: one collective at a time; MPI must be initialised (any
 /// thread level) before construction and finalised after destruction. The

@@ -207,8 +207,19 @@ bool BatchProcessor::shutdown(std::chrono::milliseconds timeout) {
     done = thread_done(std::chrono::seconds(1));
   }
   if (!done) {
-    // The exporter is stuck. What is still queued will not go out in time.
-    s.locked([&] { return s.stats.dropped_at_shutdown += s.size; });
+    // The exporter is stuck. What is still queued will not go out in time:
+    // it is taken out of the queue and counted as dropped, so that the
+    // thread, if the exporter ever returns, does not export it after all.
+    std::vector<detail::LiveSpan*> left;
+    s.locked([&] {
+      for (; s.size > 0; --s.size) {
+        left.push_back(s.ring[s.head]);
+        s.head = (s.head + 1) % s.ring.size();
+      }
+      s.stats.dropped_at_shutdown += left.size();
+      return 0;
+    });
+    detail::release_records(left.data(), left.size());
     return false;
   }
   s.exporter->shutdown(timeout);

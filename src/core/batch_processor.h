@@ -16,8 +16,10 @@
 /// any thread. If shutdown's timeout expires while the exporter is still busy,
 /// the exporter is interrupted (SpanExporter::interrupt) and given one more
 /// second; if it is still busy then, the export thread is left to finish on
-/// its own (it keeps the exporter, and whatever `keep_alive` holds, alive) and
-/// the spans it had not taken are counted as dropped.
+/// its own (it keeps the exporter, and whatever `keep_alive` holds, alive);
+/// the spans it had not taken are then taken out of the queue and counted as
+/// dropped (never exported later), and the batch it is stuck in is counted
+/// when its export call returns, if it does.
 #pragma once
 
 #include <chrono>

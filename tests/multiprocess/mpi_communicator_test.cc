@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -21,10 +22,49 @@ std::vector<std::uint8_t> payload(int root, std::size_t size, int round) {
   return v;
 }
 
+// `late_peer` (mpirun -np 2): rank 0's all_gather times out because rank 1
+// joins 1 s late; MPI cannot cancel it, so it completes later, when rank 0
+// next drives MPI. It must complete into lens's own buffers, never into the
+// caller's output, which rank 0 still holds and checks.
+int late_peer() {
+  int failures = 0;
+  {
+    lens::MpiCommunicator comm(MPI_COMM_WORLD);
+    std::vector<std::uint8_t> mine(8, static_cast<std::uint8_t>(0x10 + comm.rank()));
+    std::vector<std::uint8_t> all(16, 0xAA);
+    if (comm.rank() == 0) {
+      bool timed_out = false;
+      try {
+        comm.all_gather(mine, all, std::chrono::milliseconds(200));
+      } catch (const lens::CommError&) {
+        timed_out = true;
+      }
+      if (!timed_out) {
+        ++failures;
+        std::fprintf(stderr, "rank 0: FAILED: no timeout\n");
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      comm.all_gather(mine, all, std::chrono::milliseconds(30000));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // drives MPI: the abandoned all-gather completes meanwhile
+    if (comm.rank() == 0 && all != std::vector<std::uint8_t>(16, 0xAA)) {
+      ++failures;
+      std::fprintf(stderr,
+                   "rank 0: FAILED: a timed-out all_gather wrote into the caller's buffer\n");
+    }
+  }
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return total == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  if (argc > 1 && std::string(argv[1]) == "late_peer") return late_peer();
   int failures = 0;
   const auto expect = [&](bool ok, const std::string& what) {
     if (ok) return;

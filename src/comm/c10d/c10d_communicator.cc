@@ -8,9 +8,19 @@
 namespace lens {
 namespace {
 
-at::Tensor bytes_tensor(void* data, std::size_t bytes) {
-  return torch::from_blob(data, {static_cast<std::int64_t>(bytes)},
-                          torch::TensorOptions().dtype(torch::kUInt8));
+// A uint8 tensor of its own holding a copy of `bytes` (or zeros). The
+// engine only ever sees tensors it shares ownership of: a collective that
+// times out keeps them alive in its Work while Gloo may still write, instead
+// of writing into the caller's buffer after the caller has unwound.
+at::Tensor owned_tensor(std::size_t size, std::span<const std::uint8_t> bytes = {}) {
+  at::Tensor t =
+      torch::zeros({static_cast<std::int64_t>(size)}, torch::TensorOptions().dtype(torch::kUInt8));
+  std::copy(bytes.begin(), bytes.end(), t.data_ptr<std::uint8_t>());
+  return t;
+}
+
+void copy_out(const at::Tensor& t, std::uint8_t* to) {
+  std::copy_n(t.data_ptr<std::uint8_t>(), t.numel(), to);
 }
 
 // Waits for a posted collective: CommError naming `what` when the engine
@@ -40,11 +50,10 @@ C10dCommunicator::C10dCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group)
 
 void C10dCommunicator::broadcast(std::span<std::uint8_t> data, int root,
                                  std::chrono::milliseconds timeout) {
-  // The tensors wrap the caller's bytes and stay alive until the work is done.
   std::vector<at::Tensor> tensors;
   c10::intrusive_ptr<c10d::Work> work;
   try {
-    tensors.push_back(bytes_tensor(data.data(), data.size()));
+    tensors.push_back(owned_tensor(data.size(), data));
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     opts.timeout = timeout;
@@ -53,6 +62,7 @@ void C10dCommunicator::broadcast(std::span<std::uint8_t> data, int root,
     throw CommError(describe_failure("broadcast", e.what()));
   }
   wait_work(*this, *work, "broadcast", timeout);
+  copy_out(tensors[0], data.data());
 }
 
 namespace {
@@ -83,9 +93,7 @@ class C10dPendingBroadcast : public PendingBroadcast {
 std::unique_ptr<PendingBroadcast> C10dCommunicator::start_broadcast(
     std::span<const std::uint8_t> data, int root, std::chrono::milliseconds timeout) {
   try {
-    at::Tensor tensor = torch::empty({static_cast<std::int64_t>(data.size())},
-                                     torch::TensorOptions().dtype(torch::kUInt8));
-    std::copy(data.begin(), data.end(), tensor.data_ptr<std::uint8_t>());
+    at::Tensor tensor = owned_tensor(data.size(), data);
     std::vector<at::Tensor> tensors{tensor};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
@@ -104,10 +112,8 @@ void C10dCommunicator::gather_from_all(std::span<const std::uint8_t> input,
   std::vector<std::vector<at::Tensor>> out(1);
   c10::intrusive_ptr<c10d::Work> work;
   try {
-    in.push_back(bytes_tensor(const_cast<std::uint8_t*>(input.data()), input.size()));
-    for (int r = 0; r < size_; ++r)
-      out[0].push_back(
-          bytes_tensor(output.data() + static_cast<std::size_t>(r) * input.size(), input.size()));
+    in.push_back(owned_tensor(input.size(), input));
+    for (int r = 0; r < size_; ++r) out[0].push_back(owned_tensor(input.size()));
     c10d::AllgatherOptions opts;
     opts.timeout = timeout;
     work = group_->allgather(out, in, opts);
@@ -115,6 +121,9 @@ void C10dCommunicator::gather_from_all(std::span<const std::uint8_t> input,
     throw CommError(describe_failure("all_gather", e.what()));
   }
   wait_work(*this, *work, "all_gather", timeout);
+  for (int r = 0; r < size_; ++r)
+    copy_out(out[0][static_cast<std::size_t>(r)],
+             output.data() + static_cast<std::size_t>(r) * input.size());
 }
 
 }  // namespace lens

@@ -1,8 +1,10 @@
 #include "lens/mpi_communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
@@ -18,6 +20,28 @@ std::string mpi_error_text(int code) {
   return std::string(text, static_cast<std::size_t>(length));
 }
 
+// A buffer MPI writes into until its request completes. Freed once the
+// request completed; deliberately leaked when the wait gave up, since MPI
+// may still write into it (a caller's buffer would be gone by then).
+class RequestBuffer {
+ public:
+  explicit RequestBuffer(std::span<const std::uint8_t> bytes, std::size_t size)
+      : bytes_(new std::vector<std::uint8_t>(size)) {
+    std::copy(bytes.begin(), bytes.end(), bytes_->begin());
+  }
+  ~RequestBuffer() {
+    if (!abandoned_) delete bytes_;
+  }
+  RequestBuffer(const RequestBuffer&) = delete;
+  RequestBuffer& operator=(const RequestBuffer&) = delete;
+  std::uint8_t* data() { return bytes_->data(); }
+  void abandon() { abandoned_ = true; }
+
+ private:
+  std::vector<std::uint8_t>* bytes_;
+  bool abandoned_ = false;
+};
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, Wait wait) : comm_(comm), wait_mode_(wait) {
@@ -30,6 +54,12 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, Wait wait) : comm_(comm), wait_m
 
 void MpiCommunicator::wait(MPI_Request& request, std::string_view what,
                            std::chrono::milliseconds timeout) {
+  if (wait_mode_ == Wait::kBlocking) {
+    // As the mode says: MPI_Wait, no timeout.
+    const int rc = MPI_Wait(&request, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) throw CommError(describe_failure(what, mpi_error_text(rc)));
+    return;
+  }
   // Spin briefly (a shared-memory broadcast completes in about a microsecond),
   // then poll with growing sleeps up to 1 ms so a slow peer costs no CPU.
   const auto start = std::chrono::steady_clock::now();
@@ -89,7 +119,9 @@ bool MpiCommunicator::persistent_broadcast(std::span<std::uint8_t> data, int roo
   try {
     wait(persistent_.request, "broadcast (persistent MPI_Bcast_init request)", timeout);
   } catch (const CommError&) {
+    // The request stays bound to the buffer: it must outlive this object.
     persistent_stuck_ = true;
+    (void)new std::vector<std::uint8_t>(std::move(persistent_.buffer));
     throw;
   }
   if (rank_ != root) std::memcpy(data.data(), persistent_.buffer.data(), data.size());
@@ -110,11 +142,18 @@ void MpiCommunicator::broadcast(std::span<std::uint8_t> data, int root,
     return;
   }
   if (persistent_broadcast(data, root, timeout)) return;
+  RequestBuffer buffer(data, data.size());
   MPI_Request request;
   const int rc =
-      MPI_Ibcast(data.data(), static_cast<int>(data.size()), MPI_BYTE, root, comm_, &request);
+      MPI_Ibcast(buffer.data(), static_cast<int>(data.size()), MPI_BYTE, root, comm_, &request);
   if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Ibcast", mpi_error_text(rc)));
-  wait(request, "broadcast (MPI_Ibcast)", timeout);
+  try {
+    wait(request, "broadcast (MPI_Ibcast)", timeout);
+  } catch (const CommError&) {
+    buffer.abandon();
+    throw;
+  }
+  std::memcpy(data.data(), buffer.data(), data.size());
 }
 
 namespace {
@@ -169,12 +208,20 @@ void MpiCommunicator::gather_from_all(std::span<const std::uint8_t> input,
     if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Allgather", mpi_error_text(rc)));
     return;
   }
+  RequestBuffer in(input, input.size());
+  RequestBuffer out({}, output.size());
   MPI_Request request;
-  const int rc =
-      MPI_Iallgather(input.data(), static_cast<int>(input.size()), MPI_BYTE, output.data(),
-                     static_cast<int>(input.size()), MPI_BYTE, comm_, &request);
+  const int rc = MPI_Iallgather(in.data(), static_cast<int>(input.size()), MPI_BYTE, out.data(),
+                                static_cast<int>(input.size()), MPI_BYTE, comm_, &request);
   if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Iallgather", mpi_error_text(rc)));
-  wait(request, "all_gather (MPI_Iallgather)", timeout);
+  try {
+    wait(request, "all_gather (MPI_Iallgather)", timeout);
+  } catch (const CommError&) {
+    in.abandon();
+    out.abandon();
+    throw;
+  }
+  std::memcpy(output.data(), out.data(), output.size());
 }
 
 }  // namespace lens
