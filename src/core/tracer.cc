@@ -33,7 +33,13 @@ LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
     s->context.tracestate = parent->tracestate;
     s->parent_span_id = parent->span_id;
     s->parent_remote = parent->remote;
-    if (!sampler.parent_based) {
+    // A sampler that is not parent-based decides again for a remote parent
+    // only. A local parent's decision stands for its children: a step span's
+    // was made once for the whole step (the sampler on the step's, or in
+    // pipeline scope the anchor's, trace id, and the step budget), and a
+    // child deciding again would be exported under a parent that is not, or
+    // dropped under one that is.
+    if (!sampler.parent_based && parent->remote) {
       s->context.trace_flags = sampler.should_sample_root(s->context.trace_id)
                                    ? (parent->trace_flags | TraceFlags::kSampled)
                                    : (parent->trace_flags & ~TraceFlags::kSampled);

@@ -319,3 +319,38 @@ TEST(Span, ManyThreadsRecordConcurrently) {
 
 }  // namespace
 }  // namespace lens
+
+namespace lens {
+namespace {
+
+// A sampler that is not parent-based (traceidratio) decides for roots and
+// remote parents; a step's children follow the step's own decision, which
+// lens made once for the whole step (here given as the step's context).
+TEST(Sampling, ChildrenOfALocalSpanFollowItsDecisionUnderANonParentBasedSampler) {
+  for (const char* ratio : {"0", "1"}) {
+    testing::MemoryTelemetry mt(
+        {}, {{"OTEL_TRACES_SAMPLER", "traceidratio"}, {"OTEL_TRACES_SAMPLER_ARG", ratio}});
+    Tracer tracer = mt.telemetry->tracer();
+    for (const bool kept : {true, false}) {
+      StartOptions step_start;
+      step_start.root = true;
+      step_start.context = SpanContext{IdGenerator::new_trace_id(), IdGenerator::new_span_id(),
+                                       kept ? TraceFlags::kSampled : std::uint8_t{0}, "", false};
+      Span step = tracer.start_span(SpanGroup::kStep, "megatron.train_step", step_start);
+      CurrentSpanScope scope(step);
+      Span child = tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.forward");
+      EXPECT_EQ(child.context().sampled(), kept) << "ratio " << ratio;
+    }
+  }
+  // A remote parent is still decided again by the sampler.
+  testing::MemoryTelemetry never(
+      {}, {{"OTEL_TRACES_SAMPLER", "traceidratio"}, {"OTEL_TRACES_SAMPLER_ARG", "0"}});
+  StartOptions remote;
+  remote.parent = SpanContext{IdGenerator::new_trace_id(), IdGenerator::new_span_id(),
+                              TraceFlags::kSampled, "", true};
+  EXPECT_FALSE(
+      never.telemetry->tracer().start_span(SpanGroup::kJob, "x", remote).context().sampled());
+}
+
+}  // namespace
+}  // namespace lens
