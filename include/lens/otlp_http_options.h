@@ -21,6 +21,10 @@ struct OtlpHttpOptions {
   std::chrono::milliseconds timeout{10000};  ///< per request
   bool gzip = false;
   std::string certificate;  ///< CA bundle for https endpoints; verification is always on
+  /// Mutual TLS: this client's certificate and private key (PEM files), or
+  /// both empty.
+  std::string client_certificate;
+  std::string client_key;
   int max_attempts = 6;
   std::chrono::milliseconds initial_backoff{500};
   std::chrono::milliseconds max_backoff{8000};

@@ -116,6 +116,10 @@ OtlpSendResult send_otlp_request(const OtlpHttpOptions& o, const std::string& bo
     curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 2L);
     if (!o.certificate.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, o.certificate.c_str());
+    if (!o.client_certificate.empty()) {
+      curl_easy_setopt(curl, CURLOPT_SSLCERT, o.client_certificate.c_str());
+      curl_easy_setopt(curl, CURLOPT_SSLKEY, o.client_key.c_str());
+    }
     const CURLcode rc = curl_easy_perform(curl);
     long status = 0;
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);

@@ -127,6 +127,25 @@ void resolve_otlp(const Env& env, const std::optional<Setting>& traces_endpoint,
       fail(*cert, "the path of a readable CA certificate file");
     o.certificate = cert->value;
   }
+  // Mutual TLS: this client's certificate and its key, both or neither.
+  const auto client_cert = env.get(
+      {"OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"});
+  const auto client_key =
+      env.get({"OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "OTEL_EXPORTER_OTLP_CLIENT_KEY"});
+  for (const auto* file : {&client_cert, &client_key})
+    if (*file && ::access((*file)->value.c_str(), R_OK) != 0)
+      fail(**file, "the path of a readable PEM file");
+  if (client_cert.has_value() != client_key.has_value()) {
+    const Setting& given = client_cert ? *client_cert : *client_key;
+    throw ConfigError(
+        given.name + " is set without " +
+        (client_cert ? "OTEL_EXPORTER_OTLP_CLIENT_KEY" : "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE") +
+        "; accepted: both (mutual TLS) or neither");
+  }
+  if (client_cert) {
+    o.client_certificate = client_cert->value;
+    o.client_key = client_key->value;
+  }
 }
 
 // Enabled: off unless set; OTEL_SDK_DISABLED=true wins over both.

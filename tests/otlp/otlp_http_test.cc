@@ -9,7 +9,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "lens/error.h"
 #include "lens/otlp_http_exporter.h"
 #include "lens/telemetry.h"
 #include "lens/version.h"
@@ -525,6 +527,54 @@ TEST_F(Https, WithTheConfiguredCaTheSpansArrive) {
   const auto s = t.exporter->stats();
   EXPECT_EQ(s.spans_delivered, 4u);
   EXPECT_EQ(s.spans_failed, 0u);
+}
+
+TEST_F(Https, MutualTlsSendsTheClientCertificateTheReceiverRequires) {
+  // A client certificate and key (self-signed: the receiver trusts it as its
+  // own CA), and a receiver that refuses clients without one it signed.
+  const std::string client_cert = (dir_ / "client-cert.pem").string();
+  const std::string client_key = (dir_ / "client-key.pem").string();
+  const std::string cmd =
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+      "-subj /CN=lens-client -keyout " +
+      client_key + " -out " + client_cert + " > " + (dir_ / "openssl-client.log").string() +
+      " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl could not make a client certificate";
+  testing::TlsFiles tls = tls_;
+  tls.client_ca = client_cert;
+  OtlpReceiver receiver([](int) { return Reply{}; }, 0, tls);
+  receiver.start();
+  const auto env = [&](bool with_client) {
+    std::map<std::string, std::string> e = {
+        {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint()},
+        {"OTEL_EXPORTER_OTLP_CERTIFICATE", tls_.certificate},
+        {"OTEL_EXPORTER_OTLP_TIMEOUT", "2000"},
+        {"OTEL_BSP_EXPORT_TIMEOUT", "3000"}};  // a refused handshake is retried until then
+    if (with_client) {
+      e["OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"] = client_cert;
+      e["OTEL_EXPORTER_OTLP_CLIENT_KEY"] = client_key;
+    }
+    return e;
+  };
+  for (const bool with_client : {true, false}) {
+    TelemetryOptions opts;
+    opts.enabled = true;
+    opts.span_groups = "all";
+    opts.run_id = "mtls";
+    auto telemetry = Telemetry::create(opts, testing::fake_env(env(with_client)));
+    telemetry->tracer().start_span(SpanGroup::kJob, "over-mtls").end();
+    telemetry->flush(30s);
+    const TelemetryStats stats = telemetry->stats();
+    ASSERT_TRUE(stats.delivery);
+    EXPECT_EQ(stats.delivery->spans_delivered, with_client ? 1u : 0u) << with_client;
+    EXPECT_EQ(stats.delivery->spans_failed, with_client ? 0u : 1u) << with_client;
+    telemetry->shutdown(1s);
+  }
+  EXPECT_EQ(receiver.accepted_spans(), 1u);
+  // One of the two without the other is a configuration error.
+  auto half = env(true);
+  half.erase("OTEL_EXPORTER_OTLP_CLIENT_KEY");
+  EXPECT_THROW(resolve_config({}, testing::fake_env(half)), ConfigError);
 }
 
 TEST_F(Https, AnUntrustedCertificateIsRefusedAndCountedNotRetried) {

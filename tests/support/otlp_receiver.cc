@@ -31,8 +31,9 @@ std::string gunzip(const std::string& in) {
 OtlpReceiver::OtlpReceiver(std::function<Reply(int)> policy, int port, std::optional<TlsFiles> tls)
     : tls_(tls.has_value()), policy_(std::move(policy)) {
   if (tls) {
-    auto ssl =
-        std::make_unique<httplib::SSLServer>(tls->certificate.c_str(), tls->private_key.c_str());
+    auto ssl = std::make_unique<httplib::SSLServer>(
+        tls->certificate.c_str(), tls->private_key.c_str(),
+        tls->client_ca.empty() ? nullptr : tls->client_ca.c_str());
     if (!ssl->is_valid())
       throw std::runtime_error("test receiver: cannot load " + tls->certificate + " / " +
                                tls->private_key);

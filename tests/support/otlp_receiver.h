@@ -25,6 +25,7 @@ namespace lens::testing {
 struct TlsFiles {
   std::string certificate;
   std::string private_key;
+  std::string client_ca;  // when set, clients must present a certificate it signed
 };
 
 struct Reply {
