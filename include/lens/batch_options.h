@@ -24,7 +24,10 @@ struct ProcessorStats {
   std::uint64_t export_failed = 0;        ///< handed to the exporter, which failed
   std::uint64_t dropped_queue_full = 0;   ///< not accepted: the queue was full
   std::uint64_t dropped_at_shutdown = 0;  ///< still queued when shutdown gave up
-  std::uint64_t queue_high_water = 0;     ///< most spans ever waiting in the queue at once
+  /// Ended in a fork's child, which has no export thread (or queued in the
+  /// parent when it forked: the parent exports those).
+  std::uint64_t dropped_in_forked_child = 0;
+  std::uint64_t queue_high_water = 0;  ///< most spans ever waiting in the queue at once
 };
 
 }  // namespace lens

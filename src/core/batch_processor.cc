@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "fork_safety.h"
 #include "live_span.h"
 #include "span_clock.h"
 #include "spin_lock.h"
@@ -31,6 +32,7 @@ struct BatchProcessor::State {
   std::size_t head = 0;  // next to take
   std::size_t size = 0;
   bool accepting = true;
+  bool forked_child = false;  // a fork's child: no export thread here
   bool stop = false;
   bool thread_done = false;
   std::uint64_t flush_target = 0;  // flush until `taken` reaches this
@@ -128,9 +130,22 @@ BatchProcessor::BatchProcessor(std::shared_ptr<SpanExporter> exporter, Resource 
   // The thread owns a reference to the state, so it may outlive us if an
   // exporter hangs past the shutdown timeout.
   std::thread([state = state_] { state->run(); }).detach();
+  detail::register_fork_participant({&state_->queue,
+                                     [](void* self) {
+                                       // Held: the queue lock (fork_safety.h).
+                                       auto* s = static_cast<State*>(self);
+                                       s->forked_child = true;
+                                       s->accepting = false;
+                                       s->stats.dropped_in_forked_child += s->size;
+                                       s->size = 0;
+                                     },
+                                     state_.get()});
 }
 
-BatchProcessor::~BatchProcessor() { shutdown(options_.export_timeout); }
+BatchProcessor::~BatchProcessor() {
+  shutdown(options_.export_timeout);
+  detail::unregister_fork_participant(state_.get());
+}
 
 void BatchProcessor::PendingWake::run() const {
   if (state_) state_->wake(state_->work_cv);
@@ -159,6 +174,8 @@ bool BatchProcessor::enqueue(detail::LiveSpan* span, PendingWake& pending) noexc
       // queue (the thread then sleeps until there is work).
       wake = s.size == s.options.max_export_batch_size ||
              (s.size == 1 && s.options.schedule_delay.count() == 0);
+    } else if (s.forked_child) {
+      ++s.stats.dropped_in_forked_child;
     } else {
       ++s.stats.dropped_queue_full;
     }
@@ -170,6 +187,7 @@ bool BatchProcessor::enqueue(detail::LiveSpan* span, PendingWake& pending) noexc
 
 bool BatchProcessor::force_flush(std::chrono::milliseconds timeout) {
   State& s = *state_;
+  if (in_forked_child()) return false;  // no export thread here
   const std::uint64_t target = s.locked([&] {
     const std::uint64_t t = s.taken + s.size;
     s.flush_target = std::max(s.flush_target, t);
@@ -188,6 +206,10 @@ bool BatchProcessor::force_flush(std::chrono::milliseconds timeout) {
 
 bool BatchProcessor::shutdown(std::chrono::milliseconds timeout) {
   State& s = *state_;
+  // In a fork's child nothing waits for the export thread, which is the
+  // parent's: the child's shutdown is immediate (and its exporter, which
+  // shares the parent's descriptors, is left as it is).
+  if (in_forked_child()) return true;
   const bool already = s.locked([&] {
     const bool was = s.stop;
     s.accepting = false;
@@ -224,6 +246,10 @@ bool BatchProcessor::shutdown(std::chrono::milliseconds timeout) {
   }
   s.exporter->shutdown(timeout);
   return true;
+}
+
+bool BatchProcessor::in_forked_child() const {
+  return state_->locked([&] { return state_->forked_child; });
 }
 
 ProcessorStats BatchProcessor::stats() const {

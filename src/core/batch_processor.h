@@ -79,6 +79,9 @@ class BatchProcessor {
   bool shutdown(std::chrono::milliseconds timeout);
 
   ProcessorStats stats() const;
+  /// True in the child of a fork() made after this processor started: it
+  /// has no export thread there and records nothing (fork_safety.h).
+  bool in_forked_child() const;
   const BatchProcessorOptions& options() const { return options_; }
 
  private:

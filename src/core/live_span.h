@@ -47,6 +47,10 @@ inline void limit_attributes(Attributes& attributes, std::uint32_t limit, std::u
   }
 }
 
+class SpinLock;
+// The global pool's lock (fork_safety.cc holds it across fork()).
+SpinLock& record_pool_lock();
+
 // Takes a cleared record from this thread's cache or the global pool.
 LiveSpan* acquire_record();
 // Returns records to the pool (freed if the pool is full).

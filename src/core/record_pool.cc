@@ -46,6 +46,8 @@ ThreadCache& thread_cache() {
 
 }  // namespace
 
+SpinLock& record_pool_lock() { return global_pool().mu; }
+
 void LiveSpan::reset() {
   context.tracestate.clear();
   context.remote = false;

@@ -167,6 +167,9 @@ bool Telemetry::shutdown(std::chrono::milliseconds timeout) {
   impl_->shut_down = true;
   // New spans from here on are not recorded.
   impl_->core.switches.bits.store(0, std::memory_order_relaxed);
+  // A fork's child exports nothing (its spans open are the parent's too) and
+  // does not wait for an export thread it does not have.
+  if (impl_->core.processor->in_forked_child()) return true;
   impl_->core.truncate_open_spans();
   const bool in_time = impl_->core.processor->shutdown(timeout);
   const TelemetryStats s = stats();

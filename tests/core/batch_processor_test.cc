@@ -1,9 +1,13 @@
 #include "batch_processor.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <csignal>
 #include <mutex>
 #include <thread>
 
@@ -150,6 +154,58 @@ TEST(BatchProcessor, ZeroScheduleDelayExportsWhenThereIsWorkWithoutSpinning) {
   for (int i = 0; i < 200 && mt.exporter->spans().empty(); ++i) std::this_thread::sleep_for(10ms);
   ASSERT_EQ(mt.exporter->spans().size(), 1u);
   EXPECT_EQ(mt.exporter->spans()[0].name, "one");
+}
+
+}  // namespace
+}  // namespace lens
+
+namespace lens {
+namespace {
+
+// fork() while another thread ends spans all the time (so lens's spin locks
+// are often held at the moment of the fork): every child must be able to
+// record, shut down and exit at once. Without the fork handlers a child can
+// inherit a lock held by a thread it does not have, and its shutdown waits
+// out the export timeout for an export thread it does not have either.
+TEST(ForkSafety, AChildOfABusyProcessRecordsShutsDownAndExitsAtOnce) {
+  MemoryTelemetry mt({}, {{"OTEL_BSP_SCHEDULE_DELAY", "1"}, {"OTEL_BSP_EXPORT_TIMEOUT", "30000"}});
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    Tracer t = mt.telemetry->tracer();
+    while (!stop.load()) t.start_span(SpanGroup::kJob, "busy").end();
+  });
+  int stuck = 0, failed = 0;
+  for (int i = 0; i < 20; ++i) {
+    const pid_t child = fork();
+    if (child == 0) {
+      Tracer t = mt.telemetry->tracer();
+      for (int k = 0; k < 100; ++k) t.start_span(SpanGroup::kJob, "in-child").end();
+      const bool ok = mt.telemetry->shutdown(std::chrono::seconds(30)) &&
+                      mt.telemetry->stats().processor.dropped_in_forked_child >= 100;
+      _exit(ok ? 0 : 1);
+    }
+    ASSERT_GT(child, 0);
+    int status = 0;
+    pid_t done = 0;
+    for (int waited_ms = 0; waited_ms < 5000 && done == 0; waited_ms += 5) {
+      done = waitpid(child, &status, WNOHANG);
+      if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (done == 0) {
+      ++stuck;
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ++failed;
+    }
+  }
+  stop = true;
+  busy.join();
+  EXPECT_EQ(stuck, 0) << "children that did not exit within 5 s";
+  EXPECT_EQ(failed, 0);
+  // The parent goes on exporting.
+  mt.telemetry->tracer().start_span(SpanGroup::kJob, "after").end();
+  EXPECT_FALSE(mt.spans().empty());
 }
 
 }  // namespace
