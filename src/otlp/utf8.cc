@@ -1,6 +1,7 @@
 #include "utf8.h"
 
 #include <cstdint>
+#include <cstring>
 
 namespace lens::detail {
 
@@ -35,11 +36,16 @@ std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
   return len;
 }
 
-bool valid_utf8(std::string_view s) {
-  for (std::size_t i = 0; i < s.size();) {
-    if (static_cast<unsigned char>(s[i]) < 0x80) {
-      ++i;
-      continue;
+bool valid_utf8_from(std::string_view s, std::size_t i) {
+  while (i < s.size()) {
+    // Eight ASCII bytes at a time.
+    if (i + 8 <= s.size()) {
+      std::uint64_t word;
+      std::memcpy(&word, s.data() + i, 8);
+      if ((word & 0x8080808080808080ULL) == 0) {
+        i += 8;
+        continue;
+      }
     }
     const std::size_t len = utf8_sequence_length(s, i);
     if (len == 0) return false;

@@ -16,8 +16,16 @@ namespace lens::detail {
 // (overlong forms, surrogates and code points past U+10FFFF included).
 std::size_t utf8_sequence_length(std::string_view s, std::size_t i);
 
-// True when all of s is valid UTF-8 (a fast path for ASCII).
-bool valid_utf8(std::string_view s);
+// True when s[from..] is valid UTF-8.
+bool valid_utf8_from(std::string_view s, std::size_t from);
+
+// True when all of s is valid UTF-8. Inline for the all-ASCII strings the
+// encoders mostly see (names, keys): a loop over the bytes, no call.
+inline bool valid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (static_cast<unsigned char>(s[i]) >= 0x80) return valid_utf8_from(s, i);
+  return true;
+}
 
 // s with U+FFFD in place of each byte that is not part of a valid sequence.
 std::string with_invalid_utf8_replaced(std::string_view s);
