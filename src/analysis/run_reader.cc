@@ -13,13 +13,23 @@ namespace lens::tools {
 
 using json = nlohmann::json;
 
+namespace {
+
+// A whole decimal integer, nothing before or after it ("12abc" is not 12).
+std::optional<std::int64_t> strict_int(std::string_view text) {
+  std::int64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
 std::int64_t SpanRow::int_attr(const std::string& key, std::int64_t fallback) const {
   auto it = attributes.find(key);
   if (it == attributes.end()) return fallback;
-  std::int64_t v = 0;
-  const char* end = it->second.data() + it->second.size();
-  auto [ptr, ec] = std::from_chars(it->second.data(), end, v);
-  return ec == std::errc() && ptr == end && !it->second.empty() ? v : fallback;
+  return strict_int(it->second).value_or(fallback);
 }
 
 RankFile RankFile::without_spans() const {
@@ -52,15 +62,6 @@ int Run::declared_world_size() const {
 }
 
 namespace {
-
-// A whole decimal integer, nothing before or after it ("12abc" is not 12).
-std::optional<std::int64_t> strict_int(std::string_view text) {
-  std::int64_t v = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, v);
-  if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
-  return v;
-}
 
 std::int64_t int_field(const json& v, const char* what) {
   if (v.is_number_integer()) return v.get<std::int64_t>();

@@ -9,12 +9,12 @@ seconds=${3:-15}
 mkdir -p "$out"
 clang=$(command -v clang++ || command -v clang++-14)
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -I"$src/include" -I"$src/src/core" -I"$src/src/telemetry" -I"$src/src/analysis" -I"$src/src/otlp")
+       -I"$src/include" -I"$src/src/core" -I"$src/src/telemetry" -I"$src/src/analysis")
 declare -A sources=(
   [carrier]="src/core/carrier.cc src/core/trace_context.cc src/core/ids.cc"
   [trace_context]="src/core/trace_context.cc src/core/ids.cc"
   [otlp_json_reader]="src/analysis/run_reader.cc src/analysis/line_reader.cc src/analysis/json_depth.cc src/analysis/step_stream.cc src/analysis/pipeline_view.cc src/analysis/check.cc"
-  [config]="src/telemetry/config.cc src/otlp/http_retry.cc src/telemetry/parallel_layout.cc src/telemetry/setting.cc src/core/span_groups.cc src/core/resource.cc src/core/ids.cc"
+  [config]="src/telemetry/config.cc src/otlp/redacted_url.cc src/telemetry/parallel_layout.cc src/telemetry/setting.cc src/core/span_groups.cc src/core/resource.cc src/core/ids.cc"
 )
 for target in carrier trace_context otlp_json_reader config; do
   files=()

@@ -31,17 +31,28 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_process_group(
   }
 }
 
+namespace {
+
+// A TCPStore at host:port, its server or a client of it.
+c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, std::uint16_t port,
+                                          int world_size, std::chrono::milliseconds timeout,
+                                          bool server) {
+  c10d::TCPStoreOptions opts;
+  opts.port = port;
+  opts.isServer = server;
+  opts.numWorkers = static_cast<std::size_t>(world_size);
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Store> connect_tcp_store(const std::string& host, std::uint16_t port,
                                                   int world_size,
                                                   std::chrono::milliseconds timeout) {
   try {
-    c10d::TCPStoreOptions opts;
-    opts.port = port;
-    opts.isServer = false;
-    opts.numWorkers = static_cast<std::size_t>(world_size);
-    opts.waitWorkers = false;
-    opts.timeout = timeout;
-    return c10::make_intrusive<c10d::TCPStore>(host, opts);
+    return tcp_store(host, port, world_size, timeout, false);
   } catch (const std::exception& e) {
     throw CommError("lens: cannot reach the rendezvous store at " + host + ":" +
                     std::to_string(port) + ": " + e.what());
@@ -60,13 +71,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const std::string& host, std::u
   }
   if (rank != 0) return connect_tcp_store(host, port, world_size, timeout);
   try {
-    c10d::TCPStoreOptions opts;
-    opts.port = port;
-    opts.isServer = true;
-    opts.numWorkers = static_cast<std::size_t>(world_size);
-    opts.waitWorkers = false;
-    opts.timeout = timeout;
-    return c10::make_intrusive<c10d::TCPStore>(host, opts);
+    return tcp_store(host, port, world_size, timeout, true);
   } catch (const std::exception& e) {
     throw CommError("lens: rank 0 cannot serve the rendezvous store on port " +
                     std::to_string(port) + " (MASTER_PORT): " + e.what() +
