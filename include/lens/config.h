@@ -99,6 +99,22 @@ struct TelemetryOptions {
   /// The run's shared random key (agreed at start-up): with the run id and
   /// the step it derives global rank 0's step context in `pipeline` scope.
   std::optional<std::uint64_t> run_key;
+  /// Clock sync (docs/clock-alignment.md): measure every rank's clock
+  /// against global rank 0's at the first step, every `clock_sync_steps`
+  /// steps and every `clock_sync_seconds` seconds (0: never between), and
+  /// at StepTrace::finish (LENS_CLOCK_SYNC, LENS_CLOCK_SYNC_STEPS,
+  /// LENS_CLOCK_SYNC_SECONDS, LENS_CLOCK_SYNC_EXCHANGES). Agreed at
+  /// start-up: the sync is a collective.
+  std::optional<bool> clock_sync;
+  std::optional<std::uint32_t> clock_sync_steps;
+  std::optional<std::uint32_t> clock_sync_seconds;
+  std::optional<int> clock_sync_exchanges;
+  /// TEST AID, never for production: skews this telemetry's span clock by a
+  /// fixed offset and a drift (the clock then reads system time + offset +
+  /// drift x time since the telemetry started), so that clock alignment can
+  /// be tested on ranks that share one host. Off (0) unless set.
+  std::int64_t test_clock_offset_ns = 0;
+  double test_clock_drift_ppm = 0;
   /// An exporter to use instead of the configured kind (e.g. InMemoryExporter
   /// in tests).
   std::shared_ptr<SpanExporter> exporter_instance;
@@ -128,6 +144,12 @@ struct Config {
   std::uint32_t step_budget_per_minute = 0;
   bool step_prefetch = false;
   ParallelCoordinates coordinates;
+  bool clock_sync = true;
+  std::uint32_t clock_sync_steps = 0;
+  std::uint32_t clock_sync_seconds = 0;
+  int clock_sync_exchanges = 8;
+  std::int64_t test_clock_offset_ns = 0;  ///< the test aid (TelemetryOptions)
+  double test_clock_drift_ppm = 0;
   std::uint64_t run_key = 0;  ///< random unless agreed
   /// True when the run key came from the options (the start-up agreement
   /// passes rank 0's): `pipeline` scope needs it the same on every rank.

@@ -52,6 +52,10 @@ struct StartOptions {
   std::optional<SpanContext> context;
   /// Links known at start (the sampler of a later version may read them).
   std::vector<SpanLink> links;
+  /// A start in the past, on the span clock (Telemetry::now_unix_ns): for a
+  /// span whose ids are known only after what it covers began (the clock
+  /// sync's). Unset: now.
+  std::optional<std::int64_t> start_time_unix_ns;
 };
 
 class Span {

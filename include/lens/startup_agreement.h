@@ -28,8 +28,8 @@
 namespace lens {
 
 /// 2: the start-up record carries the carrier frame version, the step
-/// budget and the step prefetch.
-inline constexpr std::uint16_t kStepProtocolVersion = 2;
+/// budget and the step prefetch. 3: and the clock sync settings.
+inline constexpr std::uint16_t kStepProtocolVersion = 3;
 inline constexpr std::size_t kStartupRecordBytes = 160;
 
 struct StartupAgreement {

@@ -41,6 +41,10 @@
 
 namespace lens {
 
+namespace detail {
+class ClockSchedule;
+}
+
 struct StepTraceOptions {
   /// Rank (in the communicator) that decides and broadcasts each step's context.
   int src_rank = 0;
@@ -75,6 +79,14 @@ struct StepTraceOptions {
   // context at the start of step s. Step numbers must be consecutive; a
   // StepScope for another step uses the posted context and counts a step
   // mismatch. The destructor waits (at most 5 s) for the last posted one.
+  /// The communicator over every rank of the job (global rank 0 its rank
+  /// 0) that clock samples run over (docs/clock-alignment.md). Unset: the
+  /// step communicator in `world` scope; in `pipeline` scope the pipeline
+  /// group does not reach every rank, so without it no clock is measured.
+  /// Clock samples run under the step protocol's gate and Config::clock_sync
+  /// (agreed at start-up): at the first step, at the steps global rank 0
+  /// chooses from LENS_CLOCK_SYNC_STEPS / _SECONDS, and at finish().
+  Communicator* clock_communicator = nullptr;
   std::string step_span_name = "megatron.train_step";
   std::string linked_span_name = "megatron.pp.recv_forward.linked";
   std::string tracer_name = "nemo.lens";
@@ -115,8 +127,18 @@ class StepTrace {
   /// documents.
   OpenedStep open_step(std::uint64_t step);
 
+  /// After the last step, on every rank: waits for a prefetched broadcast
+  /// and takes the closing clock sample (a collective when clocks are
+  /// measured). Throws CommError as StepScope does. Idempotent; the
+  /// destructor never runs a collective.
+  void finish();
+
+  /// True when this StepTrace measures clocks (the same on every rank).
+  bool measures_clocks() const { return clock_ != nullptr; }
+
  private:
   std::optional<StepCarrier> exchange(std::uint64_t step);
+  void sync_clocks_if_due(std::uint64_t step);
   bool source() const { return comm_ != nullptr && comm_->rank() == options_.src_rank; }
   Telemetry* telemetry_;
   Communicator* comm_;
@@ -131,6 +153,8 @@ class StepTrace {
   bool prefetch_ = false;
   PendingTraceContext pending_{nullptr};  ///< the next step's, when prefetching
   std::optional<StepCarrier> carrier_;    ///< this step's, for recv_forward_linked
+  std::unique_ptr<detail::ClockSchedule> clock_;
+  bool finished_ = false;
 };
 
 /// One step: runs the protocol in its constructor and keeps the step span

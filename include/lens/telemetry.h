@@ -86,6 +86,11 @@ class Telemetry {
   /// telemetry" compare.
   std::uint64_t instance() const;
 
+  /// The clock this telemetry stamps spans with, now, in Unix ns: the
+  /// system clock (with the test aid's skew, when a test sets one). What the
+  /// clock sync measures.
+  std::int64_t now_unix_ns() const;
+
   /// For a failure that ends the job (a collective that timed out, a lost
   /// peer): adds an event named `event` with attribute lens.detail=`detail` to
   /// every span still open, and returns one line per open span, oldest first

@@ -48,6 +48,14 @@ class Tracer {
     return Span(start_recording(group, name, &options));
   }
 
+  /// A span lens records for itself (the clock samples readers align by):
+  /// whatever the span groups, on every rank that records spans at all (none
+  /// on a rank the export filter leaves out). Recorded under the `job` group.
+  Span start_lens_span(std::string_view name, const StartOptions& options) const {
+    if (switches_ == nullptr || switches_->bits.load(std::memory_order_relaxed) == 0) return Span();
+    return Span(start_recording(SpanGroup::kJob, name, &options));
+  }
+
   const InstrumentationScope* scope() const { return scope_; }
 
  private:

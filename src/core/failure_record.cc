@@ -32,7 +32,8 @@ std::vector<std::string> TelemetryCore::mark_open_spans(std::string_view event,
     if (s->events.size() < limits.event_count) {
       SpanEvent& e = s->events.emplace_back();
       e.name.assign(event);
-      e.time_unix_ns = s->start_time_unix_ns + (now - s->start_steady_ns);
+      e.time_unix_ns =
+          s->start_time_unix_ns + skewed_elapsed(now - s->start_steady_ns, s->clock_drift);
       e.attributes = {{"lens.detail", std::string(detail)}, {"lens.last_ended", last_ended}};
     } else {
       ++s->dropped_events_count;

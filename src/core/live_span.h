@@ -23,6 +23,8 @@ struct LiveSpan : SpanRecord {
   LiveSpan* next = nullptr;
   // Monotonic clock at start: end and event times are start + elapsed.
   std::int64_t start_steady_ns = 0;
+  // The test aid's drift of the span's clock (span_clock.h), 0 unless set.
+  double clock_drift = 0;
   // Attributes of earlier uses of this record, kept so their strings' heap
   // buffers are reused instead of freed and allocated again.
   Attributes spare_attributes;

@@ -35,7 +35,8 @@ void finish_span(LiveSpan* s) {
     if (core != nullptr) {
       unlink_open(s);
       s->core = nullptr;
-      s->end_time_unix_ns = s->start_time_unix_ns + (end_steady - s->start_steady_ns);
+      s->end_time_unix_ns =
+          s->start_time_unix_ns + skewed_elapsed(end_steady - s->start_steady_ns, s->clock_drift);
       const std::size_t n = std::min(s->name.size(), sizeof core->last_ended_name);
       std::memcpy(core->last_ended_name, s->name.data(), n);
       core->last_ended_length = static_cast<std::uint8_t>(n);

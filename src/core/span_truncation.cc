@@ -21,7 +21,8 @@ std::uint64_t TelemetryCore::truncate_open_spans() {
     // The handle still owns the original (its owner frees it); a copy goes out.
     LiveSpan* copy = acquire_record();
     static_cast<SpanRecord&>(*copy) = static_cast<const SpanRecord&>(*s);
-    copy->end_time_unix_ns = s->start_time_unix_ns + (now - s->start_steady_ns);
+    copy->end_time_unix_ns =
+        s->start_time_unix_ns + skewed_elapsed(now - s->start_steady_ns, s->clock_drift);
     // The marker goes in even past the attribute limit: it is what tells a
     // reader that the span did not really end here.
     copy->attributes.push_back({"nemo.span.truncated", true});

@@ -12,6 +12,7 @@
 #include "lens/span_record.h"
 #include "lens/tracer.h"
 #include "live_span.h"
+#include "span_clock.h"
 #include "spin_lock.h"
 
 namespace lens::detail {
@@ -30,6 +31,7 @@ class TelemetryCore {
   GroupSwitches switches;
   SpanLimits limits;
   Sampler sampler;
+  ClockSkew clock_skew;  // the test aid's; inactive unless a test sets it
   std::unique_ptr<BatchProcessor> processor;
   LiveSpan open_head;  // sentinel of the circular open-span list
   std::atomic<std::uint64_t> spans_truncated{0};

@@ -71,8 +71,16 @@ LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
     }
   }
 
-  s->start_steady_ns = detail::steady_now_ns();
-  s->start_time_unix_ns = detail::unix_ns_from_steady(s->start_steady_ns);
+  const std::int64_t now_steady = detail::steady_now_ns();
+  const detail::ClockSkew& skew = core_->clock_skew;
+  s->clock_drift = skew.drift;
+  s->start_steady_ns = now_steady;
+  s->start_time_unix_ns = skew.unix_ns(now_steady);
+  if (options && options->start_time_unix_ns) {
+    // Started earlier: the elapsed time since is part of its duration.
+    s->start_steady_ns -= s->start_time_unix_ns - *options->start_time_unix_ns;
+    s->start_time_unix_ns = *options->start_time_unix_ns;
+  }
   core_->register_open(s);
   return s;
 }

@@ -17,8 +17,13 @@ namespace {
 //   6  1  enabled               20  8  run key
 //   7  1  configuration error   28  4  step budget per minute
 //   8  4  PP size               32  1  step prefetch
-//  12  4  span groups           33 31  0
-//  16  1  run id length         64 96  run id
+//  12  4  span groups           33  1  clock sync on
+//  16  1  run id length         34  1  clock sync exchanges
+//                               35  1  0
+//                               36  4  clock sync every N steps
+//                               40  4  clock sync every T seconds
+//                               44 20  0
+//                               64 96  run id
 constexpr std::size_t kRecordBytes = kStartupRecordBytes;
 constexpr std::size_t kMaxRunIdBytes = 96;
 constexpr std::size_t kRunIdAt = 64;
@@ -36,6 +41,10 @@ struct Settings {
   std::uint64_t run_key = 0;
   std::uint32_t step_budget = 0;
   std::uint8_t step_prefetch = 0;
+  std::uint8_t clock_sync = 0;
+  std::uint8_t clock_sync_exchanges = 0;
+  std::uint32_t clock_sync_steps = 0;
+  std::uint32_t clock_sync_seconds = 0;
   std::string run_id;
 };
 
@@ -53,6 +62,10 @@ std::array<std::uint8_t, kRecordBytes> encode(const Settings& s) {
   detail::put_le64(r.data() + 20, s.run_key);
   detail::put_le32(r.data() + 28, s.step_budget);
   r[32] = s.step_prefetch;
+  r[33] = s.clock_sync;
+  r[34] = s.clock_sync_exchanges;
+  detail::put_le32(r.data() + 36, s.clock_sync_steps);
+  detail::put_le32(r.data() + 40, s.clock_sync_seconds);
   std::memcpy(r.data() + kRunIdAt, s.run_id.data(), s.run_id.size());
   return r;
 }
@@ -75,6 +88,10 @@ Settings decode(const std::uint8_t* r) {
   s.run_key = detail::get_le64(r + 20);
   s.step_budget = detail::get_le32(r + 28);
   s.step_prefetch = r[32];
+  s.clock_sync = r[33];
+  s.clock_sync_exchanges = r[34];
+  s.clock_sync_steps = detail::get_le32(r + 36);
+  s.clock_sync_seconds = detail::get_le32(r + 40);
   const std::size_t n = std::min<std::size_t>(r[16], kMaxRunIdBytes);
   s.run_id.assign(reinterpret_cast<const char*>(r + kRunIdAt), n);
   return s;
@@ -116,6 +133,10 @@ Settings settings_of(const Config& config, int pipeline_parallel_size) {
   mine.run_key = config.run_key;
   mine.step_budget = config.step_budget_per_minute;
   mine.step_prefetch = config.step_prefetch ? 1 : 0;
+  mine.clock_sync = config.clock_sync ? 1 : 0;
+  mine.clock_sync_exchanges = static_cast<std::uint8_t>(config.clock_sync_exchanges);
+  mine.clock_sync_steps = config.clock_sync_steps;
+  mine.clock_sync_seconds = config.clock_sync_seconds;
   mine.run_id = config.run_id;
   return mine;
 }
@@ -168,6 +189,18 @@ StartupAgreement compare(int my_rank, const std::vector<Settings>& ranks) {
   check(
       "LENS_STEP_PREFETCH", [](const Settings& s) { return s.step_prefetch; },
       [](const Settings& s) { return std::string(s.step_prefetch ? "1" : "0"); });
+  check(
+      "LENS_CLOCK_SYNC", [](const Settings& s) { return s.clock_sync; },
+      [](const Settings& s) { return std::string(s.clock_sync ? "1" : "0"); });
+  check(
+      "LENS_CLOCK_SYNC_EXCHANGES", [](const Settings& s) { return s.clock_sync_exchanges; },
+      [](const Settings& s) { return std::to_string(s.clock_sync_exchanges); });
+  check(
+      "LENS_CLOCK_SYNC_STEPS", [](const Settings& s) { return s.clock_sync_steps; },
+      [](const Settings& s) { return std::to_string(s.clock_sync_steps); });
+  check(
+      "LENS_CLOCK_SYNC_SECONDS", [](const Settings& s) { return s.clock_sync_seconds; },
+      [](const Settings& s) { return std::to_string(s.clock_sync_seconds); });
   return {ranks[0].run_id, ranks[0].run_key};
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "clock_schedule.h"
 #include "lens/carrier_slot.h"
 #include "lens/error.h"
 #include "lens/linked_span.h"
@@ -39,6 +40,26 @@ StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions 
   prefetch_ = gated_ && scope_ == TraceScope::kWorld && telemetry_->config().step_prefetch;
   timeout_ = options_.timeout.value_or(telemetry_ ? telemetry_->config().collective_timeout
                                                   : std::chrono::milliseconds(300000));
+  Communicator* clock_comm = options_.clock_communicator;
+  if (clock_comm == nullptr && scope_ == TraceScope::kWorld) clock_comm = comm_;
+  if (gated_ && telemetry_->config().clock_sync && clock_comm != nullptr && clock_comm->size() > 1)
+    clock_ = std::make_unique<detail::ClockSchedule>(*telemetry_, *clock_comm, tracer_, timeout_);
+}
+
+void StepTrace::sync_clocks_if_due(std::uint64_t step) {
+  if (clock_ && clock_->due(step)) clock_->sync(step);
+}
+
+void StepTrace::finish() {
+  if (finished_) return;
+  finished_ = true;
+  try {
+    if (pending_.posted()) pending_.drain(timeout_);
+    if (clock_) clock_->sync(std::nullopt);
+  } catch (const CommError& e) {
+    write_failure_record(*telemetry_, "lens: rank " + std::to_string(global_rank_), e.what());
+    throw;
+  }
 }
 
 Span StepTrace::recv_forward_linked(std::int64_t microbatch_id) const {
@@ -52,9 +73,12 @@ std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step) {
   std::optional<StepCarrier> carrier;
   try {
     if (pending_.posted()) {
-      // Posted by the previous step: usually finished by now.
+      // Posted by the previous step: usually finished by now. A clock
+      // sample runs between it and the next one.
       carrier = pending_.wait(timeout_, step);
+      sync_clocks_if_due(step);
     } else {
+      sync_clocks_if_due(step);
       std::optional<StepCarrier> local;
       if (source()) local = reserve_step_context(*telemetry_, scope_, global_rank_, step, budget_);
       carrier = broadcast_trace_context(*comm_, options_.src_rank, local, timeout_, step);

@@ -413,6 +413,38 @@ void resolve_parallel(const TelemetryOptions& options, const Env& env, Config& c
     c.step_prefetch = parse_bool(*s);
 }
 
+void resolve_clock_sync(const TelemetryOptions& options, const Env& env, Config& c) {
+  if (options.clock_sync)
+    c.clock_sync = *options.clock_sync;
+  else if (auto s = env.get({"LENS_CLOCK_SYNC"}))
+    c.clock_sync = parse_bool(*s);
+  constexpr std::uint32_t kMaxInterval = 100000000;
+  if (options.clock_sync_steps)
+    c.clock_sync_steps = *options.clock_sync_steps;
+  else if (auto s = env.get({"LENS_CLOCK_SYNC_STEPS"}))
+    c.clock_sync_steps = static_cast<std::uint32_t>(parse_uint(*s, 0, kMaxInterval));
+  if (options.clock_sync_seconds)
+    c.clock_sync_seconds = *options.clock_sync_seconds;
+  else if (auto s = env.get({"LENS_CLOCK_SYNC_SECONDS"}))
+    c.clock_sync_seconds = static_cast<std::uint32_t>(parse_uint(*s, 0, kMaxInterval));
+  if (options.clock_sync_exchanges) {
+    if (*options.clock_sync_exchanges < 1 || *options.clock_sync_exchanges > 64)
+      throw ConfigError("clock sync exchanges of " + std::to_string(*options.clock_sync_exchanges) +
+                        " is not valid; accepted: 1 to 64");
+    c.clock_sync_exchanges = *options.clock_sync_exchanges;
+  } else if (auto s = env.get({"LENS_CLOCK_SYNC_EXCHANGES"})) {
+    c.clock_sync_exchanges = static_cast<int>(parse_uint(*s, 1, 64));
+  }
+  // The test aid: bounded so that no reading overflows (an hour, 10 %).
+  if (options.test_clock_offset_ns < -3600'000'000'000 ||
+      options.test_clock_offset_ns > 3600'000'000'000 ||
+      !(options.test_clock_drift_ppm >= -100000 && options.test_clock_drift_ppm <= 100000))
+    throw ConfigError("test clock skew out of range; accepted: offsets within an hour, drift "
+                      "within 100000 ppm");
+  c.test_clock_offset_ns = options.test_clock_offset_ns;
+  c.test_clock_drift_ppm = options.test_clock_drift_ppm;
+}
+
 }  // namespace
 
 EnvLookup process_environment() {
@@ -449,6 +481,7 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
   resolve_span_limits(options, env, c);
   resolve_sampler(options, env, c);
   resolve_parallel(options, env, c);
+  resolve_clock_sync(options, env, c);
   c.coordinates = options.coordinates;
   c.run_key = options.run_key ? *options.run_key : IdGenerator::next_u64();
   c.run_key_agreed = options.run_key.has_value();

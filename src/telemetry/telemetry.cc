@@ -119,6 +119,8 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
   detail::refresh_clock_offset();
   impl->core.limits = c.span_limits;
   impl->core.sampler = c.sampler;
+  impl->core.clock_skew = {c.test_clock_offset_ns, c.test_clock_drift_ppm * 1e-6,
+                           detail::steady_now_ns()};
   impl->core.switches.bits.store(c.exporting ? c.span_groups.bits() : 0u,
                                  std::memory_order_relaxed);
   impl->core.processor =
@@ -152,6 +154,10 @@ void Telemetry::set_span_groups(SpanGroupSet groups) {
 }
 
 std::uint64_t Telemetry::instance() const { return impl_->instance; }
+
+std::int64_t Telemetry::now_unix_ns() const {
+  return impl_->core.clock_skew.unix_ns(detail::steady_now_ns());
+}
 
 const Config& Telemetry::config() const { return impl_->config; }
 const Resource& Telemetry::resource() const { return impl_->resource; }
