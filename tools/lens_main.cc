@@ -111,6 +111,12 @@ int run_lens(int argc, char** argv) {
   exp->add_option("--perfetto", perfetto, "Chrome trace-event JSON for Perfetto UI");
   exp->add_option("--jaeger", jaeger, "JSON for Jaeger UI's file upload");
 
+  bool raw_clock = false;
+  for (auto* command : {summary, timeline, exp})
+    command->add_flag("--raw-clock", raw_clock,
+                      "each rank's timestamps as recorded, not aligned to rank 0's clock by the "
+                      "run's lens.clock_sync samples");
+
   std::vector<std::string> upload_paths;
   std::string endpoint;
   std::size_t batch_spans = 2048;
@@ -173,7 +179,24 @@ int run_lens(int argc, char** argv) {
     return report.problems.empty() ? kOk : kViolations;
   }
 
-  // Every command below reads the run a step at a time (step_stream.h).
+  // Every command below reads the run a step at a time (step_stream.h);
+  // the views put every rank on rank 0's clock unless --raw-clock.
+  ClockAlignment clock;
+  ClockReport clock_report;
+  clock_report.raw_asked = raw_clock;
+  const auto view_options = [&] {
+    StreamOptions so = reading_options();
+    if (raw_clock) return so;
+    clock = read_clock_alignment(dir);
+    const bool asked = clock_report.raw_asked;
+    clock_report = ClockReport::of(clock);
+    clock_report.raw_asked = asked;
+    if (!clock.empty()) {
+      so.clock = &clock;
+      so.moves = &clock_report.moves;
+    }
+    return so;
+  };
   try {
     if (check->parsed()) {
       const CheckResult r = check_dir(dir, reading_options());
@@ -195,7 +218,8 @@ int run_lens(int argc, char** argv) {
     }
     if (summary->parsed()) {
       std::vector<std::string> warnings;
-      const Summary s = summarize_dir(dir, reading_options(), &warnings);
+      Summary s = summarize_dir(dir, view_options(), &warnings);
+      s.clock = clock_report;
       print_warnings(warnings);
       std::fputs((as_json ? format_json(s) : format_table(s)).c_str(), stdout);
       return kOk;
@@ -213,7 +237,7 @@ int run_lens(int argc, char** argv) {
       o.title = "lens timeline: " + dir + ", steps " + std::to_string(o.first_step) + "-" +
                 std::to_string(o.last_step);
       // Only the chosen steps are kept, and reading stops after the last.
-      StreamOptions so = reading_options();
+      StreamOptions so = view_options();
       so.stop_after_step = o.last_step;
       std::map<std::filesystem::path, std::vector<SpanRow>> chosen;
       std::int64_t first_seen = std::numeric_limits<std::int64_t>::max();
@@ -253,8 +277,9 @@ int run_lens(int argc, char** argv) {
       }
       const PipelineView view = build_view(run);
       if (!write_file(output, render_timeline(view, o))) return kBadInput;
-      std::printf("wrote %s (%zu ranks, steps %lld-%lld)\n", output.c_str(), run.files.size(),
-                  static_cast<long long>(o.first_step), static_cast<long long>(o.last_step));
+      std::printf("wrote %s (%zu ranks, steps %lld-%lld)\n%s\n", output.c_str(), run.files.size(),
+                  static_cast<long long>(o.first_step), static_cast<long long>(o.last_step),
+                  clock_report.describe().c_str());
       return kOk;
     }
     if (exp->parsed()) {
@@ -272,8 +297,8 @@ int run_lens(int argc, char** argv) {
         }
         ExportCounts c;
         try {
-          c = perfetto_format ? export_perfetto(dir, out, reading_options())
-                              : export_jaeger(dir, out, reading_options());
+          c = perfetto_format ? export_perfetto(dir, out, view_options())
+                              : export_jaeger(dir, out, view_options());
         } catch (...) {
           out.close();
           std::filesystem::remove(path);  // no half-written file left behind
@@ -288,6 +313,7 @@ int run_lens(int argc, char** argv) {
         std::printf("wrote %s: %zu spans, %zu links (%s)\n", path.c_str(), c.spans, c.links,
                     perfetto_format ? "open it in ui.perfetto.dev or chrome://tracing"
                                     : "load it in Jaeger UI: Search -> JSON File");
+        std::printf("%s\n", clock_report.describe().c_str());
       }
       return kOk;
     }

@@ -11,6 +11,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "clock_alignment.h"
 #include "line_reader.h"
 #include "pipeline_view.h"
 
@@ -100,6 +101,7 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
     return static_cast<double>(ns - origin_ns) / 1e3;
   };
   out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"lens.time_origin_unix_ns\":\"" << origin_ns
+      << "\",\"lens.clock\":\"" << (options.clock ? "aligned to rank 0" : "raw")
       << "\"},\"traceEvents\":[\n";
   ArrayWriter events(out);
   std::int64_t flow_id = 0;
@@ -189,7 +191,11 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
     for (const auto& p : pending) targets.emplace(p.target, FlowStart{});
     scan_spans(dir, [&](const RankFile&, const std::vector<SpanRow>& spans) {
       for (const auto& s : spans)
-        if (auto it = targets.find(s.span_id); it != targets.end()) it->second = flow_start(s);
+        if (auto it = targets.find(s.span_id); it != targets.end()) {
+          SpanRow target = s;
+          if (options.clock) options.clock->align(target);
+          it->second = flow_start(target);
+        }
     });
     for (const auto& p : pending)
       if (const FlowStart& from = targets[p.target]; from.found) add_flow(from, p.linking);

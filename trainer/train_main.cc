@@ -109,6 +109,11 @@ int run_rank(const TrainOptions& o) {
   // scope only: in pipeline scope the pipeline group carries the schedule's
   // p2p transfers). Agreed at start-up.
   topts.step_prefetch = o.step_prefetch;
+  if (!o.test_clock_offsets_us.empty())
+    topts.test_clock_offset_ns =
+        static_cast<std::int64_t>(o.test_clock_offsets_us[static_cast<std::size_t>(rank)] * 1e3);
+  if (!o.test_clock_drift_ppm.empty())
+    topts.test_clock_drift_ppm = o.test_clock_drift_ppm[static_cast<std::size_t>(rank)];
   std::unique_ptr<Telemetry> telemetry;
   try {
     telemetry = create_distributed_telemetry(world_comm, o.pp, topts);
@@ -119,6 +124,8 @@ int run_rank(const TrainOptions& o) {
   StepTraceOptions sopts;
   sopts.pipeline_parallel_size = o.pp;
   sopts.pipeline_rank = stage;
+  // Clocks are measured against global rank 0 over the world group.
+  sopts.clock_communicator = &world_comm;
   // World scope: rank 0 broadcasts to every rank. Pipeline scope (agreed at
   // start-up): each replica's first stage broadcasts over its pipeline group.
   const bool pipeline_scope = telemetry && telemetry->config().trace_scope == TraceScope::kPipeline;
@@ -193,6 +200,7 @@ int run_rank(const TrainOptions& o) {
                 .count();
         report.steps.push_back(sr);
       }
+      step_trace.finish();
     }
   } catch (const std::exception& e) {
     // The spans open at the failure carry a lens.failure event (see

@@ -38,6 +38,15 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  "post each next step's trace-context broadcast as soon as a step's has arrived, "
                  "so its latency hides behind the step (world scope; true/false)")
       ->default_val(false);
+  app.add_option("--test-clock-offsets-us", o.test_clock_offsets_us,
+                 "TEST AID: one clock offset per rank, in µs, injected into each rank's span "
+                 "clock (comma-separated, rank 0 first)")
+      ->delimiter(',')
+      ->check(CLI::Range(-3.6e9, 3.6e9));
+  app.add_option("--test-clock-drift-ppm", o.test_clock_drift_ppm,
+                 "TEST AID: one clock drift per rank, in ppm, injected like the offsets")
+      ->delimiter(',')
+      ->check(CLI::Range(-1e5, 1e5));
   app.add_option("--report-dir", o.report_dir, "(set by the launcher) where ranks write reports");
   try {
     app.parse(argc, argv);
@@ -48,6 +57,16 @@ TrainOptions parse_train_options(int argc, char** argv) {
     std::fprintf(stderr, "lens-train: --layers %d is less than --pp %d; accepted: layers >= pp\n",
                  o.layers, o.pp);
     std::exit(2);
+  }
+  for (const auto* list : {&o.test_clock_offsets_us, &o.test_clock_drift_ppm}) {
+    if (!list->empty() && static_cast<int>(list->size()) != o.pp * o.dp) {
+      std::fprintf(stderr,
+                   "lens-train: %s has %zu values for %d ranks; accepted: one per rank (pp x dp)\n",
+                   list == &o.test_clock_offsets_us ? "--test-clock-offsets-us"
+                                                    : "--test-clock-drift-ppm",
+                   list->size(), o.pp * o.dp);
+      std::exit(2);
+    }
   }
   for (int i = 1; i < argc; ++i) o.args.emplace_back(argv[i]);
   return o;

@@ -28,6 +28,11 @@ struct TrainOptions {
   std::optional<std::string> trace_dir;
   // Post each next step's trace-context broadcast early (world scope).
   bool step_prefetch = false;
+  // TEST AID: per rank (by global rank), an offset and a drift injected into
+  // that rank's span clock, so that clock alignment can be tried on one
+  // host. Empty, or one value per rank.
+  std::vector<double> test_clock_offsets_us;
+  std::vector<double> test_clock_drift_ppm;
   // Where each rank writes its JSON report (set by the local launcher).
   std::string report_dir;
   // The arguments as given, for relaunching ranks.

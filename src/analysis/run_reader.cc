@@ -247,6 +247,7 @@ bool RankFileReader::next_line() {
     }
     const bool terminated = status == LineReader::Status::kLine;
     if (line.empty()) continue;
+    if (!needle_.empty() && line.find(needle_) == std::string::npos) continue;
     try {
       read_line(file_, line);
       ++file_.lines;

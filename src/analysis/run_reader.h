@@ -91,6 +91,9 @@ class RankFileReader {
   // the file and line, for a malformed line.
   bool next_line();
   bool done() const { return done_; }
+  // From now on skips, unparsed, every line without `needle` (a pass that
+  // looks for a few spans by name).
+  void only_lines_containing(std::string needle) { needle_ = std::move(needle); }
   std::uintmax_t bytes_read() const { return bytes_; }
   RankFile& file() { return file_; }
   RankFile take() { return std::move(file_); }
@@ -103,6 +106,7 @@ class RankFileReader {
   std::size_t number_ = 0;
   std::uintmax_t bytes_ = 0;
   bool done_ = false;
+  std::string needle_;
 };
 
 // The *.otlp.jsonl files directly in `dir` (or the one file `dir` names),

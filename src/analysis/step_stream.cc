@@ -6,6 +6,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "clock_alignment.h"
 #include "pipeline_view.h"
 
 namespace lens::tools {
@@ -91,6 +92,11 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
       std::stable_sort(window.run.files.begin(), window.run.files.end(),
                        [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
       handed_over = step;
+      if (options.clock) {
+        for (auto& f : window.run.files) options.clock->align(f);
+        const CausalityMoves moved = enforce_transfer_order(window.run);
+        if (options.moves) options.moves->add(moved);
+      }
       on_step(window);
       stopped = step >= options.stop_after_step;
     }
@@ -127,6 +133,7 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
                            " step span(s) came after later steps and are left out of the "
                            "per-step views");
     for (auto& row : c.late) f.spans.push_back(std::move(row));
+    if (options.clock) options.clock->align(f);
     rest.files.push_back(std::move(f));
   }
   std::stable_sort(rest.files.begin(), rest.files.end(),

@@ -31,12 +31,20 @@ struct StepWindow {
   Run run;
 };
 
+class ClockAlignment;
+struct CausalityMoves;
+
 struct StreamOptions {
   // Called after each line read with (bytes read, bytes in all files).
   std::function<void(std::uintmax_t, std::uintmax_t)> progress;
   // Stop reading once this step has been handed over (the returned files
   // then hold what was read so far).
   std::int64_t stop_after_step = std::numeric_limits<std::int64_t>::max();
+  // When set, every span handed over is on rank 0's clock (the samples of
+  // read_clock_alignment), and each step then has its causality pass
+  // (enforce_transfer_order), whose moves are added to `moves` when set.
+  const ClockAlignment* clock = nullptr;
+  CausalityMoves* moves = nullptr;
 };
 
 // Calls `on_step` for every step, in increasing step number. Returns the

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "clock_alignment.h"
 #include "pipeline_view.h"
 #include "step_stream.h"
 
@@ -27,6 +28,7 @@ struct Summary {
   double theoretical_bubble = -1;  // (P-1)/(M+P-1)
   int slowest_stage = -1;          // most forward+backward time per step
   double slowest_stage_compute_ms = 0;
+  ClockReport clock;  // how the times were put on one clock (set by the caller)
 };
 
 // Builds a summary a part at a time: each step's view as it is read, then

@@ -33,6 +33,12 @@ struct RunOptions {
   std::string groups = "all";
   bool telemetry = true;
   bool prefetch = false;
+  // Off here unless a test measures clocks: the protocol tests count
+  // collectives.
+  bool clock_sync = false;
+  std::uint32_t clock_sync_steps = 0;
+  std::vector<std::int64_t> clock_offsets_ns;  // the test aid, per rank
+  std::vector<double> clock_drift_ppm;
   std::map<std::string, std::string> env;
 };
 
@@ -50,6 +56,12 @@ std::vector<RankResult> run_pipeline(const RunOptions& o, std::uint64_t* collect
       opts.world_size = o.ranks;
       opts.span_groups = o.groups;
       opts.step_prefetch = o.prefetch;
+      opts.clock_sync = o.clock_sync;
+      opts.clock_sync_steps = o.clock_sync_steps;
+      if (!o.clock_offsets_ns.empty())
+        opts.test_clock_offset_ns = o.clock_offsets_ns[static_cast<std::size_t>(r)];
+      if (!o.clock_drift_ppm.empty())
+        opts.test_clock_drift_ppm = o.clock_drift_ppm[static_cast<std::size_t>(r)];
       std::optional<testing::MemoryTelemetry> mt;
       if (o.telemetry) mt.emplace(opts, o.env);
       StepTraceOptions so;
@@ -64,6 +76,7 @@ std::vector<RankResult> run_pipeline(const RunOptions& o, std::uint64_t* collect
               trace.tracer().start_span(SpanGroup::kCommunication, "megatron.p2p.recv_forward");
         }
       }
+      trace.finish();
       if (mt) results[static_cast<std::size_t>(r)].spans = mt->spans();
     });
   }
@@ -317,6 +330,106 @@ TEST(StepTraceSettings, PipelineScopeIsRefusedWithoutAnAgreedRunKeyOrAGlobalRank
   ready.rank = 0;
   testing::MemoryTelemetry c(ready);
   EXPECT_NO_THROW(StepTrace(c.telemetry.get(), comm.get(), so));
+}
+
+}  // namespace
+}  // namespace lens
+
+namespace lens {
+namespace {
+
+bool has_attr(const SpanRecord& s, std::string_view key) {
+  return find_attribute(s.attributes, key) != nullptr;
+}
+
+TEST(ClockSync, SamplesAtTheFirstStepEveryNStepsAndAtFinishFindTheInjectedSkew) {
+  RunOptions o;
+  o.steps = 5;
+  o.clock_sync = true;
+  o.clock_sync_steps = 2;
+  o.clock_offsets_ns = {2'000'000, -3'500'000, 6'000'000, 800'000};
+  o.clock_drift_ppm = {10, -40, 30, 0};
+  std::uint64_t collectives = 0;
+  auto results = run_pipeline(o, &collectives);
+  // Samples before steps 0, 2, 4 and at finish: 8 exchanges each, so 9
+  // broadcasts and 8 all-gathers, beside one broadcast per step.
+  EXPECT_EQ(collectives, 5u + 4u * 17u);
+  std::vector<std::vector<const SpanRecord*>> samples;
+  for (const auto& r : results) samples.push_back(named(r, "lens.clock_sync"));
+  for (std::size_t rank = 0; rank < results.size(); ++rank) {
+    const auto& mine = samples[rank];
+    ASSERT_EQ(mine.size(), 4u) << "rank " << rank;
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const SpanRecord& s = *mine[i];
+      EXPECT_TRUE(s.context.sampled());
+      EXPECT_FALSE(s.has_parent());
+      // One trace per sample, shared by every rank.
+      EXPECT_EQ(s.context.trace_id, samples[0][i]->context.trace_id);
+      EXPECT_EQ(int_attr(s, "dl.rank"), static_cast<std::int64_t>(rank));
+      EXPECT_EQ(int_attr(s, "lens.clock.reference_rank"), 0);
+      EXPECT_EQ(int_attr(s, "lens.clock.exchanges"), 8);
+      if (i < 3) {
+        EXPECT_EQ(int_attr(s, "dl.step"), static_cast<std::int64_t>(2 * i));
+      }
+      EXPECT_EQ(has_attr(s, "lens.clock.drift_ppm"), i > 0) << "drift needs two samples";
+      // The injected truth: rank 0's skew minus this rank's, the drift
+      // counted from the run's start (the telemetries start within
+      // milliseconds of each other, which moves the truth by nanoseconds).
+      const double elapsed_s =
+          static_cast<double>(int_attr(s, "lens.clock.local_time_ns") -
+                              int_attr(*mine[0], "lens.clock.local_time_ns")) /
+          1e9;
+      const double truth = static_cast<double>(o.clock_offsets_ns[0] - o.clock_offsets_ns[rank]) +
+                           (o.clock_drift_ppm[0] - o.clock_drift_ppm[rank]) * 1e3 * elapsed_s;
+      const std::int64_t offset = int_attr(s, "lens.clock.offset_ns");
+      const std::int64_t bound =
+          std::max<std::int64_t>(50'000, int_attr(s, "lens.clock.uncertainty_ns"));
+      EXPECT_LE(std::abs(static_cast<double>(offset) - truth), static_cast<double>(bound))
+          << "rank " << rank << " sample " << i << ": measured " << offset << " ns, injected "
+          << truth << " ns";
+    }
+  }
+}
+
+TEST(ClockSync, OffMeansNoSampleAndNoExtraCollective) {
+  RunOptions o;
+  o.clock_sync = false;
+  std::uint64_t collectives = 0;
+  auto results = run_pipeline(o, &collectives);
+  EXPECT_EQ(collectives, 3u);
+  for (const auto& r : results) EXPECT_TRUE(named(r, "lens.clock_sync").empty());
+}
+
+TEST(ClockSync, SamplesAreRecordedWhateverTheSpanGroups) {
+  RunOptions o;
+  o.clock_sync = true;
+  o.groups = "communication";
+  auto results = run_pipeline(o);
+  for (const auto& r : results) EXPECT_EQ(named(r, "lens.clock_sync").size(), 2u);
+}
+
+TEST(ClockSync, PipelineScopeWithoutAWorldCommunicatorMeasuresNothing) {
+  InProcessGroup group(2);
+  std::vector<std::thread> threads;
+  std::vector<int> measured(2, -1);
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto comm = group.communicator(r);
+      TelemetryOptions opts;
+      opts.rank = r;
+      opts.run_key = 7;
+      opts.trace_scope = TraceScope::kPipeline;
+      testing::MemoryTelemetry mt(opts);
+      StepTraceOptions so;
+      so.pipeline_parallel_size = 2;
+      StepTrace without(mt.telemetry.get(), comm.get(), so);
+      so.clock_communicator = comm.get();
+      StepTrace with(mt.telemetry.get(), comm.get(), so);
+      measured[static_cast<std::size_t>(r)] =
+          (without.measures_clocks() ? 1 : 0) + (with.measures_clocks() ? 2 : 0);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(measured, (std::vector<int>{2, 2}));
 }
 
 }  // namespace
