@@ -186,15 +186,11 @@ int run_lens(int argc, char** argv) {
   clock_report.raw_asked = raw_clock;
   const auto view_options = [&] {
     StreamOptions so = reading_options();
-    if (raw_clock) return so;
-    clock = read_clock_alignment(dir);
-    const bool asked = clock_report.raw_asked;
+    if (!raw_clock) clock = read_clock_alignment(dir);
     clock_report = ClockReport::of(clock);
-    clock_report.raw_asked = asked;
-    if (!clock.empty()) {
-      so.clock = &clock;
-      so.moves = &clock_report.moves;
-    }
+    clock_report.raw_asked = raw_clock;
+    if (!clock.empty()) so.clock = &clock;
+    so.moves = &clock_report.moves;
     return so;
   };
   try {

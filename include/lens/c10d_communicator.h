@@ -33,6 +33,13 @@ class C10dCommunicator : public Communicator {
   std::unique_ptr<PendingBroadcast> start_broadcast(std::span<const std::uint8_t> data, int root,
                                                     std::chrono::milliseconds timeout) override;
 
+  /// ProcessGroup::send / recv of an owned uint8 tensor, with the caller's
+  /// tag (the group's other point-to-point traffic must not use it).
+  void send(std::span<const std::uint8_t> data, int peer, int tag,
+            std::chrono::milliseconds timeout) override;
+  void recv(std::span<std::uint8_t> data, int peer, int tag,
+            std::chrono::milliseconds timeout) override;
+
   const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
 
  protected:

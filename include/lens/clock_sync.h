@@ -14,16 +14,17 @@
 /// round trip is kept (NTP's clock filter). Drift comes from a least-squares
 /// fit over samples taken minutes apart.
 ///
-/// measure_clock_offset runs the exchanges for every rank at once over the
-/// two collectives every engine has: in each round the reference broadcasts
-/// (t1 and the previous round's t4) and all ranks all-gather (t3 is stamped
-/// on entry, t4 when the reference's all-gather returns, which is after every
-/// rank's answer arrived). So a sample costs `exchanges` + 1 broadcasts and
-/// `exchanges` all-gathers whatever the number of ranks, and needs no
-/// point-to-point operation from the engine.
+/// measure_clock_offset runs the exchanges point to point over the job's
+/// engine (Communicator::send / recv, tag kClockSyncTag): global rank 0
+/// with each other rank in turn, so that an exchange involves two ranks and
+/// one message each way, and its round trip is as short as the engine
+/// allows. (Collectives would be cheaper for many ranks but their paths are
+/// not symmetric: an all-gather's answer reaches rank 0 only after every
+/// rank's, which biases the estimate by up to the collective's whole time.)
+/// A sample costs `exchanges` round trips per rank, one rank after another.
 ///
-/// Thread safety: measure_clock_offset is a collective (one thread per rank,
-/// as for any collective of the communicator); the other types are values.
+/// Thread safety: measure_clock_offset is run by every rank, one thread per
+/// rank, as a collective of the communicator; the other types are values.
 #pragma once
 
 #include <array>
@@ -89,6 +90,9 @@ class ClockDriftFit {
 /// A reading of the clock spans are stamped with, in Unix ns.
 using ClockReading = std::function<std::int64_t()>;
 
+/// The tag of the exchange's point-to-point messages.
+inline constexpr int kClockSyncTag = 0x4c43;
+
 /// Bytes the reference rank hands every rank with a sample (the caller's own
 /// use: lens's schedule puts the sample's trace id and the next sample's step
 /// there).
@@ -101,8 +105,9 @@ struct ClockSyncOptions {
   std::chrono::milliseconds timeout{300000};
 };
 
-/// Measures this rank's clock against comm rank 0's: a collective, every
-/// rank calls it with the same options. `now` reads the clock being measured
+/// Measures this rank's clock against comm rank 0's: every rank of comm
+/// calls it with the same options (like a collective; other ranks only
+/// wait while rank 0 exchanges with one). `now` reads the clock being measured
 /// (the one spans are stamped with). `shared` is rank 0's on input and, on
 /// return, rank 0's on every rank. Throws CommError when a collective fails
 /// or a frame from rank 0 is not one of this exchange (a rank that called

@@ -4,8 +4,8 @@
 /// the engines jobs already run (mpi_communicator.h, c10d_communicator.h)
 /// and, for tests, threads of one process (in_process_communicator.h).
 ///
-/// Every method is a collective: all ranks of the group call it, in the same
-/// order, with the same root and sizes. A collective that fails or does not
+/// Every method but send and recv is a collective: all ranks of the group
+/// call it, in the same order, with the same root and sizes. A collective that fails or does not
 /// finish within its timeout throws CommError naming the collective, the
 /// engine and the rank; the group should then be considered broken.
 ///
@@ -67,6 +67,17 @@ class Communicator {
   /// size throws CommError before the engine is called.
   void all_gather(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
                   std::chrono::milliseconds timeout);
+
+  /// Point-to-point, between this rank and `peer` only: send returns once
+  /// the engine is done with `data`, recv once `data` holds what the peer
+  /// sent with the same tag (and size). Messages between two ranks with one
+  /// tag arrive in the order sent. For short exchanges (the clock sync);
+  /// throws CommError on failure or timeout, leaving the caller's buffer
+  /// alone afterwards.
+  virtual void send(std::span<const std::uint8_t> data, int peer, int tag,
+                    std::chrono::milliseconds timeout) = 0;
+  virtual void recv(std::span<std::uint8_t> data, int peer, int tag,
+                    std::chrono::milliseconds timeout) = 0;
 
   /// "lens: <what> failed on rank R of N (<engine>): <why>"
   std::string describe_failure(std::string_view what, std::string_view why) const;

@@ -47,6 +47,12 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
   std::string engine() const override { return "mpi"; }
 
+  /// MPI_Isend / MPI_Irecv on the communicator itself, with the caller's
+  /// tag: choose one the application's own messages on it do not use.
+  void send(std::span<const std::uint8_t> data, int peer, int tag,
+            std::chrono::milliseconds timeout) override;
+  void recv(std::span<std::uint8_t> data, int peer, int tag,
+            std::chrono::milliseconds timeout) override;
   void broadcast(std::span<std::uint8_t> data, int root,
                  std::chrono::milliseconds timeout) override;
   /// MPI_Ibcast into an owned buffer; wait() polls it (or MPI_Wait with

@@ -119,8 +119,11 @@ ClockReport ClockReport::of(const ClockAlignment& alignment) {
 std::string ClockReport::describe() const {
   char line[320];
   if (!aligned) {
-    std::snprintf(line, sizeof line, "clock: raw, each rank's own (%s)",
-                  raw_asked ? "--raw-clock" : "the run has no lens.clock_sync samples");
+    std::snprintf(line, sizeof line,
+                  "clock: raw, each rank's own (%s); causality: %zu of %zu receives end before "
+                  "their send began",
+                  raw_asked ? "--raw-clock" : "the run has no lens.clock_sync samples",
+                  moves.moved, moves.transfers);
     return line;
   }
   std::snprintf(line, sizeof line,
@@ -165,7 +168,7 @@ bool by_start(const SpanRow* a, const SpanRow* b) {
 }
 
 void order_pairs(const std::vector<SpanRow*>& sends, const std::vector<SpanRow*>& receives,
-                 CausalityMoves& moves) {
+                 bool move, CausalityMoves& moves) {
   const std::size_t n = std::min(sends.size(), receives.size());
   for (std::size_t k = 0; k < n; ++k) {
     ++moves.transfers;
@@ -173,8 +176,10 @@ void order_pairs(const std::vector<SpanRow*>& sends, const std::vector<SpanRow*>
     const SpanRow& send = *sends[k];
     if (recv.end_ns >= send.start_ns) continue;
     const std::int64_t shift = send.start_ns + 1 - recv.end_ns;
-    recv.start_ns += shift;
-    recv.end_ns += shift;
+    if (move) {
+      recv.start_ns += shift;
+      recv.end_ns += shift;
+    }
     ++moves.moved;
     moves.max_shift_ns = std::max(moves.max_shift_ns, shift);
     moves.total_shift_ns += shift;
@@ -183,7 +188,7 @@ void order_pairs(const std::vector<SpanRow*>& sends, const std::vector<SpanRow*>
 
 }  // namespace
 
-CausalityMoves enforce_transfer_order(Run& step) {
+CausalityMoves enforce_transfer_order(Run& step, bool move) {
   // Per (replica, stage): the step's sends and receives in each direction,
   // in time order; linked receives apart.
   struct Ends {
@@ -216,15 +221,15 @@ CausalityMoves enforce_transfer_order(Run& step) {
     if (auto prev = by_stage.find({replica, stage - 1}); prev != by_stage.end()) {
       // Forward: stage - 1 sent what this stage receives; the linked spans
       // wrap the first receives.
-      order_pairs(prev->second.send[0], e.recv[0], moves);
+      order_pairs(prev->second.send[0], e.recv[0], move, moves);
       CausalityMoves linked;
-      order_pairs(prev->second.send[0], e.linked, linked);
+      order_pairs(prev->second.send[0], e.linked, move, linked);
       moves.moved += linked.moved;
       moves.max_shift_ns = std::max(moves.max_shift_ns, linked.max_shift_ns);
       moves.total_shift_ns += linked.total_shift_ns;
     }
     if (auto next = by_stage.find({replica, stage + 1}); next != by_stage.end())
-      order_pairs(next->second.send[1], e.recv[1], moves);  // backward: stage + 1 sent
+      order_pairs(next->second.send[1], e.recv[1], move, moves);  // backward: stage + 1 sent
   }
   return moves;
 }

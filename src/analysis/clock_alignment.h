@@ -65,7 +65,7 @@ ClockAlignment read_clock_alignment(const std::filesystem::path& dir);
 // What the causality pass moved.
 struct CausalityMoves {
   std::size_t transfers = 0;  // receive/send pairs looked at
-  std::size_t moved = 0;      // receives that ended before their send began
+  std::size_t moved = 0;      // receives that ended before their send began (moved or not)
   std::int64_t max_shift_ns = 0;
   std::int64_t total_shift_ns = 0;
   void add(const CausalityMoves& other);
@@ -77,8 +77,9 @@ struct CausalityMoves {
 // receive's match (p2p transfers on a channel arrive in order), and a
 // linked receive span counts as the receive it wraps. A receive that ends
 // before its matching send began is moved (start and end) to end 1 ns after
-// the send's start.
-CausalityMoves enforce_transfer_order(Run& step);
+// the send's start; with `move` false such receives are only counted (what
+// raw clocks look like).
+CausalityMoves enforce_transfer_order(Run& step, bool move = true);
 
 // How a view's times were put on one clock, for its reader.
 struct ClockReport {

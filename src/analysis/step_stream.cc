@@ -92,11 +92,9 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
       std::stable_sort(window.run.files.begin(), window.run.files.end(),
                        [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
       handed_over = step;
-      if (options.clock) {
+      if (options.clock)
         for (auto& f : window.run.files) options.clock->align(f);
-        const CausalityMoves moved = enforce_transfer_order(window.run);
-        if (options.moves) options.moves->add(moved);
-      }
+      if (options.moves) options.moves->add(enforce_transfer_order(window.run, options.clock));
       on_step(window);
       stopped = step >= options.stop_after_step;
     }

@@ -41,9 +41,11 @@ struct StreamOptions {
   // then hold what was read so far).
   std::int64_t stop_after_step = std::numeric_limits<std::int64_t>::max();
   // When set, every span handed over is on rank 0's clock (the samples of
-  // read_clock_alignment), and each step then has its causality pass
-  // (enforce_transfer_order), whose moves are added to `moves` when set.
+  // read_clock_alignment).
   const ClockAlignment* clock = nullptr;
+  // When set, each step has the causality pass (enforce_transfer_order),
+  // which moves receives only when `clock` is set, and its counts are added
+  // here.
   CausalityMoves* moves = nullptr;
 };
 

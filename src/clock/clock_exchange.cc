@@ -1,5 +1,5 @@
-// measure_clock_offset and best_sample: the four-timestamp exchange over a
-// broadcast and an all-gather (clock_sync.h).
+// measure_clock_offset and best_sample: the four-timestamp exchange between
+// rank 0 and each other rank, point to point (clock_sync.h).
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -12,13 +12,13 @@
 namespace lens {
 namespace {
 
-// Rank 0's frame, little-endian:
-//   0  4  magic "LNCK"     16  8  t4 of the previous round (0 in round 0)
-//   4  4  round            24 32  the shared bytes
-//   8  8  t1 (0 in the closing frame)
-constexpr std::size_t kFrameBytes = 24 + kClockSyncSharedBytes;
-// Every rank's answer in the all-gather: magic and round.
-constexpr std::size_t kAnswerBytes = 8;
+// Rank 0's ping (magic, round), each rank's answer (magic, round, t2, t3),
+// and rank 0's result for that rank (magic, exchanges, then the sample's
+// offset, uncertainty, round trip and local time, then the shared bytes);
+// all little-endian.
+constexpr std::size_t kPingBytes = 8;
+constexpr std::size_t kAnswerBytes = 24;
+constexpr std::size_t kResultBytes = 40 + kClockSyncSharedBytes;
 constexpr std::uint8_t kMagic[4] = {'L', 'N', 'C', 'K'};
 
 void put_header(std::uint8_t* p, std::uint32_t round) {
@@ -30,10 +30,13 @@ bool header_is(const std::uint8_t* p, std::uint32_t round) {
   return std::memcmp(p, kMagic, 4) == 0 && detail::get_le32(p + 4) == round;
 }
 
-[[noreturn]] void out_of_step(const Communicator& comm, std::uint32_t round, const char* what) {
+std::int64_t get_i64(const std::uint8_t* p) { return static_cast<std::int64_t>(detail::get_le64(p)); }
+void put_i64(std::uint8_t* p, std::int64_t v) { detail::put_le64(p, static_cast<std::uint64_t>(v)); }
+
+[[noreturn]] void out_of_step(const Communicator& comm, std::uint32_t round, const std::string& what) {
   throw CommError(comm.describe_failure(
-      "clock sync", std::string(what) + " in round " + std::to_string(round) +
-                        " is not this exchange's: the ranks did not call the same collective"));
+      "clock sync", what + " in round " + std::to_string(round) +
+                        " is not this exchange's: the ranks did not run the same exchange"));
 }
 
 }  // namespace
@@ -65,45 +68,62 @@ ClockSample measure_clock_offset(Communicator& comm, const ClockReading& now,
     throw std::invalid_argument("clock sync: " + std::to_string(options.exchanges) +
                                 " exchanges; accepted: 1 to 64");
   const auto rounds = static_cast<std::uint32_t>(options.exchanges);
-  const bool reference = comm.rank() == 0;
-  std::vector<ClockExchange> exchanges(rounds);
-  std::array<std::uint8_t, kFrameBytes> frame{};
+  const auto timeout = options.timeout;
+  std::array<std::uint8_t, kPingBytes> ping{};
   std::array<std::uint8_t, kAnswerBytes> answer{};
-  std::vector<std::uint8_t> answers(kAnswerBytes * static_cast<std::size_t>(comm.size()));
+  std::array<std::uint8_t, kResultBytes> result{};
 
-  // Round `rounds` is the closing frame: it carries the last t4 only.
-  for (std::uint32_t k = 0; k <= rounds; ++k) {
-    if (reference) {
-      put_header(frame.data(), k);
-      detail::put_le64(frame.data() + 16,
-                       static_cast<std::uint64_t>(k > 0 ? exchanges[k - 1].t4 : 0));
-      std::memcpy(frame.data() + 24, shared.data(), shared.size());
-      const std::int64_t t1 = k < rounds ? now() : 0;
-      detail::put_le64(frame.data() + 8, static_cast<std::uint64_t>(t1));
-      if (k < rounds) exchanges[k].t1 = t1;
-      comm.broadcast(frame, 0, options.timeout);
-    } else {
-      comm.broadcast(frame, 0, options.timeout);
+  if (comm.rank() != 0) {
+    for (std::uint32_t k = 0; k < rounds; ++k) {
+      comm.recv(ping, 0, kClockSyncTag, timeout);
       const std::int64_t t2 = now();
-      if (!header_is(frame.data(), k)) out_of_step(comm, k, "rank 0's frame");
-      if (k > 0)
-        exchanges[k - 1].t4 = static_cast<std::int64_t>(detail::get_le64(frame.data() + 16));
-      if (k < rounds) {
-        exchanges[k].t1 = static_cast<std::int64_t>(detail::get_le64(frame.data() + 8));
-        exchanges[k].t2 = t2;
-      }
+      if (!header_is(ping.data(), k)) out_of_step(comm, k, "rank 0's ping");
+      put_header(answer.data(), k);
+      put_i64(answer.data() + 8, t2);
+      put_i64(answer.data() + 16, now());
+      comm.send(answer, 0, kClockSyncTag, timeout);
     }
-    if (k == rounds) break;
-    put_header(answer.data(), k);
-    if (!reference) exchanges[k].t3 = now();
-    comm.all_gather(answer, answers, options.timeout);
-    if (reference) exchanges[k].t4 = now();
-    for (int r = 0; r < comm.size(); ++r)
-      if (!header_is(answers.data() + static_cast<std::size_t>(r) * kAnswerBytes, k))
-        out_of_step(comm, k, ("rank " + std::to_string(r) + "'s answer").c_str());
+    comm.recv(result, 0, kClockSyncTag, timeout);
+    if (!header_is(result.data(), rounds)) out_of_step(comm, rounds, "rank 0's result");
+    ClockSample s;
+    s.rank = comm.rank();
+    s.exchanges = static_cast<int>(rounds);
+    s.offset_ns = get_i64(result.data() + 8);
+    s.uncertainty_ns = get_i64(result.data() + 16);
+    s.round_trip_ns = get_i64(result.data() + 24);
+    s.local_time_ns = get_i64(result.data() + 32);
+    std::memcpy(shared.data(), result.data() + 40, shared.size());
+    return s;
   }
-  if (!reference) std::memcpy(shared.data(), frame.data() + 24, shared.size());
-  return best_sample(exchanges, comm.rank(), 0);
+
+  // Rank 0: each other rank in turn, so that only two ranks take part in an
+  // exchange and its round trip is one message each way.
+  ClockSample mine;
+  mine.exchanges = static_cast<int>(rounds);
+  mine.local_time_ns = now();
+  std::vector<ClockExchange> exchanges(rounds);
+  for (int peer = 1; peer < comm.size(); ++peer) {
+    for (std::uint32_t k = 0; k < rounds; ++k) {
+      put_header(ping.data(), k);
+      exchanges[k].t1 = now();
+      comm.send(ping, peer, kClockSyncTag, timeout);
+      comm.recv(answer, peer, kClockSyncTag, timeout);
+      exchanges[k].t4 = now();
+      if (!header_is(answer.data(), k))
+        out_of_step(comm, k, "rank " + std::to_string(peer) + "'s answer");
+      exchanges[k].t2 = get_i64(answer.data() + 8);
+      exchanges[k].t3 = get_i64(answer.data() + 16);
+    }
+    const ClockSample s = best_sample(exchanges, peer, 0);
+    put_header(result.data(), rounds);
+    put_i64(result.data() + 8, s.offset_ns);
+    put_i64(result.data() + 16, s.uncertainty_ns);
+    put_i64(result.data() + 24, s.round_trip_ns);
+    put_i64(result.data() + 32, s.local_time_ns);
+    std::memcpy(result.data() + 40, shared.data(), shared.size());
+    comm.send(result, peer, kClockSyncTag, timeout);
+  }
+  return mine;
 }
 
 }  // namespace lens

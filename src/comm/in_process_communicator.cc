@@ -2,7 +2,10 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 namespace lens {
@@ -27,6 +30,8 @@ struct InProcessGroup::Shared {
   std::size_t bytes = 0;
   std::vector<std::vector<std::uint8_t>> contributions;
   std::uint64_t completed = 0;
+  // Point-to-point messages in flight, by (from, to, tag), oldest first.
+  std::map<std::tuple<int, int, int>, std::deque<std::vector<std::uint8_t>>> mailboxes;
 };
 
 namespace {
@@ -60,7 +65,37 @@ class InProcessCommunicator : public Communicator {
     });
   }
 
+  void send(std::span<const std::uint8_t> data, int peer, int tag,
+            std::chrono::milliseconds) override {
+    check_peer("send", peer);
+    auto& s = *shared_;
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.mailboxes[{rank_, peer, tag}].emplace_back(data.begin(), data.end());
+    s.cv.notify_all();
+  }
+
+  void recv(std::span<std::uint8_t> data, int peer, int tag,
+            std::chrono::milliseconds timeout) override {
+    check_peer("recv", peer);
+    auto& s = *shared_;
+    std::unique_lock<std::mutex> lock(s.mu);
+    auto& box = s.mailboxes[{peer, rank_, tag}];
+    if (!s.cv.wait_for(lock, timeout, [&] { return !box.empty() || s.failed; }) || s.failed)
+      throw CommError(describe_failure("recv", s.failed ? s.failure : "timed out"));
+    std::vector<std::uint8_t> message = std::move(box.front());
+    box.pop_front();
+    if (message.size() != data.size())
+      throw CommError(describe_failure("recv", std::to_string(message.size()) + " bytes sent, " +
+                                                   std::to_string(data.size()) + " expected"));
+    std::memcpy(data.data(), message.data(), data.size());
+  }
+
  private:
+  void check_peer(const char* what, int peer) const {
+    if (peer < 0 || peer >= size() || peer == rank_)
+      throw CommError(describe_failure(what, "peer " + std::to_string(peer) + " is not another rank"));
+  }
+
   template <typename Deliver>
   void rendezvous(const char* kind, int root, std::size_t bytes,
                   std::span<const std::uint8_t> contribution, std::chrono::milliseconds timeout,

@@ -109,5 +109,27 @@ TEST(InProcessCommunicator, MismatchedCollectivesAndTimeoutsThrow) {
   }
 }
 
+TEST(InProcessCommunicator, PointToPointKeepsOrderPerTagAndChecksPeerAndSize) {
+  InProcessGroup group(3);
+  auto c0 = group.communicator(0), c2 = group.communicator(2);
+  const std::array<std::uint8_t, 2> a{1, 2}, b{3, 4}, other{9, 9};
+  c0->send(a, 2, 7, 1s);
+  c0->send(other, 2, 8, 1s);
+  c0->send(b, 2, 7, 1s);
+  std::array<std::uint8_t, 2> got{};
+  c2->recv(got, 0, 7, 1s);
+  EXPECT_EQ(got, a);
+  c2->recv(got, 0, 7, 1s);
+  EXPECT_EQ(got, b);
+  c2->recv(got, 0, 8, 1s);
+  EXPECT_EQ(got, other);
+  EXPECT_THROW(c2->recv(got, 0, 7, 20ms), CommError);  // nothing left: times out
+  EXPECT_THROW(c0->send(a, 0, 7, 1s), CommError);       // not another rank
+  EXPECT_THROW(c0->send(a, 3, 7, 1s), CommError);
+  std::array<std::uint8_t, 3> wrong{};
+  c0->send(a, 2, 7, 1s);
+  EXPECT_THROW(c2->recv(wrong, 0, 7, 1s), CommError);  // 2 bytes sent, 3 expected
+}
+
 }  // namespace
 }  // namespace lens

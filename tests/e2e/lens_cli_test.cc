@@ -676,7 +676,8 @@ TEST_F(LensCli, JaegerExportWritesEachTraceOnceWithExactDurationsAndStatus) {
           }
 
   const fs::path out = base_ / "jaeger-late.json";
-  Result r = run(lens("export " + dir.string() + " --jaeger " + out.string()));
+  // Raw clocks: the times as the files have them.
+  Result r = run(lens("export " + dir.string() + " --jaeger " + out.string() + " --raw-clock"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(out);
   json j = json::parse(in);
@@ -702,6 +703,156 @@ TEST_F(LensCli, JaegerExportWritesEachTraceOnceWithExactDurationsAndStatus) {
   }
   EXPECT_EQ(written, spans);
   EXPECT_EQ(errors, 2);  // rank 1's optimizer step of each of the 2 steps
+}
+
+
+// A run whose ranks' clocks are skewed by the test aid (milliseconds of
+// offset, tens of ppm of drift): the recorded samples find the injected
+// skew, the raw views show receives before their sends, and the aligned
+// ones (summary, Jaeger and Perfetto exports) show none.
+class ClockAlignmentCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    base_ = fs::temp_directory_path() / ("lens-clock-test-" + std::to_string(getpid()));
+    fs::remove_all(base_);
+    fs::create_directories(base_);
+    Result r = run(std::string(LENS_TRAIN_BIN) +
+                   " --pp 4 --microbatches 4 --steps 4 --layers 4 --hidden 32 --microbatch-size 8"
+                   " --otel-enabled=true --otel-span-groups per_step,microbatch"
+                   " --test-clock-offsets-us 0,-7000,2000,-9000"
+                   " --test-clock-drift-ppm 0,40,-30,20 --trace-dir " +
+                   (base_ / "traces").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (const auto& e : fs::directory_iterator(base_ / "traces")) run_dir_ = e.path();
+  }
+  static void TearDownTestSuite() { fs::remove_all(base_); }
+  static std::string lens(const std::string& args) { return std::string(LENS_BIN) + " " + args; }
+
+  // Per step and rank, the first send_forward's start and the first
+  // recv_forward's end (µs), from a Jaeger export; then how many of the
+  // stage pairs (r-1 sends, r receives) have the receive ending first.
+  static int receives_before_sends(const json& jaeger) {
+    std::map<std::pair<std::int64_t, int>, std::int64_t> send_start, recv_end;
+    for (const auto& trace : jaeger["data"]) {
+      std::int64_t step = -1;
+      for (const auto& s : trace["spans"])
+        if (s["operationName"] == "megatron.train_step")
+          for (const auto& t : s["tags"])
+            if (t["key"] == "dl.step") step = std::stoll(t["value"].get<std::string>());
+      if (step < 0) continue;
+      for (const auto& s : trace["spans"]) {
+        const int rank = std::stoi(s["processID"].get<std::string>().substr(1));
+        const std::int64_t start = s["startTime"], end = start + s["duration"].get<std::int64_t>();
+        const auto key = std::pair{step, rank};
+        if (s["operationName"] == "megatron.p2p.send_forward" &&
+            (!send_start.count(key) || start < send_start[key]))
+          send_start[key] = start;
+        if (s["operationName"] == "megatron.p2p.recv_forward" &&
+            (!recv_end.count(key) || end < recv_end[key]))
+          recv_end[key] = end;
+      }
+    }
+    int before = 0, pairs = 0;
+    for (const auto& [key, end] : recv_end)
+      if (auto it = send_start.find({key.first, key.second - 1}); it != send_start.end()) {
+        ++pairs;
+        if (end < it->second) ++before;
+      }
+    EXPECT_EQ(pairs, 4 * 3) << "4 steps, 3 stage pairs";
+    return before;
+  }
+
+  static fs::path base_;
+  static fs::path run_dir_;
+};
+
+fs::path ClockAlignmentCli::base_;
+fs::path ClockAlignmentCli::run_dir_;
+
+TEST_F(ClockAlignmentCli, SamplesFindTheInjectedSkewWithinTheirUncertainty) {
+  const std::vector<double> offset_us = {0, -7000, 2000, -9000}, drift_ppm = {0, 40, -30, 20};
+  std::map<int, std::vector<json>> samples;
+  for (const auto& e : fs::directory_iterator(run_dir_))
+    for (const auto& l : read_lines(e.path()))
+      for (const json line = json::parse(l); const auto& rs : line["resourceSpans"])
+        for (const auto& ss : rs["scopeSpans"])
+          for (const auto& s : ss["spans"])
+            if (s["name"] == "lens.clock_sync")
+              samples[static_cast<int>(attr_int(s, "dl.rank"))].push_back(s);
+  ASSERT_EQ(samples.size(), 4u);
+  for (auto& [rank, list] : samples) {
+    ASSERT_EQ(list.size(), 2u) << "rank " << rank << ": at the first step and at the end";
+    for (const auto& s : list) {
+      EXPECT_EQ(attr_int(s, "lens.clock.reference_rank"), 0);
+      // Drift since the telemetry started: the run lasts seconds, so the
+      // drift moves the truth by well under the bound; it is counted anyway
+      // from the first sample.
+      const double since_s = static_cast<double>(attr_int(s, "lens.clock.local_time_ns") -
+                                                 attr_int(list[0], "lens.clock.local_time_ns")) /
+                             1e9;
+      const double truth_ns = (offset_us[0] - offset_us[rank]) * 1e3 +
+                              (drift_ppm[0] - drift_ppm[rank]) * 1e3 * since_s;
+      const double bound_ns = std::max<double>(
+          50'000, static_cast<double>(attr_int(s, "lens.clock.uncertainty_ns")));
+      EXPECT_LE(std::abs(static_cast<double>(attr_int(s, "lens.clock.offset_ns")) - truth_ns),
+                bound_ns)
+          << "rank " << rank << ": " << s.dump();
+    }
+  }
+}
+
+TEST_F(ClockAlignmentCli, RawViewsShowReceivesBeforeSendsAndAlignedOnesNone) {
+  Result raw = run(lens("summary " + run_dir_.string() + " --raw-clock"));
+  ASSERT_EQ(raw.exit_code, 0) << raw.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(raw.output, m,
+                                std::regex(R"(causality: (\d+) of (\d+) receives end before)")))
+      << raw.output;
+  EXPECT_GT(std::stoi(m[1]), 0) << raw.output;
+  EXPECT_GT(std::stoi(m[2]), 0) << raw.output;
+
+  Result aligned = run(lens("summary " + run_dir_.string()));
+  ASSERT_EQ(aligned.exit_code, 0) << aligned.output;
+  ASSERT_TRUE(std::regex_search(
+      aligned.output, m,
+      std::regex(R"(clock: aligned to rank 0 by 8 samples of 4 ranks .*causality: (\d+) of (\d+) receives moved)")))
+      << aligned.output;
+  EXPECT_EQ(m[1], "0") << aligned.output;
+
+  for (const bool raw_clock : {true, false}) {
+    const fs::path out = base_ / (raw_clock ? "raw.json" : "aligned.json");
+    Result r = run(lens("export " + run_dir_.string() + " --jaeger " + out.string() +
+                        (raw_clock ? " --raw-clock" : "")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(out);
+    const int before = receives_before_sends(json::parse(in));
+    if (raw_clock)
+      EXPECT_GT(before, 0);
+    else
+      EXPECT_EQ(before, 0);
+  }
+
+  const fs::path perfetto = base_ / "aligned.perfetto.json";
+  Result r = run(lens("export " + run_dir_.string() + " --perfetto " + perfetto.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(perfetto);
+  const json trace = json::parse(in);
+  EXPECT_EQ(trace["otherData"]["lens.clock"], "aligned to rank 0");
+  // Every rank's first recv_forward slice ends after the previous stage's
+  // first send_forward began, on the shared axis.
+  std::map<int, double> first_send, first_recv_end;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const int rank = e["pid"];
+    const double ts = e["ts"], end = ts + e["dur"].get<double>();
+    if (e["name"] == "megatron.p2p.send_forward" && (!first_send.count(rank) || ts < first_send[rank]))
+      first_send[rank] = ts;
+    if (e["name"] == "megatron.p2p.recv_forward" &&
+        (!first_recv_end.count(rank) || end < first_recv_end[rank]))
+      first_recv_end[rank] = end;
+  }
+  for (int rank = 1; rank < 4; ++rank)
+    EXPECT_GE(first_recv_end[rank], first_send[rank - 1]) << "rank " << rank;
 }
 
 }  // namespace

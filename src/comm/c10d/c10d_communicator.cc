@@ -105,6 +105,33 @@ std::unique_ptr<PendingBroadcast> C10dCommunicator::start_broadcast(
   }
 }
 
+void C10dCommunicator::send(std::span<const std::uint8_t> data, int peer, int tag,
+                            std::chrono::milliseconds timeout) {
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    std::vector<at::Tensor> tensors{owned_tensor(data.size(), data)};
+    work = group_->send(tensors, peer, tag);
+  } catch (const std::exception& e) {
+    throw CommError(describe_failure("send", e.what()));
+  }
+  wait_work(*this, *work, "send", timeout);
+}
+
+void C10dCommunicator::recv(std::span<std::uint8_t> data, int peer, int tag,
+                            std::chrono::milliseconds timeout) {
+  at::Tensor tensor;
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    tensor = owned_tensor(data.size());
+    std::vector<at::Tensor> tensors{tensor};
+    work = group_->recv(tensors, peer, tag);
+  } catch (const std::exception& e) {
+    throw CommError(describe_failure("recv", e.what()));
+  }
+  wait_work(*this, *work, "recv", timeout);
+  copy_out(tensor, data.data());
+}
+
 void C10dCommunicator::gather_from_all(std::span<const std::uint8_t> input,
                                        std::span<std::uint8_t> output,
                                        std::chrono::milliseconds timeout) {
