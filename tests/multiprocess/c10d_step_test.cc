@@ -50,6 +50,13 @@ int run_rank(const std::string& out_dir, int steps) {
       opts.span_groups = "all";
     // A test hook: post each next step's broadcast early (c10d Work).
     opts.step_prefetch = std::getenv("LENS_TEST_PREFETCH") != nullptr;
+    // A test hook: skewed clocks for the clock sync to find.
+    if (std::getenv("LENS_TEST_CLOCK_SKEW") != nullptr) {
+      const auto skew = lens::testing::test_clock_skew();
+      opts.test_clock_offset_ns =
+          static_cast<std::int64_t>(skew.offset_us[static_cast<std::size_t>(rank)] * 1e3);
+      opts.test_clock_drift_ppm = skew.drift_ppm[static_cast<std::size_t>(rank)];
+    }
     telemetry = lens::create_distributed_telemetry(comm, world, opts);
   } catch (const lens::ConfigError& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
@@ -64,6 +71,7 @@ int run_rank(const std::string& out_dir, int steps) {
       lens::Span link = trace.recv_forward_linked(mb);
     }
   }
+  trace.finish();
   if (telemetry) {
     telemetry->shutdown(std::chrono::seconds(30));
     if (rank == 0) {
@@ -106,6 +114,9 @@ int main(int argc, char** argv) {
   expect.steps = steps;
   expect.linked_per_step = [&](int stage) { return expected_linked(world, stage); };
   auto problems = lens::testing::check_correlation(spans, expect);
+  if (std::getenv("LENS_TEST_CLOCK_SKEW") != nullptr)
+    for (auto& p : lens::testing::check_clock_samples(spans, lens::testing::test_clock_skew(), world))
+      problems.push_back(p);
   for (const auto& p : problems) std::fprintf(stderr, "violation: %s\n", p.c_str());
   std::printf("checked %zu spans from %d ranks over c10d/gloo, %d steps: %zu violations\n",
               spans.size(), world, steps, problems.size());

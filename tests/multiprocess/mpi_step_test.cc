@@ -36,6 +36,13 @@ int main(int argc, char** argv) {
     if (!std::getenv("MEGATRON_OTEL_SPAN_GROUPS")) opts.span_groups = "per_step";
     // A test hook: post each next step's broadcast early (MPI_Ibcast).
     opts.step_prefetch = std::getenv("LENS_TEST_PREFETCH") != nullptr;
+    // A test hook: skewed clocks for the clock sync to find.
+    if (std::getenv("LENS_TEST_CLOCK_SKEW") != nullptr) {
+      const auto skew = lens::testing::test_clock_skew();
+      opts.test_clock_offset_ns =
+          static_cast<std::int64_t>(skew.offset_us[static_cast<std::size_t>(comm.rank())] * 1e3);
+      opts.test_clock_drift_ppm = skew.drift_ppm[static_cast<std::size_t>(comm.rank())];
+    }
     telemetry = lens::create_distributed_telemetry(comm, pp, opts);
   } catch (const lens::ConfigError& e) {
     std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
@@ -54,6 +61,7 @@ int main(int argc, char** argv) {
         lens::Span link = trace.recv_forward_linked(mb);
       }
     }
+    trace.finish();
   }
   if (telemetry) telemetry->shutdown(std::chrono::seconds(30));
   MPI_Barrier(MPI_COMM_WORLD);
@@ -74,6 +82,9 @@ int main(int argc, char** argv) {
         return warmup + (kMicrobatches > warmup ? 1 : 0);
       };
       auto problems = lens::testing::check_correlation(spans, expect);
+      if (std::getenv("LENS_TEST_CLOCK_SKEW") != nullptr)
+        for (auto& p : lens::testing::check_clock_samples(spans, lens::testing::test_clock_skew(), pp))
+          problems.push_back(p);
       for (const auto& p : problems) std::fprintf(stderr, "violation: %s\n", p.c_str());
       std::printf("checked %zu spans from %d ranks, %d steps: %zu violations\n", spans.size(), pp,
                   steps, problems.size());

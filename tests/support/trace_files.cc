@@ -1,5 +1,8 @@
 #include "trace_files.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <set>
 
 #include "run_reader.h"
@@ -101,6 +104,40 @@ std::vector<std::string> check_correlation(const std::vector<ExportedSpan>& span
   for (const auto& s : spans)
     for (const auto& l : s.links)
       if (!by_id.count(l.second)) complain(s.name + " on " + s.file + ": link to a missing span");
+  return problems;
+}
+
+InjectedClocks test_clock_skew() {
+  return {{0, -4000, 6500, -2500}, {0, 40, -30, 20}};
+}
+
+std::vector<std::string> check_clock_samples(const std::vector<ExportedSpan>& spans,
+                                             const InjectedClocks& injected, int ranks) {
+  std::vector<std::string> problems;
+  std::map<int, std::vector<const ExportedSpan*>> by_rank;
+  for (const auto& s : spans)
+    if (s.name == "lens.clock_sync") by_rank[static_cast<int>(s.int_attr("dl.rank"))].push_back(&s);
+  for (int rank = 0; rank < ranks; ++rank) {
+    const auto& samples = by_rank[rank];
+    if (samples.empty()) {
+      problems.push_back("rank " + std::to_string(rank) + " has no lens.clock_sync span");
+      continue;
+    }
+    const auto r = static_cast<std::size_t>(rank);
+    const std::int64_t first = samples.front()->int_attr("lens.clock.local_time_ns");
+    for (const auto* s : samples) {
+      const double since_s =
+          static_cast<double>(s->int_attr("lens.clock.local_time_ns") - first) / 1e9;
+      const double truth_ns = (injected.offset_us[0] - injected.offset_us[r]) * 1e3 +
+                              (injected.drift_ppm[0] - injected.drift_ppm[r]) * 1e3 * since_s;
+      const double measured = static_cast<double>(s->int_attr("lens.clock.offset_ns"));
+      const double bound = std::max(50'000.0, static_cast<double>(s->int_attr("lens.clock.uncertainty_ns")));
+      if (std::abs(measured - truth_ns) > bound)
+        problems.push_back("rank " + std::to_string(rank) + ": clock offset " +
+                           std::to_string(measured) + " ns, injected " + std::to_string(truth_ns) +
+                           " ns, bound " + std::to_string(bound) + " ns");
+    }
+  }
   return problems;
 }
 

@@ -37,4 +37,18 @@ struct CorrelationExpectation {
 std::vector<std::string> check_correlation(const std::vector<ExportedSpan>& spans,
                                            const CorrelationExpectation& expect);
 
+// The clock skew the multi-process tests inject through the test aid when
+// LENS_TEST_CLOCK_SKEW is set: milliseconds of offset and tens of ppm of
+// drift, per rank (rank 0 first; 4 ranks at most).
+struct InjectedClocks {
+  std::vector<double> offset_us, drift_ppm;
+};
+InjectedClocks test_clock_skew();
+
+// Violations of the clock samples: a rank with no lens.clock_sync span, or
+// a sample further from the injected truth (rank 0's skew minus the rank's)
+// than max(50 µs, the sample's own uncertainty).
+std::vector<std::string> check_clock_samples(const std::vector<ExportedSpan>& spans,
+                                             const InjectedClocks& injected, int ranks);
+
 }  // namespace lens::testing
