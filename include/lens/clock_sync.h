@@ -75,10 +75,14 @@ ClockSample best_sample(std::span<const ClockExchange> exchanges, int rank, int 
 /// exact zeros do not dominate).
 class ClockDriftFit {
  public:
+  /// The largest standard error, in ppm, of a drift the fit reports.
+  static constexpr double kMaxDriftErrorPpm = 5;
+
   void add(const ClockSample& sample);
   std::size_t samples() const { return n_; }
-  /// Parts per million (offset change in µs per second of local time); empty
-  /// until two samples at different times.
+  /// Parts per million (offset change in µs per second of local time);
+  /// empty until the samples pin it down to kMaxDriftErrorPpm (two samples
+  /// 25 µs uncertain need about 10 s between them).
   std::optional<double> drift_ppm() const;
 
  private:

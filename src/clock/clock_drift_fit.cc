@@ -1,6 +1,7 @@
 // ClockDriftFit: offset over local time by weighted least squares
 // (clock_sync.h).
 #include <algorithm>
+#include <cmath>
 
 #include "lens/clock_sync.h"
 
@@ -25,10 +26,11 @@ void ClockDriftFit::add(const ClockSample& sample) {
 std::optional<double> ClockDriftFit::drift_ppm() const {
   if (n_ < 2) return std::nullopt;
   const double denominator = sw_ * sxx_ - sx_ * sx_;
-  // Samples at (nearly) the same time say nothing about drift.
-  if (!(denominator > 1e-12 * sw_ * sw_)) return std::nullopt;
-  // µs per s is ppm.
-  return (sw_ * sxy_ - sx_ * sy_) / denominator;
+  if (!(denominator > 0)) return std::nullopt;  // samples at one time
+  // The slope's standard error, in ppm, with each sample's uncertainty as
+  // its error: samples milliseconds apart say little about drift.
+  if (std::sqrt(sw_ / denominator) > kMaxDriftErrorPpm) return std::nullopt;
+  return (sw_ * sxy_ - sx_ * sy_) / denominator;  // µs per s is ppm
 }
 
 }  // namespace lens

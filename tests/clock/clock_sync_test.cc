@@ -80,6 +80,22 @@ TEST(ClockDriftFit, RecoversALinearDriftAndWeighsByUncertainty) {
   EXPECT_NEAR(*fit.drift_ppm(), 40.0, 0.5);
 }
 
+TEST(ClockDriftFit, SamplesTooCloseForTheirUncertaintyGiveNoDrift) {
+  ClockDriftFit fit;
+  ClockSample s;
+  s.uncertainty_ns = 25'000;
+  fit.add(s);
+  s.local_time_ns = 5'000'000;  // 5 ms later: ±25 µs says nothing about ppm
+  s.offset_ns = 3'000;
+  fit.add(s);
+  EXPECT_FALSE(fit.drift_ppm());
+  s.local_time_ns = 60'000'000'000;  // a minute later it does
+  s.offset_ns = 60 * 20 * 1000;      // 20 ppm: 20 µs per second
+  fit.add(s);
+  ASSERT_TRUE(fit.drift_ppm());
+  EXPECT_NEAR(*fit.drift_ppm(), 20.0, 1.0);
+}
+
 TEST(ClockDriftFit, SamplesAtOneTimeGiveNoDrift) {
   ClockDriftFit fit;
   ClockSample s;

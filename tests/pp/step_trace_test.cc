@@ -371,7 +371,8 @@ TEST(ClockSync, SamplesAtTheFirstStepEveryNStepsAndAtFinishFindTheInjectedSkew) 
       if (i < 3) {
         EXPECT_EQ(int_attr(s, "dl.step"), static_cast<std::int64_t>(2 * i));
       }
-      EXPECT_EQ(has_attr(s, "lens.clock.drift_ppm"), i > 0) << "drift needs two samples";
+      // Samples milliseconds apart do not pin down a drift.
+      EXPECT_FALSE(has_attr(s, "lens.clock.drift_ppm"));
       // The injected truth: rank 0's skew minus this rank's, the drift
       // counted from the run's start (the telemetries start within
       // milliseconds of each other, which moves the truth by nanoseconds).
