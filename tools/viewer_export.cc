@@ -52,10 +52,14 @@ FlowStart flow_start(const SpanRow& s) { return {s.rank, lane_row(kind_of(s)), s
 
 // The earliest startTimeUnixNano in the run's files, found by a scan of the
 // text (no parsing: the export's own pass validates every line), or 0.
-std::int64_t earliest_start_ns(const std::filesystem::path& dir) {
+// The earliest span start of the run, on rank 0's clock when `clock` is
+// given (a file's earliest span is still its earliest once aligned: offsets
+// change by ppm).
+std::int64_t earliest_start_ns(const std::filesystem::path& dir, const ClockAlignment* clock) {
   constexpr std::string_view kKey = "\"startTimeUnixNano\":";
   std::int64_t earliest = std::numeric_limits<std::int64_t>::max();
   for (const auto& path : run_files(dir)) {
+    std::int64_t in_file = std::numeric_limits<std::int64_t>::max();
     std::ifstream in(path, std::ios::binary);
     LineReader lines(in);
     std::string line;
@@ -67,9 +71,15 @@ std::int64_t earliest_start_ns(const std::filesystem::path& dir) {
         while (i < line.size() && (line[i] == '"' || line[i] == ' ')) ++i;
         std::int64_t v = 0;
         auto [ptr, ec] = std::from_chars(line.data() + i, line.data() + line.size(), v);
-        if (ec == std::errc() && ptr != line.data() + i && v > 0) earliest = std::min(earliest, v);
+        if (ec == std::errc() && ptr != line.data() + i && v > 0) in_file = std::min(in_file, v);
       }
     }
+    if (in_file == std::numeric_limits<std::int64_t>::max()) continue;
+    if (clock != nullptr) {
+      RankFileReader reader(path);  // its first line says the file's rank
+      if (reader.next_line()) in_file += clock->offset_at(reader.file().rank, in_file);
+    }
+    earliest = std::min(earliest, in_file);
   }
   return earliest == std::numeric_limits<std::int64_t>::max() ? 0 : earliest;
 }
@@ -96,7 +106,7 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
   ExportCounts counts;
   // Microseconds from the run's first span: absolute ones (~1.7e15) would
   // lose their sub-microsecond digits in a double and print in exponent form.
-  const std::int64_t origin_ns = earliest_start_ns(dir);
+  const std::int64_t origin_ns = earliest_start_ns(dir, options.clock);
   const auto us = [origin_ns](std::int64_t ns) {
     return static_cast<double>(ns - origin_ns) / 1e3;
   };

@@ -811,13 +811,17 @@ TEST_F(ClockAlignmentCli, RawViewsShowReceivesBeforeSendsAndAlignedOnesNone) {
   EXPECT_GT(std::stoi(m[1]), 0) << raw.output;
   EXPECT_GT(std::stoi(m[2]), 0) << raw.output;
 
+  // Aligned, a receive can still look early by up to the two ranks'
+  // uncertainties (on an idle machine none does; under a loaded test run
+  // some do): what the causality pass moves stays within that.
   Result aligned = run(lens("summary " + run_dir_.string()));
   ASSERT_EQ(aligned.exit_code, 0) << aligned.output;
   ASSERT_TRUE(std::regex_search(
       aligned.output, m,
-      std::regex(R"(clock: aligned to rank 0 by 8 samples of 4 ranks .*causality: (\d+) of (\d+) receives moved)")))
+      std::regex(R"(clock: aligned to rank 0 by 8 samples of 4 ranks \(uncertainty up to ([0-9.]+) us\); causality: (\d+) of (\d+) receives moved after their send \(by up to ([0-9.]+) us\))")))
       << aligned.output;
-  EXPECT_EQ(m[1], "0") << aligned.output;
+  EXPECT_LE(std::stod(m[4]), 2 * std::stod(m[1])) << aligned.output;
+  EXPECT_LT(std::stoi(m[2]), std::stoi(m[3])) << aligned.output;
 
   for (const bool raw_clock : {true, false}) {
     const fs::path out = base_ / (raw_clock ? "raw.json" : "aligned.json");
