@@ -19,6 +19,8 @@
 #include "lens/broadcast_trace_context.h"
 #include "lens/carrier.h"
 #include "lens/carrier_slot.h"
+#include "lens/clock_schedule.h"
+#include "lens/communicator.h"
 #include "lens/error.h"
 #include "lens/ids.h"
 #include "lens/linked_span.h"
@@ -154,6 +156,72 @@ class PySpan {
   std::optional<lens::CurrentSpanScope> scope_;
 };
 
+// The world group of torch.distributed as a Communicator, for the clock
+// sync only: point-to-point messages go through Python callables
+// (lens.distributed passes ones over dist.isend / dist.irecv of byte
+// tensors), so the exchange and its rules stay in C++. Collectives are not
+// needed by the clock sync and refuse. The callables are held only during a
+// sample (Use), so that nothing of Python's is left in the module's static
+// state when the interpreter finalises.
+class PythonPointToPoint : public lens::Communicator {
+ public:
+  PythonPointToPoint(int rank, int size, std::string engine)
+      : rank_(rank), size_(size), engine_(std::move(engine)) {}
+
+  struct Use {
+    Use(PythonPointToPoint& p, py::function send, py::function recv) : p_(p) {
+      p_.send_ = std::move(send);
+      p_.recv_ = std::move(recv);
+    }
+    ~Use() {
+      p_.send_ = py::function();
+      p_.recv_ = py::function();
+    }
+    PythonPointToPoint& p_;
+  };
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string engine() const override { return engine_; }
+  void broadcast(std::span<std::uint8_t>, int, std::chrono::milliseconds) override {
+    throw lens::CommError(describe_failure("broadcast", "point-to-point only"));
+  }
+  void send(std::span<const std::uint8_t> data, int peer, int tag,
+            std::chrono::milliseconds timeout) override {
+    try {
+      send_(py::bytes(reinterpret_cast<const char*>(data.data()), data.size()), peer, tag,
+            static_cast<double>(timeout.count()) / 1e3);
+    } catch (const py::error_already_set& e) {
+      throw lens::CommError(describe_failure("send", e.what()));
+    }
+  }
+  void recv(std::span<std::uint8_t> data, int peer, int tag,
+            std::chrono::milliseconds timeout) override {
+    std::string got;
+    try {
+      got = py::bytes(recv_(data.size(), peer, tag, static_cast<double>(timeout.count()) / 1e3));
+    } catch (const py::error_already_set& e) {
+      throw lens::CommError(describe_failure("recv", e.what()));
+    } catch (const py::cast_error& e) {
+      throw lens::CommError(describe_failure("recv", "the receive did not return bytes"));
+    }
+    if (got.size() != data.size())
+      throw lens::CommError(describe_failure("recv", std::to_string(got.size()) + " bytes, " +
+                                                         std::to_string(data.size()) + " expected"));
+    std::copy(got.begin(), got.end(), data.begin());
+  }
+
+ protected:
+  void gather_from_all(std::span<const std::uint8_t>, std::span<std::uint8_t>,
+                       std::chrono::milliseconds) override {
+    throw lens::CommError(describe_failure("all_gather", "point-to-point only"));
+  }
+
+ private:
+  int rank_, size_;
+  std::string engine_;
+  py::function send_, recv_;
+};
+
 // What the module keeps per process-wide telemetry: its tracer and, as a
 // step source, its step budget (LENS_STEP_BUDGET). Rebuilt whenever the
 // telemetry changes (init, shutdown): keyed on Telemetry::instance(), since a
@@ -162,6 +230,9 @@ struct PerTelemetry {
   std::uint64_t owner = 0;  // 0: none
   lens::Tracer tracer;
   lens::StepBudget budget;
+  // The clock sync's engine and schedule, made at the first sample.
+  std::unique_ptr<PythonPointToPoint> clock_engine;
+  std::unique_ptr<lens::ClockSchedule> clock;
 };
 
 PerTelemetry& per_telemetry() {
@@ -171,6 +242,8 @@ PerTelemetry& per_telemetry() {
   if (instance != state.owner) {
     state.tracer = t ? t->tracer(lens::kDefaultTracerName) : lens::Tracer();
     state.budget = lens::StepBudget(t ? t->config().step_budget_per_minute : 0);
+    state.clock.reset();
+    state.clock_engine.reset();
     state.owner = instance;
   }
   return state;
@@ -271,7 +344,8 @@ PYBIND11_MODULE(_lens, m) {
          std::optional<std::string> trace_dir, std::optional<std::string> trace_file,
          std::optional<std::string> run_id, std::optional<double> collective_timeout,
          std::optional<std::tuple<int, int, int>> coordinates,
-         std::optional<std::uint64_t> run_key) {
+         std::optional<std::uint64_t> run_key, double test_clock_offset_us,
+         double test_clock_drift_ppm) {
         lens::TelemetryOptions o;
         o.enabled = enabled;
         o.span_groups = span_groups;
@@ -288,6 +362,9 @@ PYBIND11_MODULE(_lens, m) {
           o.coordinates = {pp, dp, tp};
         }
         o.run_key = run_key;
+        // The clock test aid (config.h): off unless a test sets it.
+        o.test_clock_offset_ns = static_cast<std::int64_t>(test_clock_offset_us * 1e3);
+        o.test_clock_drift_ppm = test_clock_drift_ppm;
         py::gil_scoped_release release;
         return lens::init(o) != nullptr;
       },
@@ -296,7 +373,8 @@ PYBIND11_MODULE(_lens, m) {
       py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
       py::arg("trace_dir") = py::none(), py::arg("trace_file") = py::none(),
       py::arg("run_id") = py::none(), py::arg("collective_timeout") = py::none(),
-      py::arg("coordinates") = py::none(), py::arg("run_key") = py::none());
+      py::arg("coordinates") = py::none(), py::arg("run_key") = py::none(),
+      py::arg("test_clock_offset_us") = 0.0, py::arg("test_clock_drift_ppm") = 0.0);
 
   // The start-up agreement's record for this process (lens.distributed.init
   // all-gathers it): the settings resolved from the same options and
@@ -378,6 +456,7 @@ PYBIND11_MODULE(_lens, m) {
     d["run_id"] = c.run_id;
     d["span_groups"] = c.span_groups.to_spec();
     d["collective_timeout"] = static_cast<double>(c.collective_timeout.count()) / 1000.0;
+    d["clock_sync"] = c.clock_sync;
     d["rank"] = c.rank ? py::int_(*c.rank) : py::object(py::none());
     d["world_size"] = c.world_size ? py::int_(*c.world_size) : py::object(py::none());
     return d;
@@ -462,6 +541,30 @@ PYBIND11_MODULE(_lens, m) {
     return d;
   });
 
+  m.def(
+      "clock_sync_due",
+      [](std::uint64_t step) {
+        PerTelemetry& state = per_telemetry();
+        return !state.clock || state.clock->due(step);
+      },
+      py::arg("step"));
+  m.def(
+      "sync_clocks",
+      [](py::function send, py::function recv, int rank, int size, const std::string& engine,
+         std::optional<std::uint64_t> step) {
+        lens::Telemetry* t = lens::get_telemetry();
+        if (!t) throw std::runtime_error("lens: telemetry is not initialised");
+        PerTelemetry& state = per_telemetry();
+        if (!state.clock) {
+          state.clock_engine = std::make_unique<PythonPointToPoint>(rank, size, engine);
+          state.clock = std::make_unique<lens::ClockSchedule>(
+              *t, *state.clock_engine, state.tracer, t->config().collective_timeout);
+        }
+        PythonPointToPoint::Use use(*state.clock_engine, std::move(send), std::move(recv));
+        state.clock->sync(step);
+      },
+      py::arg("send"), py::arg("recv"), py::arg("rank"), py::arg("size"), py::arg("engine"),
+      py::arg("step") = py::none());
   m.def("write_failure_record", [](const std::string& who, const std::string& detail) {
     if (lens::Telemetry* t = lens::get_telemetry()) lens::write_failure_record(*t, who, detail);
   });

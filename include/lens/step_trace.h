@@ -41,9 +41,7 @@
 
 namespace lens {
 
-namespace detail {
 class ClockSchedule;
-}
 
 struct StepTraceOptions {
   /// Rank (in the communicator) that decides and broadcasts each step's context.
@@ -153,7 +151,7 @@ class StepTrace {
   bool prefetch_ = false;
   PendingTraceContext pending_{nullptr};  ///< the next step's, when prefetching
   std::optional<StepCarrier> carrier_;    ///< this step's, for recv_forward_linked
-  std::unique_ptr<detail::ClockSchedule> clock_;
+  std::unique_ptr<ClockSchedule> clock_;
   bool finished_ = false;
 };
 

@@ -96,7 +96,12 @@ def run_rank(args):
                             init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}")
     stage, stages = rank, world  # one pipeline: PP = world
     try:
-        lens.distributed.init(pipeline_parallel_size=stages)  # the start-up check: same settings on every rank
+        skew = {}
+        if args.test_clock_offsets_us:  # TEST AID: a skewed span clock per rank
+            skew["test_clock_offset_us"] = float(args.test_clock_offsets_us.split(",")[rank])
+        if args.test_clock_drift_ppm:
+            skew["test_clock_drift_ppm"] = float(args.test_clock_drift_ppm.split(",")[rank])
+        lens.distributed.init(pipeline_parallel_size=stages, **skew)  # the start-up check: same settings on every rank
     except lens.ConfigError as error:
         print(f"pp_train: rank {rank}: {error}", file=sys.stderr, flush=True)
         return 2
@@ -112,9 +117,14 @@ def run_rank(args):
     first, last = stage == 0, stage == stages - 1
     losses = []
 
+    traced = stages > 1 and lens.get_telemetry() is not None
     for step in range(args.steps):
+        # Clock samples (docs/clock-alignment.md): at the first step, then
+        # when the schedule says, never per step.
+        if traced and lens.distributed.clock_sync_due(step):
+            lens.distributed.sync_clocks(step=step)
         # The reference page's broadcast, just before the step span opens.
-        if stages > 1 and lens.get_telemetry() is not None:
+        if traced:
             carrier = lens.distributed.broadcast_trace_context(rank=rank, src_rank=0, step=step)
             lens.state.set_pp_trace_carrier(carrier)
 
@@ -177,6 +187,8 @@ def run_rank(args):
         if not all(l == l for l in losses):  # NaN check
             print("pp_train: the loss is not a number", file=sys.stderr)
             return 1
+    if traced:
+        lens.distributed.sync_clocks()  # the closing sample, on every rank
     stats = lens.distributed._lens.pipeline_stats()
     dist.barrier()
     lens.shutdown()
@@ -197,7 +209,15 @@ def main():
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds the launcher waits")
     parser.add_argument("--rank-env", action="append", default=[], metavar="RANK:NAME=VALUE",
                         help="an environment variable for one rank only (to try mismatched settings)")
+    parser.add_argument("--test-clock-offsets-us", default="", metavar="A,B,...",
+                        help="TEST AID: one span clock offset per rank, in µs")
+    parser.add_argument("--test-clock-drift-ppm", default="", metavar="A,B,...",
+                        help="TEST AID: one span clock drift per rank, in ppm")
     args = parser.parse_args()
+    for name in ("test_clock_offsets_us", "test_clock_drift_ppm"):
+        values = getattr(args, name)
+        if values and len(values.split(",")) != args.world:
+            parser.error(f"--{name.replace('_', '-')} takes one value per rank ({args.world})")
     if args.world < 1 or args.steps < 1 or args.microbatches < 1:
         parser.error("--world, --steps and --microbatches must be at least 1")
     for spec in args.rank_env:

@@ -82,7 +82,10 @@ def init(**options):
     enabled, span_groups, exporter, service_name, rank, world_size, trace_dir,
     trace_file, run_id, collective_timeout (seconds), coordinates (this
     rank's (pp, dp, tp), which LENS_EXPORT_FILTER selects on; a rank it
-    leaves out records nothing but still takes part in broadcasts). With
+    leaves out records nothing but still takes part in broadcasts),
+    test_clock_offset_us and test_clock_drift_ppm (a TEST AID that skews this
+    process's span clock, so that clock alignment can be tried on one host:
+    docs/clock-alignment.md). With
     LENS_TRACE_SCOPE=pipeline, pass each pipeline group to
     broadcast_trace_context (src_rank: its first stage's global rank): each
     replica's step spans then share a trace, linked to global rank 0's. Returns the Telemetry,

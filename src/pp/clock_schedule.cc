@@ -1,6 +1,6 @@
 // ClockSchedule: when the clocks are measured and the span each sample
 // leaves (clock_schedule.h).
-#include "clock_schedule.h"
+#include "lens/clock_schedule.h"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +9,7 @@
 #include "byte_order.h"
 #include "lens/ids.h"
 
-namespace lens::detail {
+namespace lens {
 namespace {
 
 // Without a pace yet (at the first step), a sample every T seconds first
@@ -59,12 +59,12 @@ void ClockSchedule::sync(std::optional<std::uint64_t> step) {
     const TraceId trace = IdGenerator::new_trace_id();
     std::copy(trace.bytes().begin(), trace.bytes().end(), shared.begin());
     const auto next = step ? choose_next(*step, start) : std::nullopt;
-    put_le64(shared.data() + 16, next.value_or(kNoStep));
+    detail::put_le64(shared.data() + 16, next.value_or(kNoStep));
   }
   const ClockSample sample =
       measure_clock_offset(world_, [this] { return telemetry_.now_unix_ns(); }, shared, options_);
   started_ = true;
-  const std::uint64_t next = get_le64(shared.data() + 16);
+  const std::uint64_t next = detail::get_le64(shared.data() + 16);
   next_step_ = next == kNoStep ? std::nullopt : std::optional<std::uint64_t>(next);
   if (step) {
     last_step_ = *step;
@@ -97,4 +97,4 @@ void ClockSchedule::sync(std::optional<std::uint64_t> step) {
   span.set_attribute("lens.clock.engine", std::string_view(world_.engine()));
 }
 
-}  // namespace lens::detail
+}  // namespace lens

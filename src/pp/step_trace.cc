@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "clock_schedule.h"
 #include "lens/carrier_slot.h"
+#include "lens/clock_schedule.h"
 #include "lens/error.h"
 #include "lens/linked_span.h"
 #include "lens/step_context.h"
@@ -43,7 +43,7 @@ StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions 
   Communicator* clock_comm = options_.clock_communicator;
   if (clock_comm == nullptr && scope_ == TraceScope::kWorld) clock_comm = comm_;
   if (gated_ && telemetry_->config().clock_sync && clock_comm != nullptr && clock_comm->size() > 1)
-    clock_ = std::make_unique<detail::ClockSchedule>(*telemetry_, *clock_comm, tracer_, timeout_);
+    clock_ = std::make_unique<ClockSchedule>(*telemetry_, *clock_comm, tracer_, timeout_);
 }
 
 void StepTrace::sync_clocks_if_due(std::uint64_t step) {

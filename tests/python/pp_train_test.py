@@ -133,5 +133,47 @@ class PythonPipelineDisabled(unittest.TestCase):
         self.assertEqual(read_spans(directory), [])
 
 
+class PythonClockSync(unittest.TestCase):
+    """The same loop with each rank's span clock skewed by the test aid: the
+    lens.clock_sync samples find the injected offsets within max(50 µs,
+    their uncertainty), and `lens summary` aligns by them."""
+
+    OFFSETS_US = [0, -4000, 6500, -2500]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="lens-py-clock-")
+        cls.result = run_training(cls.dir, extra=(
+            "--test-clock-offsets-us", ",".join(str(o) for o in cls.OFFSETS_US),
+            "--test-clock-drift-ppm", "0,30,-20,10"))
+        cls.spans = read_spans(cls.dir)
+
+    def test_samples_find_the_injected_offsets(self):
+        self.assertEqual(self.result.returncode, 0, self.result.stderr)
+        samples = collections.defaultdict(list)
+        for rank, s in self.spans:
+            if s["name"] == "lens.clock_sync":
+                samples[rank].append(s["attrs"])
+        self.assertEqual(sorted(samples), list(range(WORLD)))
+        for rank, list_ in samples.items():
+            self.assertEqual(len(list_), 2, f"rank {rank}: at the first step and at the end")
+            for a in list_:
+                truth_ns = (self.OFFSETS_US[0] - self.OFFSETS_US[rank]) * 1000
+                bound_ns = max(50_000, a["lens.clock.uncertainty_ns"])
+                # Drift over a run of seconds moves the truth by < 0.2 ms
+                # only at the end sample: allow it.
+                drift_ns = 50 * (a["lens.clock.local_time_ns"] - list_[0]["lens.clock.local_time_ns"]) / 1e6
+                self.assertLessEqual(abs(a["lens.clock.offset_ns"] - truth_ns), bound_ns + drift_ns,
+                                     f"rank {rank}: {a}")
+                self.assertEqual(a["lens.clock.reference_rank"], 0)
+
+    def test_lens_summary_aligns_by_them(self):
+        runs = os.listdir(self.dir)
+        summary = subprocess.run([LENS_BIN, "summary", os.path.join(self.dir, runs[0])],
+                                 capture_output=True, text=True)
+        self.assertEqual(summary.returncode, 0, summary.stdout + summary.stderr)
+        self.assertIn("clock: aligned to rank 0 by 8 samples of 4 ranks", summary.stdout)
+
+
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1], verbosity=2)
