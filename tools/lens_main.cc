@@ -2,6 +2,8 @@
 //
 //   lens check RUN_DIR                 correlation invariants; exit 0 ok, 1 violated, 2 bad input
 //   lens summary RUN_DIR [--json]      time per step and stage, bubble, slowest stage
+//   lens analyze RUN_DIR [--json]      critical path, waits, idle by cause, stragglers
+//   lens diff RUN_A RUN_B              per stage, what changed between two runs
 //   lens timeline RUN_DIR -o wave.html [--steps A-B]
 //   lens export RUN_DIR --perfetto out.json | --jaeger out.json
 //   lens upload DIR|FILE... [--endpoint URL]   send files to an OTLP/HTTP endpoint
@@ -23,6 +25,7 @@
 #include <tuple>
 #include <utility>
 
+#include "analyze.h"
 #include "check.h"
 #include "lens/config.h"
 #include "lens/error.h"
@@ -98,6 +101,15 @@ int run_lens(int argc, char** argv) {
   summary->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
   summary->add_flag("--json", as_json, "machine-readable output");
 
+  auto* analyze = app.add_subcommand(
+      "analyze", "critical path, wait states, idle by cause and stragglers, per stage");
+  analyze->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+  analyze->add_flag("--json", as_json, "machine-readable output");
+  std::string other_dir;
+  auto* diff = app.add_subcommand("diff", "per stage, what changed from run A to run B");
+  diff->add_option("RUN_A", dir, "the first run's directory")->required();
+  diff->add_option("RUN_B", other_dir, "the second run's directory")->required();
+
   std::string output, steps = "0-2";
   auto* timeline =
       app.add_subcommand("timeline", "draw the pipeline wave as a self-contained HTML file");
@@ -112,7 +124,7 @@ int run_lens(int argc, char** argv) {
   exp->add_option("--jaeger", jaeger, "JSON for Jaeger UI's file upload");
 
   bool raw_clock = false;
-  for (auto* command : {summary, timeline, exp})
+  for (auto* command : {summary, analyze, diff, timeline, exp})
     command->add_flag("--raw-clock", raw_clock,
                       "each rank's timestamps as recorded, not aligned to rank 0's clock by the "
                       "run's lens.clock_sync samples");
@@ -218,6 +230,24 @@ int run_lens(int argc, char** argv) {
       s.clock = clock_report;
       print_warnings(warnings);
       std::fputs((as_json ? format_json(s) : format_table(s)).c_str(), stdout);
+      return kOk;
+    }
+    if (analyze->parsed()) {
+      std::vector<std::string> warnings;
+      Analysis a = analyze_dir(dir, view_options(), &warnings);
+      a.clock = clock_report;
+      print_warnings(warnings);
+      std::fputs((as_json ? format_json(a) : format_table(a)).c_str(), stdout);
+      return kOk;
+    }
+    if (diff->parsed()) {
+      std::vector<std::string> warnings;
+      const Analysis a = analyze_dir(dir, view_options(), &warnings);
+      const std::string first = dir;
+      dir = other_dir;
+      const Analysis b = analyze_dir(dir, view_options(), &warnings);
+      print_warnings(warnings);
+      std::printf("A: %s\nB: %s\n%s", first.c_str(), other_dir.c_str(), format_diff(a, b).c_str());
       return kOk;
     }
     if (timeline->parsed()) {

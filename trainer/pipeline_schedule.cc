@@ -1,10 +1,19 @@
 #include "pipeline_schedule.h"
 
+#include <chrono>
 #include <deque>
 #include <limits>
+#include <thread>
 
 namespace lens::train {
 namespace {
+
+// Makes a compute that took since `start` take `factor` times as long.
+void stretch(std::chrono::steady_clock::time_point start, double factor) {
+  if (factor <= 1) return;
+  const auto took = std::chrono::steady_clock::now() - start;
+  std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::nanoseconds>(took * (factor - 1)));
+}
 
 struct InFlight {
   torch::Tensor input;   // what the stage received (requires grad), or undefined
@@ -18,6 +27,7 @@ class Stage {
   torch::Tensor forward(torch::Tensor input, int microbatch) {
     Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.forward");
     span.set_attribute("dl.microbatch_id", microbatch);
+    const auto start = std::chrono::steady_clock::now();
     if (ctx_.p2p->first_stage()) {
       input = ctx_.data->input(step_, microbatch, ctx_.replica);
     } else {
@@ -32,12 +42,14 @@ class Stage {
       output = loss;
     }
     in_flight_.push_back({input, output});
+    stretch(start, ctx_.slow_factor);
     return output;
   }
 
   torch::Tensor backward(const torch::Tensor& output_grad, int microbatch) {
     Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.backward");
     span.set_attribute("dl.microbatch_id", microbatch);
+    const auto start = std::chrono::steady_clock::now();
     InFlight f = std::move(in_flight_.front());
     in_flight_.pop_front();
     if (ctx_.p2p->last_stage()) {
@@ -45,6 +57,7 @@ class Stage {
     } else {
       f.output.backward(output_grad);
     }
+    stretch(start, ctx_.slow_factor);
     return ctx_.p2p->first_stage() ? torch::Tensor() : f.input.grad();
   }
 

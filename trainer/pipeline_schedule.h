@@ -27,6 +27,10 @@ struct ScheduleContext {
   Tracer tracer;
   int microbatches;
   int replica;  // data-parallel rank
+  // Fault injection (--slow-stage, --slow-factor): this stage's forward and
+  // backward take `slow_factor` times as long (the compute, then a wait of
+  // (factor - 1) times what it took). 1: not slowed.
+  double slow_factor = 1;
 };
 
 // Runs forward and backward for every microbatch of `step`, accumulating

@@ -38,6 +38,12 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  "post each next step's trace-context broadcast as soon as a step's has arrived, "
                  "so its latency hides behind the step (world scope; true/false)")
       ->default_val(false);
+  app.add_option("--slow-stage", o.slow_stage,
+                 "fault injection: this stage's forward and backward take --slow-factor times "
+                 "as long (a wait after each)")
+      ->check(CLI::Range(0, 63));
+  app.add_option("--slow-factor", o.slow_factor, "how much slower --slow-stage computes")
+      ->check(CLI::Range(1.0, 100.0));
   app.add_option("--test-clock-offsets-us", o.test_clock_offsets_us,
                  "TEST AID: one clock offset per rank, in µs, injected into each rank's span "
                  "clock (comma-separated, rank 0 first)")
@@ -56,6 +62,11 @@ TrainOptions parse_train_options(int argc, char** argv) {
   if (o.layers < o.pp) {
     std::fprintf(stderr, "lens-train: --layers %d is less than --pp %d; accepted: layers >= pp\n",
                  o.layers, o.pp);
+    std::exit(2);
+  }
+  if (o.slow_stage >= o.pp) {
+    std::fprintf(stderr, "lens-train: --slow-stage %d is not a stage of --pp %d; accepted: 0 to %d\n",
+                 o.slow_stage, o.pp, o.pp - 1);
     std::exit(2);
   }
   for (const auto* list : {&o.test_clock_offsets_us, &o.test_clock_drift_ppm}) {

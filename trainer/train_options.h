@@ -31,6 +31,10 @@ struct TrainOptions {
   // TEST AID: per rank (by global rank), an offset and a drift injected into
   // that rank's span clock, so that clock alignment can be tried on one
   // host. Empty, or one value per rank.
+  // Fault injection: stage `slow_stage` (-1: none) computes `slow_factor`
+  // times as slowly, on every replica.
+  int slow_stage = -1;
+  double slow_factor = 1;
   std::vector<double> test_clock_offsets_us;
   std::vector<double> test_clock_drift_ppm;
   // Where each rank writes its JSON report (set by the local launcher).

@@ -1,0 +1,77 @@
+// `lens analyze` and `lens diff`: a run's steps explained and compared
+// (docs/analysis.md). Each step is analysed as it is read (step_analysis.h);
+// across steps each stage keeps a few numbers per step, so memory is one
+// step's spans plus O(steps x stages) figures.
+//
+// Thread safety: plain functions and values.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "clock_alignment.h"
+#include "step_analysis.h"
+#include "step_stream.h"
+
+namespace lens::tools {
+
+// A stage is named a straggler when its compute per microbatch is at least
+// this many times the fastest stage's (median over steps).
+inline constexpr double kStragglerThreshold = 1.5;
+
+struct StageAnalysis {
+  int stage = -1, rank = -1, replica = 0;
+  std::size_t steps = 0;
+  double compute_per_microbatch_ms = 0;  // median over steps
+  double relative = 0;    // compute per microbatch / the fastest stage's (median of per-step ratios)
+  double individual = 0;  // p95 over steps of compute / this rank's own best step
+  std::int64_t slow_since = -1;  // first step with relative >= kStragglerThreshold, or -1
+  double critical_share_p50 = 0, critical_share_p95 = 0;
+  double late_sender_p50_ms = 0, late_sender_p95_ms = 0;
+  double transfer_p50_ms = 0, late_receiver_p50_ms = 0;
+  double idle_p50_ms = 0, warmup_idle_p50_ms = 0, cooldown_idle_p50_ms = 0;
+  double imbalance_idle_p50_ms = 0, transfer_idle_p50_ms = 0, schedule_idle_p50_ms = 0;
+};
+
+struct Analysis {
+  int stages = 0, microbatches = 0;
+  std::size_t steps = 0;  // steps with every stage's compute spans
+  double step_p50_ms = 0, step_p95_ms = 0;
+  double critical_path_p50_ms = 0, critical_transfer_p50_ms = 0;
+  std::vector<StageAnalysis> stages_analysis;  // by replica, then stage
+  int straggler_stage = -1, straggler_rank = -1;  // -1: none above the threshold
+  // The slowest stage's relative score, straggler or not.
+  int slowest_stage = -1;
+  double slowest_relative = 0;
+  ClockReport clock;
+};
+
+class AnalysisBuilder {
+ public:
+  void add(const PipelineView& view, const Run& run);
+  Analysis finish();
+
+ private:
+  struct Series {
+    int rank = -1, replica = 0;
+    std::vector<std::int64_t> steps;
+    std::vector<double> per_microbatch, compute, critical_share, late_sender, transfer,
+        late_receiver, idle, warmup, cooldown, imbalance, transfer_idle, schedule_idle;
+  };
+  std::map<std::pair<int, int>, Series> series_;  // (replica, stage)
+  std::vector<double> step_ms_, critical_ms_, critical_transfer_ms_;
+  int stages_ = 0, microbatches_ = 0;
+  std::size_t steps_ = 0;
+};
+
+Analysis analyze_dir(const std::filesystem::path& dir, const StreamOptions& options,
+                     std::vector<std::string>* warnings);
+std::string format_table(const Analysis& a);
+std::string format_json(const Analysis& a);
+// Per stage, run A against run B, and the stage that changed most.
+std::string format_diff(const Analysis& a, const Analysis& b);
+
+}  // namespace lens::tools
