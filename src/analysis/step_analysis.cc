@@ -208,6 +208,8 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
   std::reverse(path.begin(), path.end());
   out.critical_path = std::move(path);
   out.critical_path_ms = ms(g.nodes[static_cast<std::size_t>(g.last)].end - first_start);
+  for (const auto& seg : out.critical_path)
+    if (seg.kind != PathSegment::Kind::kTransfer) out.critical_compute_ms += seg.end_ms - seg.start_ms;
   for (auto& f : out.stages_figures) {
     if (f.replica != slowest_replica) continue;
     for (const auto& seg : out.critical_path)

@@ -54,7 +54,10 @@ struct StepAnalysis {
   int stages = 0, microbatches = 0;
   double step_ms = 0;           // the longest step span of the replica analysed
   double critical_path_ms = 0;  // from the path's first start to its last end
-  double critical_transfer_ms = 0;
+  double critical_compute_ms = 0;   // forward and backward on the path
+  double critical_transfer_ms = 0;  // neighbour's compute end to the next compute's start
+  // The rest of the path: a stage's own time between its computes (p2p
+  // calls, the framework, scheduling).
   std::vector<PathSegment> critical_path;  // in time order
   std::vector<StageFigures> stages_figures;  // by replica, then stage
   bool complete = false;  // every stage had its compute spans

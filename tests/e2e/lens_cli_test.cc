@@ -859,4 +859,87 @@ TEST_F(ClockAlignmentCli, RawViewsShowReceivesBeforeSendsAndAlignedOnesNone) {
     EXPECT_GE(first_recv_end[rank], first_send[rank - 1]) << "rank " << rank;
 }
 
+// lens analyze and lens diff over trainer runs: one balanced (with
+// --layers 7 every stage has two linear layers, the last one's head
+// included), one with stage 2 made 3x slower by the fault injection.
+class AnalyzeCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    base_ = fs::temp_directory_path() / ("lens-analyze-test-" + std::to_string(getpid()));
+    fs::remove_all(base_);
+    for (const auto& [name, extra] :
+         {std::pair{"balanced", ""}, std::pair{"slow", " --slow-stage 2 --slow-factor 3"}}) {
+      Result r = run(std::string(LENS_TRAIN_BIN) +
+                     " --pp 4 --layers 7 --microbatches 8 --steps 6 --hidden 128"
+                     " --microbatch-size 16 --otel-enabled=true"
+                     " --otel-span-groups per_step,microbatch --trace-dir " +
+                     (base_ / name).string() + extra);
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      for (const auto& e : fs::directory_iterator(base_ / name))
+        (std::string(name) == "slow" ? slow_ : balanced_) = e.path();
+    }
+  }
+  static void TearDownTestSuite() { fs::remove_all(base_); }
+  static std::string lens(const std::string& args) { return std::string(LENS_BIN) + " " + args; }
+  static json analysis(const fs::path& dir) {
+    Result r = run(lens("analyze " + dir.string() + " --json"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return json::parse(r.output);
+  }
+  static const json& stage(const json& a, int s) {
+    for (const auto& st : a["stages"])
+      if (st["stage"] == s) return st;
+    throw std::runtime_error("no stage " + std::to_string(s));
+  }
+  static fs::path base_, balanced_, slow_;
+};
+
+fs::path AnalyzeCli::base_;
+fs::path AnalyzeCli::balanced_;
+fs::path AnalyzeCli::slow_;
+
+TEST_F(AnalyzeCli, TheSlowStageIsTheStragglerWithTheLargestCriticalShare) {
+  const json slow = analysis(slow_);
+  EXPECT_EQ(slow["steps"], 6);
+  ASSERT_FALSE(slow["straggler"].is_null()) << slow.dump(1);
+  EXPECT_EQ(slow["straggler"]["stage"], 2) << slow.dump(1);
+  EXPECT_GE(stage(slow, 2)["relative"].get<double>(), 1.5);
+  EXPECT_EQ(stage(slow, 2)["slow_since_step"], 0);
+  for (int s : {0, 1, 3})
+    EXPECT_GT(stage(slow, 2)["critical_share_p50"].get<double>(),
+              stage(slow, s)["critical_share_p50"].get<double>())
+        << "stage " << s << ": " << slow.dump(1);
+  // The stage after it waits for it.
+  const json balanced = analysis(balanced_);
+  EXPECT_GT(stage(slow, 3)["late_sender_p50_ms"].get<double>(),
+            stage(balanced, 3)["late_sender_p50_ms"].get<double>());
+
+  Result table = run(lens("analyze " + slow_.string()));
+  EXPECT_NE(table.output.find("straggler: stage 2 (rank 2)"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("clock: aligned to rank 0"), std::string::npos) << table.output;
+}
+
+TEST_F(AnalyzeCli, ABalancedRunNamesNoStragglerAndDiffNamesTheSlowedStage) {
+  const json balanced = analysis(balanced_);
+  EXPECT_TRUE(balanced["straggler"].is_null()) << balanced.dump(1);
+  EXPECT_LT(balanced["slowest_relative"].get<double>(), 1.5);
+  Result diff = run(lens("diff " + balanced_.string() + " " + slow_.string()));
+  ASSERT_EQ(diff.exit_code, 0) << diff.output;
+  EXPECT_NE(diff.output.find("most changed: stage 2"), std::string::npos) << diff.output;
+}
+
+TEST_F(AnalyzeCli, ARunWithoutComputeSpansSaysWhatToRecord) {
+  const fs::path dir = base_ / "no-microbatch";
+  Result r = run(std::string(LENS_TRAIN_BIN) +
+                 " --pp 2 --steps 2 --otel-enabled=true --otel-span-groups per_step --trace-dir " +
+                 dir.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::path run_dir;
+  for (const auto& e : fs::directory_iterator(dir)) run_dir = e.path();
+  Result a = run(lens("analyze " + run_dir.string()));
+  EXPECT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("0 steps analysed"), std::string::npos) << a.output;
+  EXPECT_NE(a.output.find("microbatch"), std::string::npos) << a.output;
+}
+
 }  // namespace
