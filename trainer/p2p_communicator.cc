@@ -8,6 +8,17 @@ namespace {
 constexpr int kForwardTag = 0;   // activations, stage s -> s+1
 constexpr int kBackwardTag = 1;  // gradients, stage s+1 -> s
 
+// What a transfer span carries (p2p_communicator.h).
+void describe(Span& span, const char* direction, int peer, int sent, int received) {
+  if (!span.recording()) return;
+  span.set_attribute("dl.p2p.direction", direction);
+  span.set_attribute("dl.pipeline_parallel.peer_rank", std::int64_t{peer});
+  if (sent >= 0) span.set_attribute("dl.microbatch_id.sent", std::int64_t{sent});
+  if (received >= 0) span.set_attribute("dl.microbatch_id.received", std::int64_t{received});
+  if ((sent >= 0) != (received >= 0))
+    span.set_attribute("dl.microbatch_id", std::int64_t{sent >= 0 ? sent : received});
+}
+
 }  // namespace
 
 P2PCommunicator::P2PCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> pp_group, int stage,
@@ -45,44 +56,51 @@ void P2PCommunicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const cha
   }
 }
 
-torch::Tensor P2PCommunicator::recv_forward() {
+torch::Tensor P2PCommunicator::recv_forward(int microbatch) {
   if (first_stage()) return {};
   Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.recv_forward");
+  describe(span, "forward", stage_ - 1, -1, microbatch);
   torch::Tensor t;
   auto work = post_recv(t, stage_ - 1, kForwardTag);
   wait(work, "recv_forward", stage_ - 1);
   return t;
 }
 
-void P2PCommunicator::send_forward(const torch::Tensor& output) {
+void P2PCommunicator::send_forward(const torch::Tensor& output, int microbatch) {
   if (last_stage()) return;
   Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_forward");
+  describe(span, "forward", stage_ + 1, microbatch, -1);
   auto work = post_send(output, stage_ + 1, kForwardTag);
   wait(work, "send_forward", stage_ + 1);
   keep_alive_.clear();
 }
 
-torch::Tensor P2PCommunicator::recv_backward() {
+torch::Tensor P2PCommunicator::recv_backward(int microbatch) {
   if (last_stage()) return {};
   Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.recv_backward");
+  describe(span, "backward", stage_ + 1, -1, microbatch);
   torch::Tensor t;
   auto work = post_recv(t, stage_ + 1, kBackwardTag);
   wait(work, "recv_backward", stage_ + 1);
   return t;
 }
 
-void P2PCommunicator::send_backward(const torch::Tensor& input_grad) {
+void P2PCommunicator::send_backward(const torch::Tensor& input_grad, int microbatch) {
   if (first_stage()) return;
   Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_backward");
+  describe(span, "backward", stage_ - 1, microbatch, -1);
   auto work = post_send(input_grad, stage_ - 1, kBackwardTag);
   wait(work, "send_backward", stage_ - 1);
   keep_alive_.clear();
 }
 
-torch::Tensor P2PCommunicator::send_forward_recv_backward(const torch::Tensor& output) {
+torch::Tensor P2PCommunicator::send_forward_recv_backward(const torch::Tensor& output,
+                                                          int sent_microbatch,
+                                                          int received_microbatch) {
   if (last_stage()) return {};
   Span span =
       tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_forward_recv_backward");
+  describe(span, "forward,backward", stage_ + 1, sent_microbatch, received_microbatch);
   torch::Tensor grad;
   auto sent = post_send(output, stage_ + 1, kForwardTag);
   auto received = post_recv(grad, stage_ + 1, kBackwardTag);
@@ -92,10 +110,13 @@ torch::Tensor P2PCommunicator::send_forward_recv_backward(const torch::Tensor& o
   return grad;
 }
 
-torch::Tensor P2PCommunicator::send_backward_recv_forward(const torch::Tensor& input_grad) {
+torch::Tensor P2PCommunicator::send_backward_recv_forward(const torch::Tensor& input_grad,
+                                                          int sent_microbatch,
+                                                          int received_microbatch) {
   if (first_stage()) return {};
   Span span =
       tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_backward_recv_forward");
+  describe(span, "backward,forward", stage_ - 1, sent_microbatch, received_microbatch);
   torch::Tensor input;
   auto sent = post_send(input_grad, stage_ - 1, kBackwardTag);
   auto received = post_recv(input, stage_ - 1, kForwardTag);

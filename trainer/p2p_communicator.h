@@ -30,12 +30,19 @@ class P2PCommunicator {
                   std::vector<std::int64_t> activation_shape, std::chrono::milliseconds timeout,
                   Tracer tracer);
 
-  torch::Tensor recv_forward();
-  void send_forward(const torch::Tensor& output);
-  torch::Tensor recv_backward();
-  void send_backward(const torch::Tensor& input_grad);
-  torch::Tensor send_forward_recv_backward(const torch::Tensor& output);
-  torch::Tensor send_backward_recv_forward(const torch::Tensor& input_grad);
+  // Each transfer's span says what it carries (docs/analysis.md): the
+  // microbatch sent (dl.microbatch_id.sent) and/or received
+  // (dl.microbatch_id.received; dl.microbatch_id for a one-way transfer),
+  // the direction of the data (dl.p2p.direction: forward, backward, or
+  // forward,backward for a combined one, what it sends first) and the peer
+  // stage (dl.pipeline_parallel.peer_rank).
+  torch::Tensor recv_forward(int microbatch);
+  void send_forward(const torch::Tensor& output, int microbatch);
+  torch::Tensor recv_backward(int microbatch);
+  void send_backward(const torch::Tensor& input_grad, int microbatch);
+  torch::Tensor send_forward_recv_backward(const torch::Tensor& output, int sent, int received);
+  torch::Tensor send_backward_recv_forward(const torch::Tensor& input_grad, int sent,
+                                           int received);
 
   int stage() const { return stage_; }
   int stages() const { return stages_; }

@@ -95,36 +95,37 @@ double forward_backward_1f1b(ScheduleContext& ctx, std::int64_t step) {
     torch::Tensor input;
     {
       Span linked = ctx.step_trace->recv_forward_linked(forward_mb);
-      input = p2p.recv_forward();
+      input = p2p.recv_forward(forward_mb);
     }
     torch::Tensor output = stage.forward(input, forward_mb++);
-    p2p.send_forward(output);
+    p2p.send_forward(output, forward_mb - 1);
   }
 
   torch::Tensor input;
   if (remaining > 0) {
     // The pre-1F1B receive: the last one linked.
     Span linked = ctx.step_trace->recv_forward_linked(forward_mb);
-    input = p2p.recv_forward();
+    input = p2p.recv_forward(forward_mb);
   }
 
   for (int i = 0; i < remaining; ++i) {
     const bool last_iteration = i == remaining - 1;
     torch::Tensor output = stage.forward(input, forward_mb++);
-    torch::Tensor output_grad = p2p.send_forward_recv_backward(output);
+    torch::Tensor output_grad =
+        p2p.send_forward_recv_backward(output, forward_mb - 1, backward_mb);
     torch::Tensor input_grad = stage.backward(output_grad, backward_mb++);
     if (last_iteration) {
       input = torch::Tensor();
-      p2p.send_backward(input_grad);
+      p2p.send_backward(input_grad, backward_mb - 1);
     } else {
-      input = p2p.send_backward_recv_forward(input_grad);
+      input = p2p.send_backward_recv_forward(input_grad, backward_mb - 1, forward_mb);
     }
   }
 
   for (int i = 0; i < warmup; ++i) {
-    torch::Tensor output_grad = p2p.recv_backward();
+    torch::Tensor output_grad = p2p.recv_backward(backward_mb);
     torch::Tensor input_grad = stage.backward(output_grad, backward_mb++);
-    p2p.send_backward(input_grad);
+    p2p.send_backward(input_grad, backward_mb - 1);
   }
   return stage.mean_loss();
 }

@@ -84,6 +84,17 @@ def schedule_1f1b(stage, stages, microbatches):
     return order
 
 
+def p2p_attributes(direction, peer, sent=None, received=None):
+    """What a transfer span carries, as lens-train's (docs/analysis.md)."""
+    attributes = {"dl.p2p.direction": direction, "dl.pipeline_parallel.peer_rank": peer}
+    if sent is not None:
+        attributes["dl.microbatch_id.sent"] = sent
+    if received is not None:
+        attributes["dl.microbatch_id.received"] = received
+    attributes["dl.microbatch_id"] = sent if sent is not None else received
+    return attributes
+
+
 def run_rank(args):
     import torch
     import torch.distributed as dist
@@ -148,7 +159,9 @@ def run_rank(args):
                                 "megatron.pp.recv_forward.linked",
                                 remote_carrier=lens.state.get_pp_trace_carrier(),
                                 **{"dl.pipeline_parallel.rank": stage, "dl.microbatch_id": mb})
-                        dist.recv(x, src=rank - 1, tag=P2P_TAG_FORWARD)
+                        with lens.managed_span("megatron.p2p.recv_forward", group="communication",
+                                               **p2p_attributes("forward", stage - 1, received=mb)):
+                            dist.recv(x, src=rank - 1, tag=P2P_TAG_FORWARD)
                         if link is not None:
                             link.end()
                         x.requires_grad_(True)
@@ -160,19 +173,28 @@ def run_rank(args):
                             step_loss += loss.item() / args.microbatches
                             saved[mb] = (x, loss / args.microbatches)
                         else:
-                            pending_sends.append(dist.isend(y.detach(), dst=rank + 1, tag=P2P_TAG_FORWARD))
                             saved[mb] = (x, y)
+                    if not last:
+                        with lens.managed_span("megatron.p2p.send_forward", group="communication",
+                                               **p2p_attributes("forward", stage + 1, sent=mb)):
+                            pending_sends.append(dist.isend(y.detach(), dst=rank + 1, tag=P2P_TAG_FORWARD))
                 else:
                     x, out = saved.pop(mb)
+                    grad = None
+                    if not last:
+                        grad = torch.empty_like(out)
+                        with lens.managed_span("megatron.p2p.recv_backward", group="communication",
+                                               **p2p_attributes("backward", stage + 1, received=mb)):
+                            dist.recv(grad, src=rank + 1, tag=P2P_TAG_BACKWARD)
                     with lens.managed_span("megatron.microbatch.backward", group="microbatch",
                                            **{"dl.microbatch_id": mb}):
                         if last:
                             out.backward()
                         else:
-                            grad = torch.empty_like(out)
-                            dist.recv(grad, src=rank + 1, tag=P2P_TAG_BACKWARD)
                             out.backward(grad)
-                        if not first:
+                    if not first:
+                        with lens.managed_span("megatron.p2p.send_backward", group="communication",
+                                               **p2p_attributes("backward", stage - 1, sent=mb)):
                             pending_sends.append(dist.isend(x.grad, dst=rank - 1, tag=P2P_TAG_BACKWARD))
             for work in pending_sends:
                 work.wait()

@@ -859,19 +859,19 @@ TEST_F(ClockAlignmentCli, RawViewsShowReceivesBeforeSendsAndAlignedOnesNone) {
     EXPECT_GE(first_recv_end[rank], first_send[rank - 1]) << "rank " << rank;
 }
 
-// lens analyze and lens diff over trainer runs: one balanced (with
-// --layers 7 every stage has two linear layers, the last one's head
-// included), one with stage 2 made 3x slower by the fault injection.
+// lens analyze and lens diff over trainer runs of 3 stages: one balanced
+// (with --layers 5 every stage has two linear layers, the last one's head
+// included), one with stage 1 made 3x slower by the fault injection.
 class AnalyzeCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     base_ = fs::temp_directory_path() / ("lens-analyze-test-" + std::to_string(getpid()));
     fs::remove_all(base_);
     for (const auto& [name, extra] :
-         {std::pair{"balanced", ""}, std::pair{"slow", " --slow-stage 2 --slow-factor 3"}}) {
+         {std::pair{"balanced", ""}, std::pair{"slow", " --slow-stage 1 --slow-factor 3"}}) {
       Result r = run(std::string(LENS_TRAIN_BIN) +
-                     " --pp 4 --layers 7 --microbatches 8 --steps 6 --hidden 128"
-                     " --microbatch-size 16 --otel-enabled=true"
+                     " --pp 3 --layers 5 --microbatches 8 --steps 8 --hidden 256"
+                     " --microbatch-size 32 --otel-enabled=true"
                      " --otel-span-groups per_step,microbatch --trace-dir " +
                      (base_ / name).string() + extra);
       ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -900,22 +900,22 @@ fs::path AnalyzeCli::slow_;
 
 TEST_F(AnalyzeCli, TheSlowStageIsTheStragglerWithTheLargestCriticalShare) {
   const json slow = analysis(slow_);
-  EXPECT_EQ(slow["steps"], 6);
+  EXPECT_EQ(slow["steps"], 8);
   ASSERT_FALSE(slow["straggler"].is_null()) << slow.dump(1);
-  EXPECT_EQ(slow["straggler"]["stage"], 2) << slow.dump(1);
-  EXPECT_GE(stage(slow, 2)["relative"].get<double>(), 1.5);
-  EXPECT_EQ(stage(slow, 2)["slow_since_step"], 0);
-  for (int s : {0, 1, 3})
-    EXPECT_GT(stage(slow, 2)["critical_share_p50"].get<double>(),
+  EXPECT_EQ(slow["straggler"]["stage"], 1) << slow.dump(1);
+  EXPECT_GE(stage(slow, 1)["relative"].get<double>(), 1.5);
+  EXPECT_EQ(stage(slow, 1)["slow_since_step"], 0);
+  for (int s : {0, 2})
+    EXPECT_GT(stage(slow, 1)["critical_share_p50"].get<double>(),
               stage(slow, s)["critical_share_p50"].get<double>())
         << "stage " << s << ": " << slow.dump(1);
   // The stage after it waits for it.
   const json balanced = analysis(balanced_);
-  EXPECT_GT(stage(slow, 3)["late_sender_p50_ms"].get<double>(),
-            stage(balanced, 3)["late_sender_p50_ms"].get<double>());
+  EXPECT_GT(stage(slow, 2)["late_sender_p50_ms"].get<double>(),
+            stage(balanced, 2)["late_sender_p50_ms"].get<double>());
 
   Result table = run(lens("analyze " + slow_.string()));
-  EXPECT_NE(table.output.find("straggler: stage 2 (rank 2)"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("straggler: stage 1 (rank 1)"), std::string::npos) << table.output;
   EXPECT_NE(table.output.find("clock: aligned to rank 0"), std::string::npos) << table.output;
 }
 
@@ -925,7 +925,7 @@ TEST_F(AnalyzeCli, ABalancedRunNamesNoStragglerAndDiffNamesTheSlowedStage) {
   EXPECT_LT(balanced["slowest_relative"].get<double>(), 1.5);
   Result diff = run(lens("diff " + balanced_.string() + " " + slow_.string()));
   ASSERT_EQ(diff.exit_code, 0) << diff.output;
-  EXPECT_NE(diff.output.find("most changed: stage 2"), std::string::npos) << diff.output;
+  EXPECT_NE(diff.output.find("most changed: stage 1"), std::string::npos) << diff.output;
 }
 
 TEST_F(AnalyzeCli, ARunWithoutComputeSpansSaysWhatToRecord) {
