@@ -302,6 +302,8 @@ int run_lens(int argc, char** argv) {
         return kBadInput;
       }
       const PipelineView view = build_view(run);
+      for (const auto& f : run.files) o.replica_of[f.rank] = std::max(0, f.replica);
+      o.title += clock_report.aligned ? " (clock aligned to rank 0)" : " (raw clocks)";
       if (!write_file(output, render_timeline(view, o))) return kBadInput;
       std::printf("wrote %s (%zu ranks, steps %lld-%lld)\n%s\n", output.c_str(), run.files.size(),
                   static_cast<long long>(o.first_step), static_cast<long long>(o.last_step),

@@ -1,5 +1,7 @@
 #include "timeline.h"
 
+#include "step_analysis.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -80,6 +82,37 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
         lane_y[rank] + 2 * kRowHeight + 4, rank,
         stage_of.count(rank) ? " · stage " + std::to_string(stage_of[rank]) : std::string());
   }
+  // The step analysis: waits under the spans, the critical path over them.
+  std::string waits, critical;
+  std::size_t critical_segments = 0;
+  for (const auto* sv : steps) {
+    int stages = view.pipeline_stages;
+    for (const auto& [rank, sr] : sv->ranks) stages = std::max(stages, sr.stage + 1);
+    const StepAnalysis a = analyze_step(*sv, stages, o.replica_of);
+    for (const auto& w : a.waits) {
+      if (!lane_y.count(w.rank)) continue;
+      waits += fmt::format(
+          "<rect class=\"{}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\"><title>{} "
+          "{:.3f} ms (stage {}, step {})</title></rect>\n",
+          w.late_sender ? "wait-late-sender" : "wait-transfer", x_of(w.start_ns),
+          lane_y[w.rank] + lane_row(SpanKind::kForward) * kRowHeight,
+          std::max(1.0, (w.end_ns - w.start_ns) * scale), kRowHeight - 3,
+          w.late_sender ? "waiting for the neighbour's compute" : "transfer",
+          (w.end_ns - w.start_ns) / 1e6, w.stage, sv->step);
+    }
+    for (const auto& seg : a.critical_path) {
+      if (!lane_y.count(seg.rank)) continue;
+      const bool transfer = seg.kind == PathSegment::Kind::kTransfer;
+      critical += fmt::format(
+          "<rect class=\"critical{}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\"/>\n",
+          transfer ? " transfer" : "", x_of(seg.start_ns),
+          lane_y[seg.rank] + lane_row(transfer ? SpanKind::kP2p : SpanKind::kForward) * kRowHeight,
+          std::max(1.0, (seg.end_ns - seg.start_ns) * scale), kRowHeight - 3);
+      ++critical_segments;
+    }
+  }
+  svg += waits;
+
   // Spans.
   std::size_t links = 0;
   std::string arrows;
@@ -143,6 +176,9 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
  .forward { fill: #3d7dd8; } .backward { fill: #3aa564; } .optimizer { fill: #e8912d; }
  .p2p { fill: #9a9a9a; } .linked { fill: #8e44ad; } .other { fill: #b0b0b0; }
  .link { fill: none; stroke: #8e44ad; stroke-width: 1.2; opacity: 0.8; }
+ .critical { fill: none; stroke: #d62728; stroke-width: 1.6; pointer-events: none; }
+ .critical.transfer { stroke-dasharray: 3 2; }
+ .wait-late-sender { fill: #f4c7c3; } .wait-transfer { fill: #fde9c4; }
  .tick { stroke: #e0e0e0; } .axis { font-size: 10px; fill: #666; }
  #detail { position: fixed; bottom: 8px; left: 16px; background: #fff; border: 1px solid #ccc;
            padding: 4px 8px; min-height: 1em; }
@@ -154,16 +190,19 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
       R"(<span style="background:#3d7dd8"></span>forward<span style="background:#3aa564"></span>backward)" +
       R"(<span style="background:#e8912d"></span>optimizer<span style="background:#9a9a9a"></span>p2p)" +
       R"(<span style="background:#8e44ad"></span>linked recv (arrow: link to the source's step span))" +
-      R"(<span style="background:#c9ccd3"></span>step</div>
+      R"(<span style="background:#c9ccd3"></span>step)" +
+      R"(<span style="border:2px solid #d62728;width:9px;height:9px"></span>critical path)" +
+      R"(<span style="background:#f4c7c3"></span>waiting for a neighbour's compute)" +
+      R"(<span style="background:#fde9c4"></span>waiting for the transfer</div>
 )";
   html += fmt::format(
       "<svg id=\"wave\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "data-lanes=\"{}\" data-links=\"{}\">\n",
-      kLeft + kWidth + 20, height, lanes.size(), links);
+      "data-lanes=\"{}\" data-links=\"{}\" data-critical=\"{}\">\n",
+      kLeft + kWidth + 20, height, lanes.size(), links, critical_segments);
   html +=
       R"(<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#8e44ad"/></marker></defs>
 )";
-  html += axis + svg + arrows + "</svg>\n<div id=\"detail\"></div>\n";
+  html += axis + svg + critical + arrows + "</svg>\n<div id=\"detail\"></div>\n";
   html += R"(<script>
 (function () {
   var detail = document.getElementById('detail');
@@ -175,7 +214,9 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
   }
   var wave = document.getElementById('wave');
   document.body.setAttribute('data-ready', 'lanes=' + document.querySelectorAll('g.lane').length +
-      ' links=' + document.querySelectorAll('path.link').length + ' spans=' + spans.length);
+      ' links=' + document.querySelectorAll('path.link').length + ' spans=' + spans.length +
+      ' critical=' + document.querySelectorAll('rect.critical').length +
+      ' waits=' + document.querySelectorAll('rect.wait-late-sender, rect.wait-transfer').length);
 })();
 </script>
 </body></html>

@@ -12,7 +12,7 @@ namespace {
 struct Node {
   bool backward = false;
   std::int64_t microbatch = -1;
-  int stage = -1;
+  int stage = -1, rank = -1;
   std::int64_t start = 0, end = 0;
   int local = -1;  // the node before it on its rank
   int cross = -1;  // the neighbour's node it needs
@@ -48,6 +48,7 @@ Replica build(const std::vector<const StepOnRank*>& ranks, int stages) {
       n.backward = k == SpanKind::kBackward;
       n.microbatch = s->int_attr("dl.microbatch_id", -1);
       n.stage = sr->stage;
+      n.rank = sr->rank;
       n.start = s->start_ns;
       n.end = std::max(s->end_ns, s->start_ns);
       if (n.microbatch >= 0) g.nodes.push_back(n);
@@ -153,7 +154,10 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
       const std::int64_t late = std::max<std::int64_t>(0, std::min(c.end, n.start) - ready);
       f.late_sender_ms += ms(late);
       if (n.local >= 0) steady_late_sender[n.stage] += ms(late);
-      f.transfer_ms += ms(std::max<std::int64_t>(0, n.start - std::max(ready, c.end)));
+      const std::int64_t arrived = std::max(ready, c.end);
+      f.transfer_ms += ms(std::max<std::int64_t>(0, n.start - arrived));
+      if (late > 0) out.waits.push_back({n.rank, n.stage, true, ready, ready + late});
+      if (n.start > arrived) out.waits.push_back({n.rank, n.stage, false, arrived, n.start});
       figures[c.stage].late_receiver_ms += ms(std::max<std::int64_t>(0, ready - c.end));
     }
     for (auto& [stage, f] : figures) {
@@ -190,14 +194,14 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
   while (i >= 0) {
     const Node& n = g.nodes[static_cast<std::size_t>(i)];
     path.push_back({n.backward ? PathSegment::Kind::kBackward : PathSegment::Kind::kForward,
-                    n.stage, n.microbatch, at(n.start), at(n.end)});
+                    n.stage, n.rank, n.microbatch, at(n.start), at(n.end), n.start, n.end});
     first_start = n.start;
     const Node* local = n.local >= 0 ? &g.nodes[static_cast<std::size_t>(n.local)] : nullptr;
     const Node* cross = n.cross >= 0 ? &g.nodes[static_cast<std::size_t>(n.cross)] : nullptr;
     if (cross && (!local || cross->end >= local->end)) {
       if (n.start > cross->end) {
-        path.push_back({PathSegment::Kind::kTransfer, n.stage, n.microbatch, at(cross->end),
-                        at(n.start)});
+        path.push_back({PathSegment::Kind::kTransfer, n.stage, n.rank, n.microbatch,
+                        at(cross->end), at(n.start), cross->end, n.start});
         out.critical_transfer_ms += ms(n.start - cross->end);
       }
       i = n.cross;

@@ -44,9 +44,17 @@ struct StageFigures {
 // A stretch of the critical path: a compute node, or the transfer into it.
 struct PathSegment {
   enum class Kind { kForward, kBackward, kTransfer } kind = Kind::kForward;
-  int stage = -1;
+  int stage = -1, rank = -1;
   std::int64_t microbatch = -1;
   double start_ms = 0, end_ms = 0;  // from the window's start
+  std::int64_t start_ns = 0, end_ns = 0;
+};
+
+// A wait at a receive (the waits section of docs/analysis.md), for drawing.
+struct WaitInterval {
+  int rank = -1, stage = -1;
+  bool late_sender = true;  // else transfer
+  std::int64_t start_ns = 0, end_ns = 0;
 };
 
 struct StepAnalysis {
@@ -60,6 +68,7 @@ struct StepAnalysis {
   // calls, the framework, scheduling).
   std::vector<PathSegment> critical_path;  // in time order
   std::vector<StageFigures> stages_figures;  // by replica, then stage
+  std::vector<WaitInterval> waits;           // every replica's
   bool complete = false;  // every stage had its compute spans
 };
 

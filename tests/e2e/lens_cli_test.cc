@@ -231,11 +231,17 @@ TEST_F(LensCli, TimelineRendersInChromiumWithALanePerRankAndAnArrowPerLink) {
   // The page's script runs to its end and records what it found in the DOM.
   std::smatch m;
   ASSERT_TRUE(std::regex_search(
-      dom.output, m, std::regex(R"re(data-ready="lanes=(\d+) links=(\d+) spans=(\d+)")re")))
+      dom.output, m,
+      std::regex(
+          R"re(data-ready="lanes=(\d+) links=(\d+) spans=(\d+) critical=(\d+) waits=(\d+)")re")))
       << dom.output.substr(0, 2000);
   EXPECT_EQ(std::stoi(m[1]), 4);
   EXPECT_EQ(std::stoi(m[2]), linked);
   EXPECT_GT(std::stoi(m[3]), 0);
+  // The step analysis over the spans: each drawn step's critical path
+  // (at least one compute per stage of a 4-stage step) and its waits.
+  EXPECT_GE(std::stoi(m[4]), 2 * 4) << "2 steps";
+  EXPECT_GT(std::stoi(m[5]), 0);
 }
 
 TEST_F(LensCli, PerfettoExportIsValidChromeTraceJson) {
