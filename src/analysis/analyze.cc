@@ -34,6 +34,7 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
     critical_ms_.push_back(a.critical_path_ms);
     critical_compute_ms_.push_back(a.critical_compute_ms);
     critical_transfer_ms_.push_back(a.critical_transfer_ms);
+    critical_all_reduce_ms_.push_back(a.critical_all_reduce_ms);
     for (const auto& f : a.stages_figures) {
       if (f.microbatches == 0) continue;
       Series& s = series_[{f.replica, f.stage}];
@@ -67,6 +68,7 @@ Analysis AnalysisBuilder::finish() {
   out.critical_path_p50_ms = percentile(critical_ms_, 0.5);
   out.critical_compute_p50_ms = percentile(critical_compute_ms_, 0.5);
   out.critical_transfer_p50_ms = percentile(critical_transfer_ms_, 0.5);
+  out.critical_all_reduce_p50_ms = percentile(critical_all_reduce_ms_, 0.5);
   // Per step and replica, the fastest stage's compute per microbatch.
   std::map<std::pair<int, std::int64_t>, double> fastest;  // (replica, step)
   for (const auto& [key, s] : series_)
@@ -145,9 +147,10 @@ std::string format_table(const Analysis& a) {
   }
   std::snprintf(line, sizeof line,
                 "step: p50 %.2f ms, p95 %.2f ms; critical path p50 %.2f ms: %.2f compute, %.2f "
-                "transfers, the rest the stages' own time between computes (p2p calls)\n",
+                "transfers, %.2f data-parallel all-reduce, the rest the stages' own time between "
+                "computes (p2p calls)\n",
                 a.step_p50_ms, a.step_p95_ms, a.critical_path_p50_ms, a.critical_compute_p50_ms,
-                a.critical_transfer_p50_ms);
+                a.critical_transfer_p50_ms, a.critical_all_reduce_p50_ms);
   out += line;
   std::snprintf(line, sizeof line, "%5s %4s %4s %10s %8s %8s %9s %9s %9s %9s %9s %9s %9s\n",
                 "stage", "rank", "dp", "ms/mb", "relative", "crit p50", "late-snd", "transfer",
@@ -215,6 +218,7 @@ std::string format_json(const Analysis& a) {
       {"critical_path_p50_ms", a.critical_path_p50_ms},
       {"critical_compute_p50_ms", a.critical_compute_p50_ms},
       {"critical_transfer_p50_ms", a.critical_transfer_p50_ms},
+      {"critical_all_reduce_p50_ms", a.critical_all_reduce_p50_ms},
       {"straggler_threshold", kStragglerThreshold},
       {"straggler", a.straggler_stage >= 0
                         ? nlohmann::json{{"stage", a.straggler_stage}, {"rank", a.straggler_rank}}

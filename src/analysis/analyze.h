@@ -40,7 +40,8 @@ struct Analysis {
   int stages = 0, microbatches = 0;
   std::size_t steps = 0;  // steps with every stage's compute spans
   double step_p50_ms = 0, step_p95_ms = 0;
-  double critical_path_p50_ms = 0, critical_compute_p50_ms = 0, critical_transfer_p50_ms = 0;
+  double critical_path_p50_ms = 0, critical_compute_p50_ms = 0, critical_transfer_p50_ms = 0,
+         critical_all_reduce_p50_ms = 0;
   std::vector<StageAnalysis> stages_analysis;  // by replica, then stage
   int straggler_stage = -1, straggler_rank = -1;  // -1: none above the threshold
   // The slowest stage's relative score, straggler or not.
@@ -62,7 +63,8 @@ class AnalysisBuilder {
         late_receiver, idle, warmup, cooldown, imbalance, transfer_idle, schedule_idle;
   };
   std::map<std::pair<int, int>, Series> series_;  // (replica, stage)
-  std::vector<double> step_ms_, critical_ms_, critical_compute_ms_, critical_transfer_ms_;
+  std::vector<double> step_ms_, critical_ms_, critical_compute_ms_, critical_transfer_ms_,
+      critical_all_reduce_ms_;
   int stages_ = 0, microbatches_ = 0;
   std::size_t steps_ = 0;
 };

@@ -4,13 +4,18 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 #include <tuple>
 
 namespace lens::tools {
 namespace {
 
 struct Node {
+  PathSegment::Kind kind = PathSegment::Kind::kForward;  // never kTransfer
   bool backward = false;
+  bool compute() const {  // a microbatch's forward or backward
+    return kind == PathSegment::Kind::kForward || kind == PathSegment::Kind::kBackward;
+  }
   std::int64_t microbatch = -1;
   int stage = -1, rank = -1;
   std::int64_t start = 0, end = 0;
@@ -43,15 +48,22 @@ Replica build(const std::vector<const StepOnRank*>& ranks, int stages) {
         fb_start = std::min(fb_start, s->start_ns);
         fb_end = std::max(fb_end, s->end_ns);
       }
-      if (k != SpanKind::kForward && k != SpanKind::kBackward) continue;
+      const bool all_reduce = s->name == "megatron.grads.all_reduce";
+      if (k != SpanKind::kForward && k != SpanKind::kBackward && k != SpanKind::kOptimizer &&
+          !all_reduce)
+        continue;
       Node n;
       n.backward = k == SpanKind::kBackward;
-      n.microbatch = s->int_attr("dl.microbatch_id", -1);
+      n.kind = k == SpanKind::kForward    ? PathSegment::Kind::kForward
+               : k == SpanKind::kBackward ? PathSegment::Kind::kBackward
+               : all_reduce               ? PathSegment::Kind::kAllReduce
+                                          : PathSegment::Kind::kOptimizer;
+      n.microbatch = n.compute() ? s->int_attr("dl.microbatch_id", -1) : -2;
       n.stage = sr->stage;
       n.rank = sr->rank;
       n.start = s->start_ns;
       n.end = std::max(s->end_ns, s->start_ns);
-      if (n.microbatch >= 0) g.nodes.push_back(n);
+      if (n.microbatch >= 0 || !n.compute()) g.nodes.push_back(n);
     }
     if (sr->step_span) {
       g.step_ms = std::max(g.step_ms, ms(sr->step_span->end_ns - sr->step_span->start_ns));
@@ -72,7 +84,7 @@ Replica build(const std::vector<const StepOnRank*>& ranks, int stages) {
   std::map<std::tuple<bool, int, std::int64_t>, int> index;
   for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
     Node& n = g.nodes[static_cast<std::size_t>(i)];
-    index[{n.backward, n.stage, n.microbatch}] = i;
+    if (n.compute()) index[{n.backward, n.stage, n.microbatch}] = i;
     auto fl = g.first_last.find(n.stage);
     if (fl == g.first_last.end()) {
       g.first_last[n.stage] = {i, i};
@@ -82,6 +94,7 @@ Replica build(const std::vector<const StepOnRank*>& ranks, int stages) {
     }
   }
   for (auto& n : g.nodes) {
+    if (!n.compute()) continue;
     const int from = n.backward ? n.stage + 1 : n.stage - 1;
     if (from < 0 || from >= stages) continue;
     if (auto it = index.find({n.backward, from, n.microbatch}); it != index.end())
@@ -111,7 +124,10 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
   for (const auto& [replica, ranks] : by_replica) {
     Replica& g = graphs[replica] = build(ranks, stages);
     if (g.nodes.empty() || g.window_start > g.window_end) continue;
-    out.complete = out.complete || static_cast<int>(g.first_last.size()) == stages;
+    std::set<int> computing;
+    for (const auto& n : g.nodes)
+      if (n.compute()) computing.insert(n.stage);
+    out.complete = out.complete || static_cast<int>(computing.size()) == stages;
     if (slowest == nullptr ||
         g.nodes[static_cast<std::size_t>(g.last)].end >
             slowest->nodes[static_cast<std::size_t>(slowest->last)].end) {
@@ -124,6 +140,7 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
     double forward_sum = 0, backward_sum = 0;
     int forwards = 0, backwards = 0;
     for (const auto& n : g.nodes) {
+      if (!n.compute()) continue;
       (n.backward ? backward_sum : forward_sum) += ms(n.end - n.start);
       ++(n.backward ? backwards : forwards);
     }
@@ -142,6 +159,11 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
     for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
       const Node& n = g.nodes[static_cast<std::size_t>(i)];
       StageFigures& f = figures[n.stage];
+      if (!n.compute()) {
+        (n.kind == PathSegment::Kind::kAllReduce ? f.all_reduce_ms : f.optimizer_ms) +=
+            ms(n.end - n.start);
+        continue;
+      }
       (n.backward ? f.backward_ms : f.forward_ms) += ms(n.end - n.start);
       if (!n.backward) ++f.microbatches;
       if (n.cross < 0) continue;
@@ -164,11 +186,16 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
       f.compute_ms = f.forward_ms + f.backward_ms;
       f.idle_ms = std::max(0.0, f.window_ms - f.compute_ms);
       f.schedule_idle_ms = std::min(schedule_idle, f.idle_ms);
-      if (auto fl = g.first_last.find(stage); fl != g.first_last.end()) {
-        f.warmup_idle_ms =
-            ms(g.nodes[static_cast<std::size_t>(fl->second.first)].start - g.window_start);
-        f.cooldown_idle_ms =
-            ms(g.window_end - g.nodes[static_cast<std::size_t>(fl->second.second)].end);
+      // The stage's first and last microbatch compute.
+      std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = 0;
+      for (const auto& n : g.nodes)
+        if (n.stage == stage && n.compute()) {
+          first = std::min(first, n.start);
+          last = std::max(last, n.end);
+        }
+      if (first <= last) {
+        f.warmup_idle_ms = std::max(0.0, ms(first - g.window_start));
+        f.cooldown_idle_ms = std::max(0.0, ms(g.window_end - last));
       }
       const double steady =
           std::max(0.0, f.idle_ms - f.warmup_idle_ms - f.cooldown_idle_ms);
@@ -193,8 +220,7 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
   std::int64_t first_start = 0;
   while (i >= 0) {
     const Node& n = g.nodes[static_cast<std::size_t>(i)];
-    path.push_back({n.backward ? PathSegment::Kind::kBackward : PathSegment::Kind::kForward,
-                    n.stage, n.rank, n.microbatch, at(n.start), at(n.end), n.start, n.end});
+    path.push_back({n.kind, n.stage, n.rank, n.microbatch, at(n.start), at(n.end), n.start, n.end});
     first_start = n.start;
     const Node* local = n.local >= 0 ? &g.nodes[static_cast<std::size_t>(n.local)] : nullptr;
     const Node* cross = n.cross >= 0 ? &g.nodes[static_cast<std::size_t>(n.cross)] : nullptr;
@@ -212,12 +238,17 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
   std::reverse(path.begin(), path.end());
   out.critical_path = std::move(path);
   out.critical_path_ms = ms(g.nodes[static_cast<std::size_t>(g.last)].end - first_start);
-  for (const auto& seg : out.critical_path)
-    if (seg.kind != PathSegment::Kind::kTransfer) out.critical_compute_ms += seg.end_ms - seg.start_ms;
+  for (const auto& seg : out.critical_path) {
+    if (seg.kind == PathSegment::Kind::kAllReduce)
+      out.critical_all_reduce_ms += seg.end_ms - seg.start_ms;
+    else if (seg.kind != PathSegment::Kind::kTransfer)
+      out.critical_compute_ms += seg.end_ms - seg.start_ms;
+  }
   for (auto& f : out.stages_figures) {
     if (f.replica != slowest_replica) continue;
     for (const auto& seg : out.critical_path)
-      if (seg.kind != PathSegment::Kind::kTransfer && seg.stage == f.stage)
+      if (seg.kind != PathSegment::Kind::kTransfer && seg.kind != PathSegment::Kind::kAllReduce &&
+          seg.stage == f.stage)
         f.critical_ms += seg.end_ms - seg.start_ms;
     f.critical_share = out.critical_path_ms > 0 ? f.critical_ms / out.critical_path_ms : 0;
   }

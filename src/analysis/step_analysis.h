@@ -4,10 +4,13 @@
 //
 // The graph's nodes are the compute segments of the step, the
 // megatron.microbatch.forward / .backward spans (with dl.microbatch_id) of
-// every stage of one replica. Each node depends on the node before it on
-// its rank (the schedule's order) and on one node of a neighbour: forward
-// of m on s on forward of m on s-1 (the activation), backward of m on s on
-// backward of m on s+1 (the gradient). Times are the views' (aligned to
+// every stage of one replica, and each rank's data-parallel gradient
+// all-reduce (megatron.grads.all_reduce) and optimizer step. Each node
+// depends on the node before it on its rank (the schedule's order); a
+// forward or backward also on one node of a neighbour: forward of m on s on
+// forward of m on s-1 (the activation), backward of m on s on backward of m
+// on s+1 (the gradient). An all-reduce waits for the other replicas, whose
+// graphs are their own: its time is on the path as it is. Times are the views' (aligned to
 // rank 0's clock unless --raw-clock).
 //
 // Thread safety: plain functions and values.
@@ -26,8 +29,9 @@ struct StageFigures {
   int rank = -1, stage = -1, replica = 0;
   int microbatches = 0;  // forward spans seen
   double forward_ms = 0, backward_ms = 0;
+  double all_reduce_ms = 0, optimizer_ms = 0;
   double compute_ms = 0;       // forward + backward
-  double critical_ms = 0;      // this stage's compute on the critical path
+  double critical_ms = 0;      // this stage's compute (and optimizer) on the critical path
   double critical_share = 0;   // critical_ms / the critical path's length
   double late_sender_ms = 0;   // waits at receives for a neighbour's compute to finish
   double transfer_ms = 0;      // waits at receives after the neighbour had finished
@@ -43,7 +47,7 @@ struct StageFigures {
 
 // A stretch of the critical path: a compute node, or the transfer into it.
 struct PathSegment {
-  enum class Kind { kForward, kBackward, kTransfer } kind = Kind::kForward;
+  enum class Kind { kForward, kBackward, kTransfer, kAllReduce, kOptimizer } kind = Kind::kForward;
   int stage = -1, rank = -1;
   std::int64_t microbatch = -1;
   double start_ms = 0, end_ms = 0;  // from the window's start
@@ -62,7 +66,8 @@ struct StepAnalysis {
   int stages = 0, microbatches = 0;
   double step_ms = 0;           // the longest step span of the replica analysed
   double critical_path_ms = 0;  // from the path's first start to its last end
-  double critical_compute_ms = 0;   // forward and backward on the path
+  double critical_compute_ms = 0;   // forward, backward and optimizer on the path
+  double critical_all_reduce_ms = 0;  // data-parallel gradient all-reduce on the path
   double critical_transfer_ms = 0;  // neighbour's compute end to the next compute's start
   // The rest of the path: a stage's own time between its computes (p2p
   // calls, the framework, scheduling).

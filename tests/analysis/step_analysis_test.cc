@@ -203,6 +203,38 @@ TEST(StepAnalysis, ASlowStageOwnsThePathAndIsTheStraggler) {
       << format_diff(b, all);
 }
 
+TEST(StepAnalysis, TheOptimizerAndTheGradientAllReduceEndThePath) {
+  // P = 2, M = 1 as in the first case, then on each stage a data-parallel
+  // all-reduce and the optimizer: stage 1's end earlier than stage 0's.
+  tools::Run run = make_step(2, {{0, 6}, {0, 4}},
+                             {{0, F, 0, 0, 1}, {1, F, 0, 1, 2}, {1, B, 0, 2, 4}, {0, B, 0, 4, 6}});
+  auto add = [&](int s, const char* name, double a, double b) {
+    SpanRow r = run.files[static_cast<std::size_t>(s)].spans.front();
+    r.name = name;
+    r.span_id += name;
+    r.attributes.clear();
+    r.start_ns = ns(a);
+    r.end_ns = ns(b);
+    run.files[static_cast<std::size_t>(s)].spans.push_back(r);
+  };
+  add(1, "megatron.grads.all_reduce", 4, 5);
+  add(1, "megatron.optimizer.step", 5, 5.5);
+  add(0, "megatron.grads.all_reduce", 6, 8);
+  add(0, "megatron.optimizer.step", 8, 9);
+  const StepAnalysis a = analyze(run, 2);
+  EXPECT_DOUBLE_EQ(a.critical_path_ms, 9);
+  EXPECT_DOUBLE_EQ(a.critical_all_reduce_ms, 2);
+  EXPECT_DOUBLE_EQ(a.critical_compute_ms, 7);  // 6 of microbatches, 1 of optimizer
+  ASSERT_EQ(a.critical_path.size(), 6u);
+  EXPECT_EQ(a.critical_path[4].kind, PathSegment::Kind::kAllReduce);
+  EXPECT_EQ(a.critical_path[5].kind, PathSegment::Kind::kOptimizer);
+  EXPECT_DOUBLE_EQ(stage(a, 0).optimizer_ms, 1);
+  EXPECT_DOUBLE_EQ(stage(a, 1).all_reduce_ms, 1);
+  // The microbatch figures are as without them.
+  EXPECT_DOUBLE_EQ(stage(a, 0).compute_ms, 3);
+  EXPECT_DOUBLE_EQ(stage(a, 1).cooldown_idle_ms, 2);
+}
+
 TEST(StepAnalysis, AStageWithoutComputeSpansLeavesTheStepIncomplete) {
   const tools::Run run = make_step(2, {{0, 2}, {0, 2}}, {{0, F, 0, 0, 1}, {0, B, 0, 1, 2}});
   EXPECT_FALSE(analyze(run, 2).complete);
