@@ -205,8 +205,9 @@ class PythonPointToPoint : public lens::Communicator {
       throw lens::CommError(describe_failure("recv", "the receive did not return bytes"));
     }
     if (got.size() != data.size())
-      throw lens::CommError(describe_failure("recv", std::to_string(got.size()) + " bytes, " +
-                                                         std::to_string(data.size()) + " expected"));
+      throw lens::CommError(describe_failure(
+          "recv",
+          std::to_string(got.size()) + " bytes, " + std::to_string(data.size()) + " expected"));
     std::copy(got.begin(), got.end(), data.begin());
   }
 
@@ -343,9 +344,8 @@ PYBIND11_MODULE(_lens, m) {
          std::optional<int> rank, std::optional<int> world_size,
          std::optional<std::string> trace_dir, std::optional<std::string> trace_file,
          std::optional<std::string> run_id, std::optional<double> collective_timeout,
-         std::optional<std::tuple<int, int, int>> coordinates,
-         std::optional<std::uint64_t> run_key, double test_clock_offset_us,
-         double test_clock_drift_ppm) {
+         std::optional<std::tuple<int, int, int>> coordinates, std::optional<std::uint64_t> run_key,
+         double test_clock_offset_us, double test_clock_drift_ppm) {
         lens::TelemetryOptions o;
         o.enabled = enabled;
         o.span_groups = span_groups;
@@ -557,8 +557,8 @@ PYBIND11_MODULE(_lens, m) {
         PerTelemetry& state = per_telemetry();
         if (!state.clock) {
           state.clock_engine = std::make_unique<PythonPointToPoint>(rank, size, engine);
-          state.clock = std::make_unique<lens::ClockSchedule>(
-              *t, *state.clock_engine, state.tracer, t->config().collective_timeout);
+          state.clock = std::make_unique<lens::ClockSchedule>(*t, *state.clock_engine, state.tracer,
+                                                              t->config().collective_timeout);
         }
         PythonPointToPoint::Use use(*state.clock_engine, std::move(send), std::move(recv));
         state.clock->sync(step);

@@ -1,12 +1,12 @@
 #include "timeline.h"
 
-#include "step_analysis.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <limits>
 #include <map>
+
+#include "step_analysis.h"
 
 namespace lens::tools {
 namespace {

@@ -41,8 +41,7 @@ class P2PCommunicator {
   torch::Tensor recv_backward(int microbatch);
   void send_backward(const torch::Tensor& input_grad, int microbatch);
   torch::Tensor send_forward_recv_backward(const torch::Tensor& output, int sent, int received);
-  torch::Tensor send_backward_recv_forward(const torch::Tensor& input_grad, int sent,
-                                           int received);
+  torch::Tensor send_backward_recv_forward(const torch::Tensor& input_grad, int sent, int received);
 
   int stage() const { return stage_; }
   int stages() const { return stages_; }

@@ -12,7 +12,8 @@ namespace {
 void stretch(std::chrono::steady_clock::time_point start, double factor) {
   if (factor <= 1) return;
   const auto took = std::chrono::steady_clock::now() - start;
-  std::this_thread::sleep_for(std::chrono::duration_cast<std::chrono::nanoseconds>(took * (factor - 1)));
+  std::this_thread::sleep_for(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(took * (factor - 1)));
 }
 
 struct InFlight {
@@ -111,8 +112,7 @@ double forward_backward_1f1b(ScheduleContext& ctx, std::int64_t step) {
   for (int i = 0; i < remaining; ++i) {
     const bool last_iteration = i == remaining - 1;
     torch::Tensor output = stage.forward(input, forward_mb++);
-    torch::Tensor output_grad =
-        p2p.send_forward_recv_backward(output, forward_mb - 1, backward_mb);
+    torch::Tensor output_grad = p2p.send_forward_recv_backward(output, forward_mb - 1, backward_mb);
     torch::Tensor input_grad = stage.backward(output_grad, backward_mb++);
     if (last_iteration) {
       input = torch::Tensor();

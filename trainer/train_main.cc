@@ -149,8 +149,8 @@ int run_rank(const TrainOptions& o) {
       write_failure_record(*telemetry, "lens-train: rank " + std::to_string(rank), what);
   };
   p2p.on_failure(record_failure);
-  ScheduleContext ctx{model, &data, &p2p, &step_trace, tracer, o.microbatches, replica,
-                      stage == o.slow_stage ? o.slow_factor : 1.0};
+  ScheduleContext ctx{model,  &data,          &p2p,    &step_trace,
+                      tracer, o.microbatches, replica, stage == o.slow_stage ? o.slow_factor : 1.0};
 
   RankReport report;
   report.rank = rank;

@@ -65,17 +65,17 @@ TrainOptions parse_train_options(int argc, char** argv) {
     std::exit(2);
   }
   if (o.slow_stage >= o.pp) {
-    std::fprintf(stderr, "lens-train: --slow-stage %d is not a stage of --pp %d; accepted: 0 to %d\n",
+    std::fprintf(stderr,
+                 "lens-train: --slow-stage %d is not a stage of --pp %d; accepted: 0 to %d\n",
                  o.slow_stage, o.pp, o.pp - 1);
     std::exit(2);
   }
   for (const auto* list : {&o.test_clock_offsets_us, &o.test_clock_drift_ppm}) {
     if (!list->empty() && static_cast<int>(list->size()) != o.pp * o.dp) {
-      std::fprintf(stderr,
-                   "lens-train: %s has %zu values for %d ranks; accepted: one per rank (pp x dp)\n",
-                   list == &o.test_clock_offsets_us ? "--test-clock-offsets-us"
-                                                    : "--test-clock-drift-ppm",
-                   list->size(), o.pp * o.dp);
+      std::fprintf(
+          stderr, "lens-train: %s has %zu values for %d ranks; accepted: one per rank (pp x dp)\n",
+          list == &o.test_clock_offsets_us ? "--test-clock-offsets-us" : "--test-clock-drift-ppm",
+          list->size(), o.pp * o.dp);
       std::exit(2);
     }
   }

@@ -34,9 +34,7 @@ class ClockSchedule {
                 std::chrono::milliseconds timeout);
 
   /// True when a sample is due before `step` (the first step always).
-  bool due(std::uint64_t step) const {
-    return !started_ || (next_step_ && step >= *next_step_);
-  }
+  bool due(std::uint64_t step) const { return !started_ || (next_step_ && step >= *next_step_); }
   /// Measures, records the lens.clock_sync span and learns the next step.
   /// A collective; throws CommError as measure_clock_offset does. `step` is
   /// the step about to start (none at the end).

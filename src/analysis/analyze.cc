@@ -140,8 +140,9 @@ std::string format_table(const Analysis& a) {
                 a.microbatches, a.steps);
   out += line;
   if (a.steps == 0) {
-    out += "no step to analyse: record the step, forward_backward and microbatch span groups "
-           "(e.g. per_step,microbatch)\n";
+    out +=
+        "no step to analyse: record the step, forward_backward and microbatch span groups "
+        "(e.g. per_step,microbatch)\n";
     out += a.clock.describe() + "\n";
     return out;
   }
@@ -234,11 +235,10 @@ std::string format_diff(const Analysis& a, const Analysis& b) {
   std::string out;
   char line[320];
   std::snprintf(line, sizeof line, "step p50: %.2f -> %.2f ms (%+.1f%%)\n", a.step_p50_ms,
-                b.step_p50_ms,
-                a.step_p50_ms > 0 ? 100 * (b.step_p50_ms / a.step_p50_ms - 1) : 0.0);
+                b.step_p50_ms, a.step_p50_ms > 0 ? 100 * (b.step_p50_ms / a.step_p50_ms - 1) : 0.0);
   out += line;
-  std::snprintf(line, sizeof line, "%5s %4s %21s %8s %19s %21s\n", "stage", "dp",
-                "ms/mb A -> B", "ratio", "crit share A -> B", "late-snd ms A -> B");
+  std::snprintf(line, sizeof line, "%5s %4s %21s %8s %19s %21s\n", "stage", "dp", "ms/mb A -> B",
+                "ratio", "crit share A -> B", "late-snd ms A -> B");
   out += line;
   int changed_stage = -1;
   double changed_ratio = 1;
@@ -254,10 +254,11 @@ std::string format_diff(const Analysis& a, const Analysis& b) {
       changed_ratio = ratio;
       changed_stage = sb.stage;
     }
-    std::snprintf(line, sizeof line, "%5d %4d %9.3f -> %8.3f %7.2fx %7.0f%% -> %6.0f%% %9.2f -> %8.2f\n",
-                  sb.stage, sb.replica, sa->compute_per_microbatch_ms,
-                  sb.compute_per_microbatch_ms, ratio, 100 * sa->critical_share_p50,
-                  100 * sb.critical_share_p50, sa->late_sender_p50_ms, sb.late_sender_p50_ms);
+    std::snprintf(line, sizeof line,
+                  "%5d %4d %9.3f -> %8.3f %7.2fx %7.0f%% -> %6.0f%% %9.2f -> %8.2f\n", sb.stage,
+                  sb.replica, sa->compute_per_microbatch_ms, sb.compute_per_microbatch_ms, ratio,
+                  100 * sa->critical_share_p50, 100 * sb.critical_share_p50, sa->late_sender_p50_ms,
+                  sb.late_sender_p50_ms);
     out += line;
   }
   if (changed_stage >= 0) {

@@ -26,8 +26,8 @@ struct StageAnalysis {
   int stage = -1, rank = -1, replica = 0;
   std::size_t steps = 0;
   double compute_per_microbatch_ms = 0;  // median over steps
-  double relative = 0;    // compute per microbatch / the fastest stage's (median of per-step ratios)
-  double individual = 0;  // p95 over steps of compute / this rank's own best step
+  double relative = 0;  // compute per microbatch / the fastest stage's (median of per-step ratios)
+  double individual = 0;         // p95 over steps of compute / this rank's own best step
   std::int64_t slow_since = -1;  // first step with relative >= kStragglerThreshold, or -1
   double critical_share_p50 = 0, critical_share_p95 = 0;
   double late_sender_p50_ms = 0, late_sender_p95_ms = 0;
@@ -42,7 +42,7 @@ struct Analysis {
   double step_p50_ms = 0, step_p95_ms = 0;
   double critical_path_p50_ms = 0, critical_compute_p50_ms = 0, critical_transfer_p50_ms = 0,
          critical_all_reduce_p50_ms = 0;
-  std::vector<StageAnalysis> stages_analysis;  // by replica, then stage
+  std::vector<StageAnalysis> stages_analysis;     // by replica, then stage
   int straggler_stage = -1, straggler_rank = -1;  // -1: none above the threshold
   // The slowest stage's relative score, straggler or not.
   int slowest_stage = -1;

@@ -29,9 +29,9 @@ bool ClockAlignment::add(const SpanRow& span) {
       p.drift_ppm = d;
   }
   auto& points = points_[rank];
-  const auto at = std::lower_bound(
-      points.begin(), points.end(), p.local_ns,
-      [](const ClockPoint& q, std::int64_t t) { return q.local_ns < t; });
+  const auto at =
+      std::lower_bound(points.begin(), points.end(), p.local_ns,
+                       [](const ClockPoint& q, std::int64_t t) { return q.local_ns < t; });
   if (at != points.end() && at->local_ns == p.local_ns) return true;  // the same sample twice
   points.insert(at, p);
   return true;
@@ -67,17 +67,19 @@ std::int64_t ClockAlignment::offset_at(int rank, std::int64_t t) const {
       break;
     }
   const auto extrapolate = [&](const ClockPoint& p) {
-    return p.offset_ns + static_cast<std::int64_t>(drift * 1e-6 * static_cast<double>(t - p.local_ns));
+    return p.offset_ns +
+           static_cast<std::int64_t>(drift * 1e-6 * static_cast<double>(t - p.local_ns));
   };
   if (t <= v.front().local_ns) return extrapolate(v.front());
   if (t >= v.back().local_ns) return extrapolate(v.back());
-  const auto after = std::upper_bound(v.begin(), v.end(), t, [](std::int64_t x, const ClockPoint& q) {
-    return x < q.local_ns;
-  });
+  const auto after = std::upper_bound(
+      v.begin(), v.end(), t, [](std::int64_t x, const ClockPoint& q) { return x < q.local_ns; });
   const ClockPoint& b = *after;
   const ClockPoint& a = *(after - 1);
-  const double f = static_cast<double>(t - a.local_ns) / static_cast<double>(b.local_ns - a.local_ns);
-  return a.offset_ns + static_cast<std::int64_t>(std::llround(f * static_cast<double>(b.offset_ns - a.offset_ns)));
+  const double f =
+      static_cast<double>(t - a.local_ns) / static_cast<double>(b.local_ns - a.local_ns);
+  return a.offset_ns + static_cast<std::int64_t>(
+                           std::llround(f * static_cast<double>(b.offset_ns - a.offset_ns)));
 }
 
 void ClockAlignment::align(SpanRow& span) const {
@@ -122,8 +124,8 @@ std::string ClockReport::describe() const {
     std::snprintf(line, sizeof line,
                   "clock: raw, each rank's own (%s); causality: %zu of %zu receives end before "
                   "their send began",
-                  raw_asked ? "--raw-clock" : "the run has no lens.clock_sync samples",
-                  moves.moved, moves.transfers);
+                  raw_asked ? "--raw-clock" : "the run has no lens.clock_sync samples", moves.moved,
+                  moves.transfers);
     return line;
   }
   std::snprintf(line, sizeof line,

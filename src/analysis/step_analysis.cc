@@ -101,8 +101,8 @@ Replica build(const std::vector<const StepOnRank*>& ranks, int stages) {
       n.cross = it->second;
   }
   for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i)
-    if (g.last < 0 || g.nodes[static_cast<std::size_t>(i)].end >
-                          g.nodes[static_cast<std::size_t>(g.last)].end)
+    if (g.last < 0 ||
+        g.nodes[static_cast<std::size_t>(i)].end > g.nodes[static_cast<std::size_t>(g.last)].end)
       g.last = i;
   return g;
 }
@@ -128,9 +128,8 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
     for (const auto& n : g.nodes)
       if (n.compute()) computing.insert(n.stage);
     out.complete = out.complete || static_cast<int>(computing.size()) == stages;
-    if (slowest == nullptr ||
-        g.nodes[static_cast<std::size_t>(g.last)].end >
-            slowest->nodes[static_cast<std::size_t>(slowest->last)].end) {
+    if (slowest == nullptr || g.nodes[static_cast<std::size_t>(g.last)].end >
+                                  slowest->nodes[static_cast<std::size_t>(slowest->last)].end) {
       slowest = &g;
       slowest_replica = replica;
     }
@@ -197,15 +196,15 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
         f.warmup_idle_ms = std::max(0.0, ms(first - g.window_start));
         f.cooldown_idle_ms = std::max(0.0, ms(g.window_end - last));
       }
-      const double steady =
-          std::max(0.0, f.idle_ms - f.warmup_idle_ms - f.cooldown_idle_ms);
+      const double steady = std::max(0.0, f.idle_ms - f.warmup_idle_ms - f.cooldown_idle_ms);
       f.imbalance_idle_ms = std::min(steady, steady_late_sender[stage]);
       f.transfer_idle_ms = steady - f.imbalance_idle_ms;
     }
     for (auto& [stage, f] : figures) out.stages_figures.push_back(f);
   }
   out.microbatches = 0;
-  for (const auto& f : out.stages_figures) out.microbatches = std::max(out.microbatches, f.microbatches);
+  for (const auto& f : out.stages_figures)
+    out.microbatches = std::max(out.microbatches, f.microbatches);
   if (slowest == nullptr) return out;
 
   // The critical path, walked back from the compute that ended last: each
@@ -226,8 +225,8 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
     const Node* cross = n.cross >= 0 ? &g.nodes[static_cast<std::size_t>(n.cross)] : nullptr;
     if (cross && (!local || cross->end >= local->end)) {
       if (n.start > cross->end) {
-        path.push_back({PathSegment::Kind::kTransfer, n.stage, n.rank, n.microbatch,
-                        at(cross->end), at(n.start), cross->end, n.start});
+        path.push_back({PathSegment::Kind::kTransfer, n.stage, n.rank, n.microbatch, at(cross->end),
+                        at(n.start), cross->end, n.start});
         out.critical_transfer_ms += ms(n.start - cross->end);
       }
       i = n.cross;

@@ -30,16 +30,16 @@ struct StageFigures {
   int microbatches = 0;  // forward spans seen
   double forward_ms = 0, backward_ms = 0;
   double all_reduce_ms = 0, optimizer_ms = 0;
-  double compute_ms = 0;       // forward + backward
-  double critical_ms = 0;      // this stage's compute (and optimizer) on the critical path
-  double critical_share = 0;   // critical_ms / the critical path's length
-  double late_sender_ms = 0;   // waits at receives for a neighbour's compute to finish
-  double transfer_ms = 0;      // waits at receives after the neighbour had finished
-  double late_receiver_ms = 0; // this stage's outputs waiting for a busy neighbour
-  double window_ms = 0;        // the replica's forward-backward window
-  double idle_ms = 0;          // window - compute
-  double warmup_idle_ms = 0;   // before this stage's first compute
-  double cooldown_idle_ms = 0; // after its last compute
+  double compute_ms = 0;         // forward + backward
+  double critical_ms = 0;        // this stage's compute (and optimizer) on the critical path
+  double critical_share = 0;     // critical_ms / the critical path's length
+  double late_sender_ms = 0;     // waits at receives for a neighbour's compute to finish
+  double transfer_ms = 0;        // waits at receives after the neighbour had finished
+  double late_receiver_ms = 0;   // this stage's outputs waiting for a busy neighbour
+  double window_ms = 0;          // the replica's forward-backward window
+  double idle_ms = 0;            // window - compute
+  double warmup_idle_ms = 0;     // before this stage's first compute
+  double cooldown_idle_ms = 0;   // after its last compute
   double imbalance_idle_ms = 0;  // between them, waiting on a slower neighbour
   double transfer_idle_ms = 0;   // between them, the rest (transfers, p2p overhead)
   double schedule_idle_ms = 0;   // what 1F1B idles with the same work balanced: (P-1)(f+b)
@@ -64,17 +64,17 @@ struct WaitInterval {
 struct StepAnalysis {
   std::int64_t step = 0;
   int stages = 0, microbatches = 0;
-  double step_ms = 0;           // the longest step span of the replica analysed
-  double critical_path_ms = 0;  // from the path's first start to its last end
-  double critical_compute_ms = 0;   // forward, backward and optimizer on the path
+  double step_ms = 0;                 // the longest step span of the replica analysed
+  double critical_path_ms = 0;        // from the path's first start to its last end
+  double critical_compute_ms = 0;     // forward, backward and optimizer on the path
   double critical_all_reduce_ms = 0;  // data-parallel gradient all-reduce on the path
-  double critical_transfer_ms = 0;  // neighbour's compute end to the next compute's start
+  double critical_transfer_ms = 0;    // neighbour's compute end to the next compute's start
   // The rest of the path: a stage's own time between its computes (p2p
   // calls, the framework, scheduling).
-  std::vector<PathSegment> critical_path;  // in time order
+  std::vector<PathSegment> critical_path;    // in time order
   std::vector<StageFigures> stages_figures;  // by replica, then stage
   std::vector<WaitInterval> waits;           // every replica's
-  bool complete = false;  // every stage had its compute spans
+  bool complete = false;                     // every stage had its compute spans
 };
 
 // The step of `view` (one StepView of a PipelineView), with each rank's

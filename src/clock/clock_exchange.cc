@@ -30,10 +30,15 @@ bool header_is(const std::uint8_t* p, std::uint32_t round) {
   return std::memcmp(p, kMagic, 4) == 0 && detail::get_le32(p + 4) == round;
 }
 
-std::int64_t get_i64(const std::uint8_t* p) { return static_cast<std::int64_t>(detail::get_le64(p)); }
-void put_i64(std::uint8_t* p, std::int64_t v) { detail::put_le64(p, static_cast<std::uint64_t>(v)); }
+std::int64_t get_i64(const std::uint8_t* p) {
+  return static_cast<std::int64_t>(detail::get_le64(p));
+}
+void put_i64(std::uint8_t* p, std::int64_t v) {
+  detail::put_le64(p, static_cast<std::uint64_t>(v));
+}
 
-[[noreturn]] void out_of_step(const Communicator& comm, std::uint32_t round, const std::string& what) {
+[[noreturn]] void out_of_step(const Communicator& comm, std::uint32_t round,
+                              const std::string& what) {
   throw CommError(comm.describe_failure(
       "clock sync", what + " in round " + std::to_string(round) +
                         " is not this exchange's: the ranks did not run the same exchange"));
@@ -43,9 +48,10 @@ void put_i64(std::uint8_t* p, std::int64_t v) { detail::put_le64(p, static_cast<
 
 ClockSample best_sample(std::span<const ClockExchange> exchanges, int rank, int reference_rank) {
   if (exchanges.empty()) throw std::invalid_argument("best_sample: no exchange");
-  const auto best = std::min_element(
-      exchanges.begin(), exchanges.end(),
-      [](const ClockExchange& a, const ClockExchange& b) { return a.round_trip_ns() < b.round_trip_ns(); });
+  const auto best = std::min_element(exchanges.begin(), exchanges.end(),
+                                     [](const ClockExchange& a, const ClockExchange& b) {
+                                       return a.round_trip_ns() < b.round_trip_ns();
+                                     });
   ClockSample s;
   s.rank = rank;
   s.reference_rank = reference_rank;

@@ -93,7 +93,8 @@ class InProcessCommunicator : public Communicator {
  private:
   void check_peer(const char* what, int peer) const {
     if (peer < 0 || peer >= size() || peer == rank_)
-      throw CommError(describe_failure(what, "peer " + std::to_string(peer) + " is not another rank"));
+      throw CommError(
+          describe_failure(what, "peer " + std::to_string(peer) + " is not another rank"));
   }
 
   template <typename Deliver>

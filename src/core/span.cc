@@ -59,9 +59,9 @@ void Span::add_event(std::string_view name, Attributes attributes) {
   }
   SpanEvent& e = live_->events.emplace_back();
   e.name.assign(name);
-  e.time_unix_ns = live_->start_time_unix_ns +
-                   detail::skewed_elapsed(detail::steady_now_ns() - live_->start_steady_ns,
-                                          live_->clock_drift);
+  e.time_unix_ns =
+      live_->start_time_unix_ns +
+      detail::skewed_elapsed(detail::steady_now_ns() - live_->start_steady_ns, live_->clock_drift);
   e.attributes = std::move(attributes);
   detail::limit_attributes(e.attributes, limits.attribute_per_event_count,
                            e.dropped_attributes_count);

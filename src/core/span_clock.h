@@ -58,8 +58,8 @@ struct ClockSkew {
 // A monotonic interval as the span clock of drift `drift` measures it.
 inline std::int64_t skewed_elapsed(std::int64_t steady_delta_ns, double drift) {
   return drift == 0 ? steady_delta_ns
-                    : steady_delta_ns + static_cast<std::int64_t>(
-                                            drift * static_cast<double>(steady_delta_ns));
+                    : steady_delta_ns +
+                          static_cast<std::int64_t>(drift * static_cast<double>(steady_delta_ns));
 }
 
 }  // namespace lens::detail

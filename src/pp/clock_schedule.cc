@@ -41,8 +41,8 @@ std::optional<std::uint64_t> ClockSchedule::choose_next(std::uint64_t step,
   if (every_seconds_ > 0) {
     std::uint64_t steps = kPaceSteps;
     if (started_ && step > last_step_ && now_ns > last_time_ns_) {
-      const double per_step = static_cast<double>(now_ns - last_time_ns_) /
-                              static_cast<double>(step - last_step_);
+      const double per_step =
+          static_cast<double>(now_ns - last_time_ns_) / static_cast<double>(step - last_step_);
       steps = static_cast<std::uint64_t>(
           std::clamp(std::floor(every_seconds_ * 1e9 / per_step), 1.0, 1e12));
     }
@@ -61,8 +61,8 @@ void ClockSchedule::sync(std::optional<std::uint64_t> step) {
     const auto next = step ? choose_next(*step, start) : std::nullopt;
     detail::put_le64(shared.data() + 16, next.value_or(kNoStep));
   }
-  const ClockSample sample =
-      measure_clock_offset(world_, [this] { return telemetry_.now_unix_ns(); }, shared, options_);
+  const ClockSample sample = measure_clock_offset(
+      world_, [this] { return telemetry_.now_unix_ns(); }, shared, options_);
   started_ = true;
   const std::uint64_t next = detail::get_le64(shared.data() + 16);
   next_step_ = next == kNoStep ? std::nullopt : std::optional<std::uint64_t>(next);
@@ -85,8 +85,8 @@ void ClockSchedule::sync(std::optional<std::uint64_t> step) {
   const int global_rank = telemetry_.config().rank.value_or(world_.rank());
   span.set_attribute("dl.rank", std::int64_t{global_rank});
   if (step) span.set_attribute("dl.step", static_cast<std::int64_t>(*step));
-  span.set_attribute("lens.clock.reason", step ? (drift_.samples() == 1 ? "start" : "interval")
-                                               : "finish");
+  span.set_attribute("lens.clock.reason",
+                     step ? (drift_.samples() == 1 ? "start" : "interval") : "finish");
   span.set_attribute("lens.clock.reference_rank", std::int64_t{sample.reference_rank});
   span.set_attribute("lens.clock.local_time_ns", sample.local_time_ns);
   span.set_attribute("lens.clock.offset_ns", sample.offset_ns);

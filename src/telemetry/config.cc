@@ -439,8 +439,9 @@ void resolve_clock_sync(const TelemetryOptions& options, const Env& env, Config&
   if (options.test_clock_offset_ns < -3600'000'000'000 ||
       options.test_clock_offset_ns > 3600'000'000'000 ||
       !(options.test_clock_drift_ppm >= -100000 && options.test_clock_drift_ppm <= 100000))
-    throw ConfigError("test clock skew out of range; accepted: offsets within an hour, drift "
-                      "within 100000 ppm");
+    throw ConfigError(
+        "test clock skew out of range; accepted: offsets within an hour, drift "
+        "within 100000 ppm");
   c.test_clock_offset_ns = options.test_clock_offset_ns;
   c.test_clock_drift_ppm = options.test_clock_drift_ppm;
 }

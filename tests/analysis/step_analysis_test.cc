@@ -79,8 +79,8 @@ constexpr bool F = false, B = true;
 
 TEST(StepAnalysis, OneMicrobatchOnTwoStagesIsOneChain) {
   // F0 on 0, F0 on 1, B0 on 1, B0 on 0, back to back (no transfer time).
-  const tools::Run run = make_step(2, {{0, 6}, {0, 4}},
-                            {{0, F, 0, 0, 1}, {1, F, 0, 1, 2}, {1, B, 0, 2, 4}, {0, B, 0, 4, 6}});
+  const tools::Run run = make_step(
+      2, {{0, 6}, {0, 4}}, {{0, F, 0, 0, 1}, {1, F, 0, 1, 2}, {1, B, 0, 2, 4}, {0, B, 0, 4, 6}});
   const StepAnalysis a = analyze(run, 2);
   ASSERT_TRUE(a.complete);
   EXPECT_DOUBLE_EQ(a.critical_path_ms, 6);
@@ -110,14 +110,14 @@ TEST(StepAnalysis, TwoMicrobatchesWithTransfersFollowTheGradient) {
   // 1F1B, P = 2, M = 2, forward and backward 1 ms, every transfer 0.5 ms
   // (worked out in docs/analysis.md).
   const tools::Run run = make_step(2, {{0, 7}, {0, 5.5}},
-                            {{0, F, 0, 0, 1},
-                             {0, F, 1, 1, 2},
-                             {1, F, 0, 1.5, 2.5},
-                             {1, B, 0, 2.5, 3.5},
-                             {1, F, 1, 3.5, 4.5},
-                             {1, B, 1, 4.5, 5.5},
-                             {0, B, 0, 4, 5},
-                             {0, B, 1, 6, 7}});
+                                   {{0, F, 0, 0, 1},
+                                    {0, F, 1, 1, 2},
+                                    {1, F, 0, 1.5, 2.5},
+                                    {1, B, 0, 2.5, 3.5},
+                                    {1, F, 1, 3.5, 4.5},
+                                    {1, B, 1, 4.5, 5.5},
+                                    {0, B, 0, 4, 5},
+                                    {0, B, 1, 6, 7}});
   const StepAnalysis a = analyze(run, 2);
   EXPECT_DOUBLE_EQ(a.critical_path_ms, 7);
   EXPECT_DOUBLE_EQ(a.critical_transfer_ms, 1);
@@ -129,9 +129,9 @@ TEST(StepAnalysis, TwoMicrobatchesWithTransfersFollowTheGradient) {
       {PathSegment::Kind::kTransfer, 0, 1}, {PathSegment::Kind::kBackward, 0, 1}};
   ASSERT_EQ(a.critical_path.size(), want.size());
   for (std::size_t i = 0; i < want.size(); ++i)
-    EXPECT_EQ(std::tie(a.critical_path[i].kind, a.critical_path[i].stage,
-                       a.critical_path[i].microbatch),
-              want[i])
+    EXPECT_EQ(
+        std::tie(a.critical_path[i].kind, a.critical_path[i].stage, a.critical_path[i].microbatch),
+        want[i])
         << "segment " << i;
   EXPECT_NEAR(stage(a, 0).critical_share, 2.0 / 7, 1e-12);
   EXPECT_NEAR(stage(a, 1).critical_share, 4.0 / 7, 1e-12);
@@ -152,12 +152,12 @@ TEST(StepAnalysis, TwoMicrobatchesWithTransfersFollowTheGradient) {
 
 TEST(StepAnalysis, FewerMicrobatchesThanStagesIsOneChainThroughEveryStage) {
   const tools::Run run = make_step(3, {{0, 6}, {0, 5}, {0, 4}},
-                            {{0, F, 0, 0, 1},
-                             {1, F, 0, 1, 2},
-                             {2, F, 0, 2, 3},
-                             {2, B, 0, 3, 4},
-                             {1, B, 0, 4, 5},
-                             {0, B, 0, 5, 6}});
+                                   {{0, F, 0, 0, 1},
+                                    {1, F, 0, 1, 2},
+                                    {2, F, 0, 2, 3},
+                                    {2, B, 0, 3, 4},
+                                    {1, B, 0, 4, 5},
+                                    {0, B, 0, 5, 6}});
   const StepAnalysis a = analyze(run, 3);
   EXPECT_DOUBLE_EQ(a.critical_path_ms, 6);
   EXPECT_EQ(a.critical_path.size(), 6u);

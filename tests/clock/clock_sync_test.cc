@@ -37,8 +37,8 @@ TEST(ClockExchange, OffsetAndRoundTripFollowTheFourTimestamps) {
 TEST(ClockExchange, BestSampleKeepsTheLowestRoundTrip) {
   // The rank's clock is 15 µs ahead of the reference's.
   const std::vector<ClockExchange> exchanges = {
-      {0, 15'000 + 900, 15'000 + 950, 2000},        // round trip 1950
-      {5000, 15'000 + 5100, 15'000 + 5150, 5250},   // round trip 200
+      {0, 15'000 + 900, 15'000 + 950, 2000},          // round trip 1950
+      {5000, 15'000 + 5100, 15'000 + 5150, 5250},     // round trip 200
       {9000, 15'000 + 9800, 15'000 + 9810, 10'500}};  // round trip 1490
   const ClockSample s = best_sample(exchanges, 2, 0);
   EXPECT_EQ(s.rank, 2);
@@ -133,9 +133,11 @@ std::vector<Measured> measure_on_threads(const std::vector<InjectedClock>& clock
       auto comm = group.communicator(r);
       auto& m = out[static_cast<std::size_t>(r)];
       if (r == 0)
-        for (std::size_t i = 0; i < m.shared.size(); ++i) m.shared[i] = static_cast<std::uint8_t>(i + 1);
+        for (std::size_t i = 0; i < m.shared.size(); ++i)
+          m.shared[i] = static_cast<std::uint8_t>(i + 1);
       const InjectedClock& clock = clocks[static_cast<std::size_t>(r)];
-      m.sample = measure_clock_offset(*comm, [&] { return clock.at(steady_ns()); }, m.shared, options);
+      m.sample = measure_clock_offset(
+          *comm, [&] { return clock.at(steady_ns()); }, m.shared, options);
     });
   }
   for (auto& t : threads) t.join();
@@ -155,9 +157,10 @@ std::int64_t true_offset(const std::vector<InjectedClock>& clocks, std::size_t r
 
 TEST(MeasureClockOffset, FindsInjectedOffsetsOnFourRanksWithinTheirUncertainty) {
   const std::int64_t origin = steady_ns();
-  const std::vector<InjectedClock> clocks = {
-      {origin, 1'500'000, 20}, {origin, -4'200'000, -35}, {origin, 7'000'000, 50},
-      {origin, 250'000, 0}};
+  const std::vector<InjectedClock> clocks = {{origin, 1'500'000, 20},
+                                             {origin, -4'200'000, -35},
+                                             {origin, 7'000'000, 50},
+                                             {origin, 250'000, 0}};
   const auto measured = measure_on_threads(clocks, {.exchanges = 8, .timeout = 10s});
   for (std::size_t r = 0; r < clocks.size(); ++r) {
     const ClockSample& s = measured[r].sample;

@@ -124,7 +124,7 @@ TEST(InProcessCommunicator, PointToPointKeepsOrderPerTagAndChecksPeerAndSize) {
   c2->recv(got, 0, 8, 1s);
   EXPECT_EQ(got, other);
   EXPECT_THROW(c2->recv(got, 0, 7, 20ms), CommError);  // nothing left: times out
-  EXPECT_THROW(c0->send(a, 0, 7, 1s), CommError);       // not another rank
+  EXPECT_THROW(c0->send(a, 0, 7, 1s), CommError);      // not another rank
   EXPECT_THROW(c0->send(a, 3, 7, 1s), CommError);
   std::array<std::uint8_t, 3> wrong{};
   c0->send(a, 2, 7, 1s);

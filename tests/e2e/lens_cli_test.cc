@@ -711,7 +711,6 @@ TEST_F(LensCli, JaegerExportWritesEachTraceOnceWithExactDurationsAndStatus) {
   EXPECT_EQ(errors, 2);  // rank 1's optimizer step of each of the 2 steps
 }
 
-
 // A run whose ranks' clocks are skewed by the test aid (milliseconds of
 // offset, tens of ppm of drift): the recorded samples find the injected
 // skew, the raw views show receives before their sends, and the aligned
@@ -796,10 +795,10 @@ TEST_F(ClockAlignmentCli, SamplesFindTheInjectedSkewWithinTheirUncertainty) {
       const double since_s = static_cast<double>(attr_int(s, "lens.clock.local_time_ns") -
                                                  attr_int(list[0], "lens.clock.local_time_ns")) /
                              1e9;
-      const double truth_ns = (offset_us[0] - offset_us[rank]) * 1e3 +
-                              (drift_ppm[0] - drift_ppm[rank]) * 1e3 * since_s;
-      const double bound_ns = std::max<double>(
-          50'000, static_cast<double>(attr_int(s, "lens.clock.uncertainty_ns")));
+      const double truth_ns =
+          (offset_us[0] - offset_us[rank]) * 1e3 + (drift_ppm[0] - drift_ppm[rank]) * 1e3 * since_s;
+      const double bound_ns =
+          std::max<double>(50'000, static_cast<double>(attr_int(s, "lens.clock.uncertainty_ns")));
       EXPECT_LE(std::abs(static_cast<double>(attr_int(s, "lens.clock.offset_ns")) - truth_ns),
                 bound_ns)
           << "rank " << rank << ": " << s.dump();
@@ -824,7 +823,8 @@ TEST_F(ClockAlignmentCli, RawViewsShowReceivesBeforeSendsAndAlignedOnesNone) {
   ASSERT_EQ(aligned.exit_code, 0) << aligned.output;
   ASSERT_TRUE(std::regex_search(
       aligned.output, m,
-      std::regex(R"(clock: aligned to rank 0 by 8 samples of 4 ranks \(uncertainty up to ([0-9.]+) us\); causality: (\d+) of (\d+) receives moved after their send \(by up to ([0-9.]+) us\))")))
+      std::regex(
+          R"(clock: aligned to rank 0 by 8 samples of 4 ranks \(uncertainty up to ([0-9.]+) us\); causality: (\d+) of (\d+) receives moved after their send \(by up to ([0-9.]+) us\))")))
       << aligned.output;
   EXPECT_LE(std::stod(m[4]), 2 * std::stod(m[1])) << aligned.output;
   EXPECT_LT(std::stoi(m[2]), std::stoi(m[3])) << aligned.output;
@@ -855,7 +855,8 @@ TEST_F(ClockAlignmentCli, RawViewsShowReceivesBeforeSendsAndAlignedOnesNone) {
     if (e["ph"] != "X") continue;
     const int rank = e["pid"];
     const double ts = e["ts"], end = ts + e["dur"].get<double>();
-    if (e["name"] == "megatron.p2p.send_forward" && (!first_send.count(rank) || ts < first_send[rank]))
+    if (e["name"] == "megatron.p2p.send_forward" &&
+        (!first_send.count(rank) || ts < first_send[rank]))
       first_send[rank] = ts;
     if (e["name"] == "megatron.p2p.recv_forward" &&
         (!first_recv_end.count(rank) || end < first_recv_end[rank]))

@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
   expect.linked_per_step = [&](int stage) { return expected_linked(world, stage); };
   auto problems = lens::testing::check_correlation(spans, expect);
   if (std::getenv("LENS_TEST_CLOCK_SKEW") != nullptr)
-    for (auto& p : lens::testing::check_clock_samples(spans, lens::testing::test_clock_skew(), world))
+    for (auto& p :
+         lens::testing::check_clock_samples(spans, lens::testing::test_clock_skew(), world))
       problems.push_back(p);
   for (const auto& p : problems) std::fprintf(stderr, "violation: %s\n", p.c_str());
   std::printf("checked %zu spans from %d ranks over c10d/gloo, %d steps: %zu violations\n",

@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
       };
       auto problems = lens::testing::check_correlation(spans, expect);
       if (std::getenv("LENS_TEST_CLOCK_SKEW") != nullptr)
-        for (auto& p : lens::testing::check_clock_samples(spans, lens::testing::test_clock_skew(), pp))
+        for (auto& p :
+             lens::testing::check_clock_samples(spans, lens::testing::test_clock_skew(), pp))
           problems.push_back(p);
       for (const auto& p : problems) std::fprintf(stderr, "violation: %s\n", p.c_str());
       std::printf("checked %zu spans from %d ranks, %d steps: %zu violations\n", spans.size(), pp,

@@ -376,10 +376,9 @@ TEST(ClockSync, SamplesAtTheFirstStepEveryNStepsAndAtFinishFindTheInjectedSkew) 
       // The injected truth: rank 0's skew minus this rank's, the drift
       // counted from the run's start (the telemetries start within
       // milliseconds of each other, which moves the truth by nanoseconds).
-      const double elapsed_s =
-          static_cast<double>(int_attr(s, "lens.clock.local_time_ns") -
-                              int_attr(*mine[0], "lens.clock.local_time_ns")) /
-          1e9;
+      const double elapsed_s = static_cast<double>(int_attr(s, "lens.clock.local_time_ns") -
+                                                   int_attr(*mine[0], "lens.clock.local_time_ns")) /
+                               1e9;
       const double truth = static_cast<double>(o.clock_offsets_ns[0] - o.clock_offsets_ns[rank]) +
                            (o.clock_drift_ppm[0] - o.clock_drift_ppm[rank]) * 1e3 * elapsed_s;
       const std::int64_t offset = int_attr(s, "lens.clock.offset_ns");

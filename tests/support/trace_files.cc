@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-
 #include <set>
 
 #include "run_reader.h"
@@ -107,9 +106,7 @@ std::vector<std::string> check_correlation(const std::vector<ExportedSpan>& span
   return problems;
 }
 
-InjectedClocks test_clock_skew() {
-  return {{0, -4000, 6500, -2500}, {0, 40, -30, 20}};
-}
+InjectedClocks test_clock_skew() { return {{0, -4000, 6500, -2500}, {0, 40, -30, 20}}; }
 
 std::vector<std::string> check_clock_samples(const std::vector<ExportedSpan>& spans,
                                              const InjectedClocks& injected, int ranks) {
@@ -131,7 +128,8 @@ std::vector<std::string> check_clock_samples(const std::vector<ExportedSpan>& sp
       const double truth_ns = (injected.offset_us[0] - injected.offset_us[r]) * 1e3 +
                               (injected.drift_ppm[0] - injected.drift_ppm[r]) * 1e3 * since_s;
       const double measured = static_cast<double>(s->int_attr("lens.clock.offset_ns"));
-      const double bound = std::max(50'000.0, static_cast<double>(s->int_attr("lens.clock.uncertainty_ns")));
+      const double bound =
+          std::max(50'000.0, static_cast<double>(s->int_attr("lens.clock.uncertainty_ns")));
       if (std::abs(measured - truth_ns) > bound)
         problems.push_back("rank " + std::to_string(rank) + ": clock offset " +
                            std::to_string(measured) + " ns, injected " + std::to_string(truth_ns) +

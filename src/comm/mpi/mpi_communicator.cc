@@ -203,8 +203,8 @@ void MpiCommunicator::send(std::span<const std::uint8_t> data, int peer, int tag
                            std::chrono::milliseconds timeout) {
   RequestBuffer buffer(data, data.size());
   MPI_Request request;
-  const int rc = MPI_Isend(buffer.data(), static_cast<int>(data.size()), MPI_BYTE, peer, tag,
-                           comm_, &request);
+  const int rc =
+      MPI_Isend(buffer.data(), static_cast<int>(data.size()), MPI_BYTE, peer, tag, comm_, &request);
   if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Isend", mpi_error_text(rc)));
   try {
     wait(request, "send (MPI_Isend)", timeout);
@@ -218,8 +218,8 @@ void MpiCommunicator::recv(std::span<std::uint8_t> data, int peer, int tag,
                            std::chrono::milliseconds timeout) {
   RequestBuffer buffer({}, data.size());
   MPI_Request request;
-  const int rc = MPI_Irecv(buffer.data(), static_cast<int>(data.size()), MPI_BYTE, peer, tag,
-                           comm_, &request);
+  const int rc =
+      MPI_Irecv(buffer.data(), static_cast<int>(data.size()), MPI_BYTE, peer, tag, comm_, &request);
   if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Irecv", mpi_error_text(rc)));
   try {
     wait(request, "recv (MPI_Irecv)", timeout);
