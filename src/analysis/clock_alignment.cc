@@ -10,6 +10,23 @@
 #include "pipeline_view.h"
 
 namespace lens::tools {
+namespace {
+
+// Bounds on what a sample may say (the files are untrusted input): clocks
+// an hour apart, or drifting by more than 1 %, are not NTP-kept hosts, and
+// the bounds keep every sum below in range.
+constexpr std::int64_t kMaxOffsetNs = 3'600'000'000'000;
+constexpr double kMaxDriftPpm = 10'000;
+
+// t + d, held to the range of a timestamp (0 to the largest int64).
+std::int64_t shifted(std::int64_t t, std::int64_t d) {
+  std::int64_t out = 0;
+  if (__builtin_add_overflow(t, d, &out))
+    return d > 0 ? std::numeric_limits<std::int64_t>::max() : 0;
+  return std::max<std::int64_t>(out, 0);
+}
+
+}  // namespace
 
 bool ClockAlignment::add(const SpanRow& span) {
   if (span.name != kClockSyncSpanName) return false;
@@ -19,14 +36,17 @@ bool ClockAlignment::add(const SpanRow& span) {
   p.local_ns = span.int_attr("lens.clock.local_time_ns", kMissing);
   p.offset_ns = span.int_attr("lens.clock.offset_ns", kMissing);
   p.uncertainty_ns = span.int_attr("lens.clock.uncertainty_ns", kMissing);
-  if (rank < 0 || p.local_ns == kMissing || p.offset_ns == kMissing ||
-      p.uncertainty_ns == kMissing || p.uncertainty_ns < 0)
+  if (rank < 0 || p.local_ns == kMissing || p.local_ns < 0 || p.offset_ns == kMissing ||
+      p.offset_ns < -kMaxOffsetNs || p.offset_ns > kMaxOffsetNs || p.uncertainty_ns == kMissing ||
+      p.uncertainty_ns < 0 || p.uncertainty_ns > kMaxOffsetNs)
     return false;
   if (auto it = span.attributes.find("lens.clock.drift_ppm"); it != span.attributes.end()) {
     char* end = nullptr;
     const double d = std::strtod(it->second.c_str(), &end);
-    if (end != it->second.c_str() && *end == '\0' && std::isfinite(d) && std::abs(d) < 1e6)
-      p.drift_ppm = d;
+    if (end == it->second.c_str() || *end != '\0' || !std::isfinite(d) ||
+        std::abs(d) > kMaxDriftPpm)
+      return false;
+    p.drift_ppm = d;
   }
   auto& points = points_[rank];
   const auto at =
@@ -67,8 +87,11 @@ std::int64_t ClockAlignment::offset_at(int rank, std::int64_t t) const {
       break;
     }
   const auto extrapolate = [&](const ClockPoint& p) {
-    return p.offset_ns +
-           static_cast<std::int64_t>(drift * 1e-6 * static_cast<double>(t - p.local_ns));
+    // Held to an hour either way, however far from the sample t is.
+    const double moved =
+        std::clamp(drift * 1e-6 * (static_cast<double>(t) - static_cast<double>(p.local_ns)),
+                   -static_cast<double>(kMaxOffsetNs), static_cast<double>(kMaxOffsetNs));
+    return p.offset_ns + std::llround(moved);
   };
   if (t <= v.front().local_ns) return extrapolate(v.front());
   if (t >= v.back().local_ns) return extrapolate(v.back());
@@ -84,8 +107,8 @@ std::int64_t ClockAlignment::offset_at(int rank, std::int64_t t) const {
 
 void ClockAlignment::align(SpanRow& span) const {
   if (points(span.rank) == nullptr) return;
-  span.start_ns += offset_at(span.rank, span.start_ns);
-  span.end_ns += offset_at(span.rank, span.end_ns);
+  span.start_ns = shifted(span.start_ns, offset_at(span.rank, span.start_ns));
+  span.end_ns = shifted(span.end_ns, offset_at(span.rank, span.end_ns));
   if (span.end_ns < span.start_ns) span.end_ns = span.start_ns;
 }
 
@@ -140,7 +163,7 @@ void CausalityMoves::add(const CausalityMoves& o) {
   transfers += o.transfers;
   moved += o.moved;
   max_shift_ns = std::max(max_shift_ns, o.max_shift_ns);
-  total_shift_ns += o.total_shift_ns;
+  total_shift_ns = shifted(total_shift_ns, o.total_shift_ns);
 }
 
 namespace {
@@ -177,14 +200,15 @@ void order_pairs(const std::vector<SpanRow*>& sends, const std::vector<SpanRow*>
     SpanRow& recv = *receives[k];
     const SpanRow& send = *sends[k];
     if (recv.end_ns >= send.start_ns) continue;
-    const std::int64_t shift = send.start_ns + 1 - recv.end_ns;
+    // Both are timestamps (non-negative), so the difference is in range.
+    const std::int64_t shift = shifted(send.start_ns - recv.end_ns, 1);
     if (move) {
-      recv.start_ns += shift;
-      recv.end_ns += shift;
+      recv.start_ns = shifted(recv.start_ns, shift);
+      recv.end_ns = shifted(recv.end_ns, shift);
     }
     ++moves.moved;
     moves.max_shift_ns = std::max(moves.max_shift_ns, shift);
-    moves.total_shift_ns += shift;
+    moves.total_shift_ns = shifted(moves.total_shift_ns, shift);
   }
 }
 
@@ -228,7 +252,7 @@ CausalityMoves enforce_transfer_order(Run& step, bool move) {
       order_pairs(prev->second.send[0], e.linked, move, linked);
       moves.moved += linked.moved;
       moves.max_shift_ns = std::max(moves.max_shift_ns, linked.max_shift_ns);
-      moves.total_shift_ns += linked.total_shift_ns;
+      moves.total_shift_ns = shifted(moves.total_shift_ns, linked.total_shift_ns);
     }
     if (auto next = by_stage.find({replica, stage + 1}); next != by_stage.end())
       order_pairs(next->second.send[1], e.recv[1], move, moves);  // backward: stage + 1 sent

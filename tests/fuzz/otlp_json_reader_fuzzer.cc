@@ -1,6 +1,8 @@
 // libFuzzer target: the `lens` command's OTLP-JSON-lines reader, and the
-// check that runs over what it read, both whole and a step at a time. Any file content must give
-// spans or a ReadError naming the file and line, never a crash.
+// check that runs over what it read, both whole and a step at a time, and
+// the clock alignment, causality pass and step analysis the views run. Any
+// file content must give spans or a ReadError naming the file and line,
+// never a crash.
 #include <unistd.h>
 
 #include <cstdint>
@@ -8,7 +10,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "analyze.h"
 #include "check.h"
+#include "clock_alignment.h"
 #include "run_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -23,6 +27,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     lens::tools::PipelineView view = lens::tools::build_view(run);
     (void)lens::tools::check_run(run, view);
     (void)lens::tools::check_dir(path);
+    const lens::tools::ClockAlignment clock = lens::tools::read_clock_alignment(path);
+    lens::tools::CausalityMoves moves;
+    lens::tools::StreamOptions aligned;
+    aligned.clock = &clock;
+    aligned.moves = &moves;
+    (void)lens::tools::format_table(lens::tools::analyze_dir(path, aligned, nullptr));
     // The same bytes under a small line limit, so inputs of fuzzing size
     // reach the too-long-line path too.
     lens::tools::RankFileReader small(path, 512);

@@ -13,7 +13,7 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 declare -A sources=(
   [carrier]="src/core/carrier.cc src/core/trace_context.cc src/core/ids.cc"
   [trace_context]="src/core/trace_context.cc src/core/ids.cc"
-  [otlp_json_reader]="src/analysis/run_reader.cc src/analysis/line_reader.cc src/analysis/json_depth.cc src/analysis/step_stream.cc src/analysis/pipeline_view.cc src/analysis/check.cc src/analysis/clock_alignment.cc"
+  [otlp_json_reader]="src/analysis/run_reader.cc src/analysis/line_reader.cc src/analysis/json_depth.cc src/analysis/step_stream.cc src/analysis/pipeline_view.cc src/analysis/check.cc src/analysis/clock_alignment.cc src/analysis/step_analysis.cc src/analysis/analyze.cc"
   [config]="src/telemetry/config.cc src/otlp/redacted_url.cc src/telemetry/parallel_layout.cc src/telemetry/setting.cc src/core/span_groups.cc src/core/resource.cc src/core/ids.cc"
 )
 for target in carrier trace_context otlp_json_reader config; do
