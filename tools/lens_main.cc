@@ -196,9 +196,9 @@ int run_lens(int argc, char** argv) {
   ClockAlignment clock;
   ClockReport clock_report;
   clock_report.raw_asked = raw_clock;
-  const auto view_options = [&] {
+  const auto view_options = [&](const std::string& run_dir) {
     StreamOptions so = reading_options();
-    if (!raw_clock) clock = read_clock_alignment(dir);
+    if (!raw_clock) clock = read_clock_alignment(run_dir);
     clock_report = ClockReport::of(clock);
     clock_report.raw_asked = raw_clock;
     if (!clock.empty()) so.clock = &clock;
@@ -226,7 +226,7 @@ int run_lens(int argc, char** argv) {
     }
     if (summary->parsed()) {
       std::vector<std::string> warnings;
-      Summary s = summarize_dir(dir, view_options(), &warnings);
+      Summary s = summarize_dir(dir, view_options(dir), &warnings);
       s.clock = clock_report;
       print_warnings(warnings);
       std::fputs((as_json ? format_json(s) : format_table(s)).c_str(), stdout);
@@ -234,7 +234,7 @@ int run_lens(int argc, char** argv) {
     }
     if (analyze->parsed()) {
       std::vector<std::string> warnings;
-      Analysis a = analyze_dir(dir, view_options(), &warnings);
+      Analysis a = analyze_dir(dir, view_options(dir), &warnings);
       a.clock = clock_report;
       print_warnings(warnings);
       std::fputs((as_json ? format_json(a) : format_table(a)).c_str(), stdout);
@@ -242,12 +242,10 @@ int run_lens(int argc, char** argv) {
     }
     if (diff->parsed()) {
       std::vector<std::string> warnings;
-      const Analysis a = analyze_dir(dir, view_options(), &warnings);
-      const std::string first = dir;
-      dir = other_dir;
-      const Analysis b = analyze_dir(dir, view_options(), &warnings);
+      const Analysis a = analyze_dir(dir, view_options(dir), &warnings);
+      const Analysis b = analyze_dir(other_dir, view_options(other_dir), &warnings);
       print_warnings(warnings);
-      std::printf("A: %s\nB: %s\n%s", first.c_str(), other_dir.c_str(), format_diff(a, b).c_str());
+      std::printf("A: %s\nB: %s\n%s", dir.c_str(), other_dir.c_str(), format_diff(a, b).c_str());
       return kOk;
     }
     if (timeline->parsed()) {
@@ -263,7 +261,7 @@ int run_lens(int argc, char** argv) {
       o.title = "lens timeline: " + dir + ", steps " + std::to_string(o.first_step) + "-" +
                 std::to_string(o.last_step);
       // Only the chosen steps are kept, and reading stops after the last.
-      StreamOptions so = view_options();
+      StreamOptions so = view_options(dir);
       so.stop_after_step = o.last_step;
       std::map<std::filesystem::path, std::vector<SpanRow>> chosen;
       std::int64_t first_seen = std::numeric_limits<std::int64_t>::max();
@@ -325,8 +323,8 @@ int run_lens(int argc, char** argv) {
         }
         ExportCounts c;
         try {
-          c = perfetto_format ? export_perfetto(dir, out, view_options())
-                              : export_jaeger(dir, out, view_options());
+          c = perfetto_format ? export_perfetto(dir, out, view_options(dir))
+                              : export_jaeger(dir, out, view_options(dir));
         } catch (...) {
           out.close();
           std::filesystem::remove(path);  // no half-written file left behind

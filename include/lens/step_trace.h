@@ -137,6 +137,7 @@ class StepTrace {
  private:
   std::optional<StepCarrier> exchange(std::uint64_t step);
   void sync_clocks_if_due(std::uint64_t step);
+  void record_failure(const CommError& e);
   bool source() const { return comm_ != nullptr && comm_->rank() == options_.src_rank; }
   Telemetry* telemetry_;
   Communicator* comm_;

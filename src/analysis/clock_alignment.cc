@@ -54,6 +54,13 @@ bool ClockAlignment::add(const SpanRow& span) {
                        [](const ClockPoint& q, std::int64_t t) { return q.local_ns < t; });
   if (at != points.end() && at->local_ns == p.local_ns) return true;  // the same sample twice
   points.insert(at, p);
+  // The latest drift estimate, which times outside the samples follow.
+  latest_drift_ppm_[rank] = 0;
+  for (auto it = points.rbegin(); it != points.rend(); ++it)
+    if (it->drift_ppm) {
+      latest_drift_ppm_[rank] = *it->drift_ppm;
+      break;
+    }
   return true;
 }
 
@@ -79,13 +86,7 @@ std::int64_t ClockAlignment::offset_at(int rank, std::int64_t t) const {
   const auto* points = this->points(rank);
   if (points == nullptr) return 0;
   const auto& v = *points;
-  // The latest drift estimate, for times outside the samples.
-  double drift = 0;
-  for (auto it = v.rbegin(); it != v.rend(); ++it)
-    if (it->drift_ppm) {
-      drift = *it->drift_ppm;
-      break;
-    }
+  const double drift = latest_drift_ppm_.at(rank);  // for times outside the samples
   const auto extrapolate = [&](const ClockPoint& p) {
     // Held to an hour either way, however far from the sample t is.
     const double moved =

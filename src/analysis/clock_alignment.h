@@ -56,6 +56,7 @@ class ClockAlignment {
 
  private:
   std::map<int, std::vector<ClockPoint>> points_;  // by rank, by local time
+  std::map<int, double> latest_drift_ppm_;         // by rank: of its latest sample with one
 };
 
 // The samples of the run in `dir`: one pass that parses only the lines

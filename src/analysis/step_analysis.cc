@@ -28,7 +28,7 @@ double ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
 struct Replica {
   std::vector<Node> nodes;
   std::map<int, const StepOnRank*> by_stage;
-  std::map<int, std::pair<int, int>> first_last;  // stage -> first, last node
+  std::map<int, int> last_of_stage;  // stage -> its latest node so far, while chaining
   std::int64_t window_start = std::numeric_limits<std::int64_t>::max();
   std::int64_t window_end = std::numeric_limits<std::int64_t>::min();
   std::map<int, std::int64_t> rank_start;  // stage -> when its schedule began
@@ -85,12 +85,12 @@ Replica build(const std::vector<const StepOnRank*>& ranks, int stages) {
   for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
     Node& n = g.nodes[static_cast<std::size_t>(i)];
     if (n.compute()) index[{n.backward, n.stage, n.microbatch}] = i;
-    auto fl = g.first_last.find(n.stage);
-    if (fl == g.first_last.end()) {
-      g.first_last[n.stage] = {i, i};
-    } else {
-      n.local = fl->second.second;
-      fl->second.second = i;
+    // Nodes are sorted by stage, then time: the previous one of a stage is
+    // the one before it on its rank.
+    auto [last, first_of_stage] = g.last_of_stage.try_emplace(n.stage, i);
+    if (!first_of_stage) {
+      n.local = last->second;
+      last->second = i;
     }
   }
   for (auto& n : g.nodes) {
@@ -202,7 +202,6 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
     }
     for (auto& [stage, f] : figures) out.stages_figures.push_back(f);
   }
-  out.microbatches = 0;
   for (const auto& f : out.stages_figures)
     out.microbatches = std::max(out.microbatches, f.microbatches);
   if (slowest == nullptr) return out;

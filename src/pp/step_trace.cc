@@ -57,9 +57,15 @@ void StepTrace::finish() {
     if (pending_.posted()) pending_.drain(timeout_);
     if (clock_) clock_->sync(std::nullopt);
   } catch (const CommError& e) {
-    write_failure_record(*telemetry_, "lens: rank " + std::to_string(global_rank_), e.what());
+    record_failure(e);
     throw;
   }
+}
+
+void StepTrace::record_failure(const CommError& e) {
+  // The job is broken: leave a record on what is open (e.g. the job span)
+  // and in the log, so the rank that diverged can be found.
+  write_failure_record(*telemetry_, "lens: rank " + std::to_string(global_rank_), e.what());
 }
 
 Span StepTrace::recv_forward_linked(std::int64_t microbatch_id) const {
@@ -90,9 +96,7 @@ std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step) {
       pending_ = start_broadcast_trace_context(*comm_, options_.src_rank, next, timeout_);
     }
   } catch (const CommError& e) {
-    // The job is broken: leave a record on what is open (e.g. the job span)
-    // and in the log, so the rank that diverged can be found.
-    write_failure_record(*telemetry_, "lens: rank " + std::to_string(global_rank_), e.what());
+    record_failure(e);
     throw;
   }
   return carrier;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <initializer_list>
 #include <thread>
 #include <vector>
 
@@ -41,6 +42,18 @@ class RequestBuffer {
   std::vector<std::uint8_t>* bytes_;
   bool abandoned_ = false;
 };
+
+// Runs `wait`; when it fails, leaves `buffers` to MPI (abandoned) and
+// rethrows.
+template <typename Wait>
+void wait_or_abandon(Wait&& wait, std::initializer_list<RequestBuffer*> buffers) {
+  try {
+    wait();
+  } catch (const CommError&) {
+    for (RequestBuffer* b : buffers) b->abandon();
+    throw;
+  }
+}
 
 }  // namespace
 
@@ -147,12 +160,7 @@ void MpiCommunicator::broadcast(std::span<std::uint8_t> data, int root,
   const int rc =
       MPI_Ibcast(buffer.data(), static_cast<int>(data.size()), MPI_BYTE, root, comm_, &request);
   if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Ibcast", mpi_error_text(rc)));
-  try {
-    wait(request, "broadcast (MPI_Ibcast)", timeout);
-  } catch (const CommError&) {
-    buffer.abandon();
-    throw;
-  }
+  wait_or_abandon([&] { wait(request, "broadcast (MPI_Ibcast)", timeout); }, {&buffer});
   std::memcpy(data.data(), buffer.data(), data.size());
 }
 
@@ -206,12 +214,7 @@ void MpiCommunicator::send(std::span<const std::uint8_t> data, int peer, int tag
   const int rc =
       MPI_Isend(buffer.data(), static_cast<int>(data.size()), MPI_BYTE, peer, tag, comm_, &request);
   if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Isend", mpi_error_text(rc)));
-  try {
-    wait(request, "send (MPI_Isend)", timeout);
-  } catch (const CommError&) {
-    buffer.abandon();
-    throw;
-  }
+  wait_or_abandon([&] { wait(request, "send (MPI_Isend)", timeout); }, {&buffer});
 }
 
 void MpiCommunicator::recv(std::span<std::uint8_t> data, int peer, int tag,
@@ -221,12 +224,7 @@ void MpiCommunicator::recv(std::span<std::uint8_t> data, int peer, int tag,
   const int rc =
       MPI_Irecv(buffer.data(), static_cast<int>(data.size()), MPI_BYTE, peer, tag, comm_, &request);
   if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Irecv", mpi_error_text(rc)));
-  try {
-    wait(request, "recv (MPI_Irecv)", timeout);
-  } catch (const CommError&) {
-    buffer.abandon();
-    throw;
-  }
+  wait_or_abandon([&] { wait(request, "recv (MPI_Irecv)", timeout); }, {&buffer});
   std::memcpy(data.data(), buffer.data(), data.size());
 }
 
@@ -245,13 +243,7 @@ void MpiCommunicator::gather_from_all(std::span<const std::uint8_t> input,
   const int rc = MPI_Iallgather(in.data(), static_cast<int>(input.size()), MPI_BYTE, out.data(),
                                 static_cast<int>(input.size()), MPI_BYTE, comm_, &request);
   if (rc != MPI_SUCCESS) throw CommError(describe_failure("MPI_Iallgather", mpi_error_text(rc)));
-  try {
-    wait(request, "all_gather (MPI_Iallgather)", timeout);
-  } catch (const CommError&) {
-    in.abandon();
-    out.abandon();
-    throw;
-  }
+  wait_or_abandon([&] { wait(request, "all_gather (MPI_Iallgather)", timeout); }, {&in, &out});
   std::memcpy(output.data(), out.data(), output.size());
 }
 
