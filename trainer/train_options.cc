@@ -57,7 +57,11 @@ TrainOptions parse_train_options(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
+    // CLI11 prints the message; the exit status is ours: 0 for --help, 2
+    // for a bad flag (its own codes, e.g. 105 for a value out of range,
+    // would say nothing to a launcher).
+    const int code = app.exit(e);
+    std::exit(code == 0 ? 0 : 2);
   }
   if (o.layers < o.pp) {
     std::fprintf(stderr, "lens-train: --layers %d is less than --pp %d; accepted: layers >= pp\n",

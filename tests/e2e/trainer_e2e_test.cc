@@ -254,6 +254,23 @@ TEST(TrainerErrors, BadFlagNamesTheFlag) {
   EXPECT_NE(out.output.find("unknown span group 'nonsense'"), std::string::npos) << out.output;
 }
 
+TEST(TrainerErrors, TestAidAndFaultInjectionFlagsOutOfRangeAreRefusedNamingTheFlag) {
+  // (flags, what the message must say); the default run is --pp 2.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--test-clock-offsets-us 0,1,2", "--test-clock-offsets-us has 3 values for 2 ranks"},
+      {"--test-clock-drift-ppm 5", "--test-clock-drift-ppm has 1 values for 2 ranks"},
+      {"--slow-stage 2", "--slow-stage 2 is not a stage of --pp 2"},
+      {"--slow-stage 0 --slow-factor 0.5", "--slow-factor"}};
+  int i = 0;
+  for (const auto& [flags, message] : cases) {
+    TrainerRun r;
+    r.flags = flags;
+    RunOutput out = run_trainer(r, "bad-aid-" + std::to_string(i++));
+    EXPECT_EQ(out.exit_code, 2) << flags << ": " << out.output;
+    EXPECT_NE(out.output.find(message), std::string::npos) << flags << ": " << out.output;
+  }
+}
+
 }  // namespace
 
 namespace {
