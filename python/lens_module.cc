@@ -26,6 +26,7 @@
 #include "lens/linked_span.h"
 #include "lens/pipeline_stats.h"
 #include "lens/startup_agreement.h"
+#include "lens/step_check.h"
 #include "lens/step_trace.h"
 #include "lens/telemetry.h"
 #include "lens/trace_context.h"
@@ -231,10 +232,20 @@ struct PerTelemetry {
   std::uint64_t owner = 0;  // 0: none
   lens::Tracer tracer;
   lens::StepBudget budget;
+  // The step checks of derived step contexts (step_check.h).
+  lens::StepCheckSchedule checks;
   // The clock sync's engine and schedule, made at the first sample.
   std::unique_ptr<PythonPointToPoint> clock_engine;
   std::unique_ptr<lens::ClockSchedule> clock;
 };
+
+// step_context= as lens.init takes it: "broadcast" or "derived".
+std::optional<lens::StepContextMode> step_context_option(const std::optional<std::string>& v) {
+  if (!v) return std::nullopt;
+  if (*v == "broadcast") return lens::StepContextMode::kBroadcast;
+  if (*v == "derived") return lens::StepContextMode::kDerived;
+  throw lens::ConfigError("step_context='" + *v + "' is not valid; accepted: broadcast, derived");
+}
 
 PerTelemetry& per_telemetry() {
   static PerTelemetry state;
@@ -242,7 +253,11 @@ PerTelemetry& per_telemetry() {
   const std::uint64_t instance = t ? t->instance() : 0;
   if (instance != state.owner) {
     state.tracer = t ? t->tracer(lens::kDefaultTracerName) : lens::Tracer();
-    state.budget = lens::StepBudget(t ? t->config().step_budget_per_minute : 0);
+    // Shared where more than one rank decides a step (step_context.h).
+    const bool shared = t && (t->config().step_context == lens::StepContextMode::kDerived ||
+                              t->config().trace_scope == lens::TraceScope::kPipeline);
+    state.budget = lens::StepBudget(t ? t->config().step_budget_per_minute : 0, shared);
+    state.checks = lens::StepCheckSchedule(t ? t->config().step_verify_steps : 0);
     state.clock.reset();
     state.clock_engine.reset();
     state.owner = instance;
@@ -289,6 +304,7 @@ PYBIND11_MODULE(_lens, m) {
   m.attr("__version__") = std::string(lens::kLensVersion);
 
   py::register_exception<lens::ConfigError>(m, "ConfigError", PyExc_ValueError);
+  py::register_exception<lens::StepCheckError>(m, "StepCheckError", PyExc_RuntimeError);
 
   py::class_<lens::SpanContext>(m, "SpanContext")
       .def_property_readonly("trace_id",
@@ -345,8 +361,10 @@ PYBIND11_MODULE(_lens, m) {
          std::optional<std::string> trace_dir, std::optional<std::string> trace_file,
          std::optional<std::string> run_id, std::optional<double> collective_timeout,
          std::optional<std::tuple<int, int, int>> coordinates, std::optional<std::uint64_t> run_key,
-         double test_clock_offset_us, double test_clock_drift_ppm) {
+         std::optional<std::string> step_context, double test_clock_offset_us,
+         double test_clock_drift_ppm) {
         lens::TelemetryOptions o;
+        o.step_context = step_context_option(step_context);
         o.enabled = enabled;
         o.span_groups = span_groups;
         o.exporter = exporter;
@@ -374,7 +392,8 @@ PYBIND11_MODULE(_lens, m) {
       py::arg("trace_dir") = py::none(), py::arg("trace_file") = py::none(),
       py::arg("run_id") = py::none(), py::arg("collective_timeout") = py::none(),
       py::arg("coordinates") = py::none(), py::arg("run_key") = py::none(),
-      py::arg("test_clock_offset_us") = 0.0, py::arg("test_clock_drift_ppm") = 0.0);
+      py::arg("step_context") = py::none(), py::arg("test_clock_offset_us") = 0.0,
+      py::arg("test_clock_drift_ppm") = 0.0);
 
   // The start-up agreement's record for this process (lens.distributed.init
   // all-gathers it): the settings resolved from the same options and
@@ -384,7 +403,8 @@ PYBIND11_MODULE(_lens, m) {
   m.def(
       "startup_record",
       [](int pipeline_parallel_size, std::optional<bool> enabled,
-         std::optional<std::string> span_groups, std::optional<std::string> run_id) {
+         std::optional<std::string> span_groups, std::optional<std::string> run_id,
+         std::optional<std::string> step_context) {
         lens::TelemetryOptions o;
         o.enabled = enabled;
         o.span_groups = span_groups;
@@ -392,6 +412,7 @@ PYBIND11_MODULE(_lens, m) {
         std::string error;
         std::vector<std::uint8_t> record;
         try {
+          o.step_context = step_context_option(step_context);
           const lens::Config c = lens::resolve_config(o, lens::process_environment());
           record = lens::startup_record(&c, pipeline_parallel_size);
         } catch (const lens::ConfigError& e) {
@@ -402,7 +423,8 @@ PYBIND11_MODULE(_lens, m) {
             py::bytes(reinterpret_cast<const char*>(record.data()), record.size()), error);
       },
       py::arg("pipeline_parallel_size"), py::kw_only(), py::arg("enabled") = py::none(),
-      py::arg("span_groups") = py::none(), py::arg("run_id") = py::none());
+      py::arg("span_groups") = py::none(), py::arg("run_id") = py::none(),
+      py::arg("step_context") = py::none());
   m.def(
       "compare_startup_records",
       [](int my_rank, const std::vector<py::bytes>& records) {
@@ -457,6 +479,8 @@ PYBIND11_MODULE(_lens, m) {
     d["span_groups"] = c.span_groups.to_spec();
     d["collective_timeout"] = static_cast<double>(c.collective_timeout.count()) / 1000.0;
     d["clock_sync"] = c.clock_sync;
+    d["step_context"] = std::string(lens::step_context_mode_name(c.step_context));
+    d["step_verify_steps"] = c.step_verify_steps;
     d["rank"] = c.rank ? py::int_(*c.rank) : py::object(py::none());
     d["world_size"] = c.world_size ? py::int_(*c.world_size) : py::object(py::none());
     return d;
@@ -493,6 +517,52 @@ PYBIND11_MODULE(_lens, m) {
         return c;
       },
       py::arg("step"));
+  m.def(
+      "derive_step_carrier",
+      [](std::uint64_t step, bool reserved_here) {
+        lens::Telemetry* t = lens::get_telemetry();
+        if (!t) throw std::runtime_error("lens: telemetry is not initialised");
+        // As StepScope does in derived mode (step_trace.h).
+        const lens::Config& cfg = t->config();
+        if (cfg.trace_scope == lens::TraceScope::kPipeline)
+          lens::require_pipeline_scope_settings(cfg);
+        PyCarrier c;
+        c.carrier = lens::derive_step_context(*t, cfg.trace_scope, step, per_telemetry().budget);
+        c.reserved_here = reserved_here;
+        return c;
+      },
+      py::arg("step"), py::arg("reserved_here"));
+  m.def("step_check_due", [] { return lens::get_telemetry() && per_telemetry().checks.due(); });
+  m.def(
+      "step_check_record",
+      [](std::uint64_t step, const std::optional<PyCarrier>& derived, int check_rank) {
+        lens::Telemetry* t = lens::get_telemetry();
+        if (!t) throw std::runtime_error("lens: telemetry is not initialised");
+        const lens::Config& cfg = t->config();
+        PerTelemetry& state = per_telemetry();
+        const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count();
+        const bool per_replica = derived && cfg.trace_scope == lens::TraceScope::kPipeline;
+        const auto record = lens::encode_step_check(
+            state.checks.record(step, unwrap(derived), per_replica ? &cfg.coordinates : nullptr,
+                                check_rank, state.budget, now));
+        return py::bytes(reinterpret_cast<const char*>(record.data()), record.size());
+      },
+      py::arg("step"), py::arg("derived"), py::arg("check_rank"));
+  m.def(
+      "accept_step_checks",
+      [](int my_rank, const py::bytes& records) {
+        const std::string_view bytes = records;
+        const auto all = lens::compare_step_checks(
+            my_rank, std::span<const std::uint8_t>(
+                         reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
+        lens::StepCheckSchedule::accept(all, per_telemetry().budget);
+      },
+      py::arg("my_rank"), py::arg("records"));
+  m.def("step_opened", [] {
+    if (lens::get_telemetry()) per_telemetry().checks.opened();
+  });
   m.def(
       "anchor_step_context",
       [](std::uint64_t step) -> std::optional<lens::SpanContext> {
@@ -538,6 +608,8 @@ PYBIND11_MODULE(_lens, m) {
     d["step_mismatches"] = s.step_mismatches;
     d["linked_spans"] = s.linked_spans;
     d["linked_spans_without_link"] = s.linked_spans_without_link;
+    d["derived_steps"] = s.derived_steps;
+    d["step_checks"] = s.step_checks;
     return d;
   });
 

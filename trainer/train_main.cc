@@ -109,6 +109,9 @@ int run_rank(const TrainOptions& o) {
   // scope only: in pipeline scope the pipeline group carries the schedule's
   // p2p transfers). Agreed at start-up.
   topts.step_prefetch = o.step_prefetch;
+  if (o.step_context)
+    topts.step_context =
+        *o.step_context == "derived" ? StepContextMode::kDerived : StepContextMode::kBroadcast;
   if (!o.test_clock_offsets_us.empty())
     topts.test_clock_offset_ns =
         static_cast<std::int64_t>(o.test_clock_offsets_us[static_cast<std::size_t>(rank)] * 1e3);
@@ -124,8 +127,9 @@ int run_rank(const TrainOptions& o) {
   StepTraceOptions sopts;
   sopts.pipeline_parallel_size = o.pp;
   sopts.pipeline_rank = stage;
-  // Clocks are measured against global rank 0 over the world group.
-  sopts.clock_communicator = &world_comm;
+  // Clocks are measured against global rank 0, and steps checked, over the
+  // world group.
+  sopts.job_communicator = &world_comm;
   // World scope: rank 0 broadcasts to every rank. Pipeline scope (agreed at
   // start-up): each replica's first stage broadcasts over its pipeline group.
   const bool pipeline_scope = telemetry && telemetry->config().trace_scope == TraceScope::kPipeline;
@@ -167,7 +171,8 @@ int run_rank(const TrainOptions& o) {
         StepReport sr;
         sr.step = step;
         {
-          StepScope step_scope(step_trace, static_cast<std::uint64_t>(step));
+          const int skew = rank == o.test_step_skew_rank ? 1 : 0;
+          StepScope step_scope(step_trace, static_cast<std::uint64_t>(step + skew));
           if (step_scope.carrier()) sr.trace_id = step_scope.carrier()->context.trace_id.to_hex();
           optimizer.zero_grad();
           double loss;
@@ -210,7 +215,10 @@ int run_rank(const TrainOptions& o) {
     if (telemetry) telemetry->shutdown(std::chrono::seconds(10));
     return 1;
   }
-  report.broadcasts = pipeline_stats().broadcasts;
+  const PipelineStats pipeline = pipeline_stats();
+  report.broadcasts = pipeline.broadcasts;
+  report.derived_steps = pipeline.derived_steps;
+  report.step_checks = pipeline.step_checks;
   if (telemetry) {
     report.tracing = true;
     report.span_groups = telemetry->span_groups().to_spec();

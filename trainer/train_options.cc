@@ -38,6 +38,14 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  "post each next step's trace-context broadcast as soon as a step's has arrived, "
                  "so its latency hides behind the step (world scope; true/false)")
       ->default_val(false);
+  app.add_option("--step-context", o.step_context,
+                 "how every rank learns a step's trace context: broadcast (one broadcast per "
+                 "step) or derived (no per-step collective; docs/derived-step-context.md); "
+                 "default: LENS_STEP_CONTEXT, else broadcast")
+      ->check(CLI::IsMember({"broadcast", "derived"}));
+  app.add_option("--test-step-skew-rank", o.test_step_skew_rank,
+                 "TEST AID: this rank numbers its steps one higher than the others")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--slow-stage", o.slow_stage,
                  "fault injection: this stage's forward and backward take --slow-factor times "
                  "as long (a wait after each)")
@@ -72,6 +80,13 @@ TrainOptions parse_train_options(int argc, char** argv) {
     std::fprintf(stderr,
                  "lens-train: --slow-stage %d is not a stage of --pp %d; accepted: 0 to %d\n",
                  o.slow_stage, o.pp, o.pp - 1);
+    std::exit(2);
+  }
+  if (o.test_step_skew_rank >= o.pp * o.dp) {
+    std::fprintf(stderr,
+                 "lens-train: --test-step-skew-rank %d is not a rank of pp x dp = %d; accepted: "
+                 "0 to %d\n",
+                 o.test_step_skew_rank, o.pp * o.dp, o.pp * o.dp - 1);
     std::exit(2);
   }
   for (const auto* list : {&o.test_clock_offsets_us, &o.test_clock_drift_ppm}) {

@@ -28,6 +28,12 @@ struct TrainOptions {
   std::optional<std::string> trace_dir;
   // Post each next step's trace-context broadcast early (world scope).
   bool step_prefetch = false;
+  // broadcast | derived; unset falls back to LENS_STEP_CONTEXT.
+  std::optional<std::string> step_context;
+  // TEST AID: this global rank (-1: none) passes every step number one
+  // higher than the others do, so that the derived mode's step check can be
+  // seen failing the job.
+  int test_step_skew_rank = -1;
   // TEST AID: per rank (by global rank), an offset and a drift injected into
   // that rank's span clock, so that clock alignment can be tried on one
   // host. Empty, or one value per rank.

@@ -37,6 +37,8 @@ void write_report(const RankReport& r, const std::string& path) {
             {"queue_high_water", r.queue_high_water},
             {"spans_dropped", r.spans_dropped},
             {"broadcasts", r.broadcasts},
+            {"derived_steps", r.derived_steps},
+            {"step_checks", r.step_checks},
             {"steps", steps}};
   const std::string tmp = path + ".tmp";
   std::ofstream(tmp) << j.dump(1) << "\n";
@@ -64,6 +66,8 @@ RankReport read_report(const std::string& path) {
   r.queue_high_water = j.value("queue_high_water", std::uint64_t{0});
   r.spans_dropped = j.at("spans_dropped");
   r.broadcasts = j.at("broadcasts");
+  r.derived_steps = j.value("derived_steps", std::uint64_t{0});
+  r.step_checks = j.value("step_checks", std::uint64_t{0});
   for (const auto& s : j.at("steps")) {
     StepReport sr;
     sr.step = s.at("step");
@@ -117,6 +121,14 @@ std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int 
                   static_cast<unsigned long long>(spans), static_cast<unsigned long long>(dropped),
                   static_cast<unsigned long long>(first->broadcasts));
     out << line;
+    if (first->derived_steps > 0) {
+      std::snprintf(line, sizeof line,
+                    "  step context  derived on every rank for %llu steps, %llu step checks "
+                    "per rank\n",
+                    static_cast<unsigned long long>(first->derived_steps),
+                    static_cast<unsigned long long>(first->step_checks));
+      out << line;
+    }
     if (!first->otlp_endpoint.empty()) {
       out << "  traces        sent to " << first->otlp_endpoint << " (OTLP/HTTP)\n";
     } else if (!first->trace_file.empty()) {

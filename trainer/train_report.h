@@ -36,7 +36,9 @@ struct RankReport {
   std::uint64_t otlp_retries = 0;
   std::uint64_t spans_spooled = 0;
   std::uint64_t queue_high_water = 0;  // most spans waiting for export at once
-  std::uint64_t broadcasts = 0;
+  std::uint64_t broadcasts = 0;        // trace-context broadcasts
+  std::uint64_t derived_steps = 0;     // step contexts derived without a collective
+  std::uint64_t step_checks = 0;       // step check all-gathers (derived mode)
   std::vector<StepReport> steps;
 };
 

@@ -21,6 +21,7 @@
 ///   OTEL_SDK_DISABLED          true/false
 ///   OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG (see sampler.h)
 ///   LENS_COLLECTIVE_TIMEOUT_MS (default 300000): step-protocol collectives
+///   LENS_STEP_CONTEXT (broadcast | derived), LENS_STEP_VERIFY_STEPS
 ///   OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
 ///   OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_EXPORT_TIMEOUT (ms),
 ///   OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE
@@ -92,6 +93,14 @@ struct TelemetryOptions {
   /// world scope only). Agreed at start-up: a rank that prefetches posts one
   /// broadcast more than one that does not.
   std::optional<bool> step_prefetch;
+  /// How every rank learns a step's context (LENS_STEP_CONTEXT, default
+  /// broadcast; docs/derived-step-context.md). Agreed at start-up.
+  std::optional<StepContextMode> step_context;
+  /// In `derived` mode: every this many steps the ranks compare their step
+  /// numbers and derived contexts in one all-gather (LENS_STEP_VERIFY_STEPS,
+  /// default 100; 0: never). The step budget's shared schedule is renewed at
+  /// the same steps. Agreed at start-up.
+  std::optional<std::uint32_t> step_verify_steps;
   /// This rank's parallel coordinates (resource attributes
   /// dl.pipeline_parallel.rank, dl.data_parallel.rank,
   /// dl.tensor_parallel.rank; the export filter's input).
@@ -143,6 +152,8 @@ struct Config {
   ExportFilter export_filter;
   std::uint32_t step_budget_per_minute = 0;
   bool step_prefetch = false;
+  StepContextMode step_context = StepContextMode::kBroadcast;
+  std::uint32_t step_verify_steps = 100;
   ParallelCoordinates coordinates;
   bool clock_sync = true;
   std::uint32_t clock_sync_steps = 0;

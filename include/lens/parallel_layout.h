@@ -23,6 +23,13 @@ enum class TraceScope : std::uint8_t {
 };
 std::string_view trace_scope_name(TraceScope scope);
 
+/// How every rank learns a step's context (LENS_STEP_CONTEXT).
+enum class StepContextMode : std::uint8_t {
+  kBroadcast,  ///< the source reserves it and broadcasts it each step (the reference page's)
+  kDerived,    ///< every rank derives it from what the start-up agreement shared
+};
+std::string_view step_context_mode_name(StepContextMode mode);
+
 /// A rank's place in the job's parallel layout (-1: unknown).
 struct ParallelCoordinates {
   int pp = -1;  ///< pipeline stage

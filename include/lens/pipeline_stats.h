@@ -17,6 +17,8 @@ struct PipelineStats {
   std::uint64_t step_mismatches = 0;            ///< frame's step differed from the local step
   std::uint64_t linked_spans = 0;               ///< linked spans created with their link
   std::uint64_t linked_spans_without_link = 0;  ///< created without a valid remote context
+  std::uint64_t derived_steps = 0;  ///< step contexts derived without a collective (derived mode)
+  std::uint64_t step_checks = 0;    ///< step check all-gathers completed (step_check.h)
 };
 
 PipelineStats pipeline_stats();

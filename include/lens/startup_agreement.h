@@ -6,7 +6,9 @@
 /// first step. agree_on_startup() is one all-gather over the communicator, run
 /// by EVERY rank (enabled or not) once at start-up: ranks compare whether
 /// telemetry is enabled, the pipeline-parallel size, the span groups, the
-/// trace scope and the protocol version, and take rank 0's run id and run key. A mismatch throws
+/// trace scope, the step budget and prefetch, the clock sync settings, the
+/// step context mode and check interval, the sampler and the protocol and
+/// frame versions, and take rank 0's run id and run key. A mismatch throws
 /// ConfigError on every rank alike, naming the setting and which ranks differ, instead of a hang
 /// later.
 ///
@@ -28,8 +30,9 @@
 namespace lens {
 
 /// 2: the start-up record carries the carrier frame version, the step
-/// budget and the step prefetch. 3: and the clock sync settings.
-inline constexpr std::uint16_t kStepProtocolVersion = 3;
+/// budget and the step prefetch. 3: and the clock sync settings. 4: and the
+/// step context mode, the step check interval and the sampler.
+inline constexpr std::uint16_t kStepProtocolVersion = 4;
 inline constexpr std::size_t kStartupRecordBytes = 160;
 
 struct StartupAgreement {

@@ -7,6 +7,9 @@
 ///   all:     (c travels in broadcast_trace_context)
 ///   all:     start.context = step_span_context(c, /*reserved_here=*/rank == source);
 ///
+/// In `derived` mode there is no broadcast: every rank calls
+/// derive_step_context for the step instead (docs/derived-step-context.md).
+///
 /// Thread safety: pure functions, except that StepBudget is a value owned by
 /// one training loop.
 #pragma once
@@ -28,20 +31,47 @@ namespace lens {
 /// flag is left clear; the source applies the sampler.
 SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id, std::uint64_t step);
 
-/// At most `per_minute` decisions of "keep" per 60 s (a token bucket that
-/// starts full); 0 keeps everything. Used by a step's source rank
-/// (LENS_STEP_BUDGET), whose decision travels in the frame.
+/// LENS_STEP_BUDGET: at most `per_minute` kept steps per minute (0: no
+/// budget), as a token bucket that starts full.
+///
+/// A budget is either the source's own (refilled by the steady clock: in
+/// `world` scope with `broadcast` step contexts the source decides alone and
+/// its decision travels in the frame), or shared: refilled by a rate in
+/// micro-tokens per step that global rank 0 measures and every deciding rank
+/// is given alike (set_shared_rate), so every rank and every replica that
+/// decides a step decides it the same way with integer arithmetic alone
+/// (`derived` step contexts, and `pipeline` scope where each replica's
+/// source decides). A shared budget starts with no refill: the first
+/// `per_minute` steps are kept until the first rate arrives.
 class StepBudget {
  public:
-  explicit StepBudget(std::uint32_t per_minute = 0)
-      : per_minute_(per_minute), tokens_(per_minute) {}
-  /// Takes a token if one is left at `now_ns` (a steady clock reading).
-  bool take(std::int64_t now_ns);
+  explicit StepBudget(std::uint32_t per_minute = 0, bool shared = false)
+      : per_minute_(per_minute),
+        shared_(shared),
+        tokens_(static_cast<double>(per_minute)),
+        micro_tokens_(std::uint64_t{per_minute} * kMicro) {}
+  /// One step's decision at `now_ns` (a steady clock reading; unused when
+  /// shared): refills, then, if `sampler_keeps`, takes a token if one is left.
+  /// Call it once per step, in step order, on every deciding rank.
+  bool decide(std::int64_t now_ns, bool sampler_keeps = true);
+  /// The refill per step of a shared budget, from global rank 0.
+  void set_shared_rate(std::uint64_t micro_tokens_per_step) { rate_ = micro_tokens_per_step; }
+  std::uint64_t shared_rate() const { return rate_; }
+  bool shared() const { return shared_; }
+  std::uint32_t per_minute() const { return per_minute_; }
+  /// The rate that refills `per_minute` tokens a minute when `steps` steps
+  /// took `elapsed_ns`; 0 when nothing was measured.
+  static std::uint64_t rate_for(std::uint32_t per_minute, std::uint64_t steps,
+                                std::int64_t elapsed_ns);
+  static constexpr std::uint64_t kMicro = 1000000;
 
  private:
   std::uint32_t per_minute_;
+  bool shared_;
   double tokens_;
   std::int64_t last_ns_ = -1;
+  std::uint64_t micro_tokens_;
+  std::uint64_t rate_ = 0;
 };
 
 /// The context a step's source rank reserves and broadcasts for `step`: a
@@ -51,6 +81,20 @@ class StepBudget {
 /// dropped together) and a token from `budget`.
 StepCarrier reserve_step_context(const Telemetry& telemetry, TraceScope scope, int global_rank,
                                  std::uint64_t step, StepBudget& budget);
+
+/// In `derived` mode (LENS_STEP_CONTEXT=derived): step `step`'s context as
+/// every rank of the step's trace derives it, with no collective, from the
+/// run key and run id agreed at start-up: in `world` scope the anchor
+/// itself (anchor_step_context); in `pipeline` scope the anchor for the
+/// replica at dp 0, tp 0 (the one holding global rank 0 in Megatron's rank
+/// order), and for every other replica a context derived from the same
+/// inputs and the replica's (dp, tp) coordinates. Its sampled flag is the
+/// sampler's decision on the anchor's trace id and a token from `budget`
+/// (shared: every rank decides alike). Counted in
+/// pipeline_stats().derived_steps. Throws ConfigError in `pipeline` scope
+/// when this rank's dp or tp coordinate is unknown.
+StepCarrier derive_step_context(const Telemetry& telemetry, TraceScope scope, std::uint64_t step,
+                                StepBudget& budget);
 
 /// The context a rank's step span opens in (StartOptions::context): the
 /// step's trace, flags and tracestate, and, on the rank that reserved it, the

@@ -5,7 +5,7 @@
 ///   lens::StepTrace step_trace(telemetry, &world_comm, {.pipeline_parallel_size = P,
 ///                                                       .pipeline_rank = stage});
 ///   for (step ...) {
-///     lens::StepScope step(step_trace, step_number);   // collective when gated
+///     lens::StepScope step(step_trace, step_number);   // broadcast when gated
 ///     ... schedule; at warmup / pre-1F1B receives on non-first stages:
 ///     lens::Span link = step_trace.recv_forward_linked(microbatch);
 ///   }
@@ -20,6 +20,15 @@
 /// root span of that trace. Disabling span groups never changes whether the
 /// collective runs: with `communication` off the broadcast still happens (ids
 /// stay shared) and only the linked spans are skipped.
+///
+/// With LENS_STEP_CONTEXT=derived (Config::step_context, agreed at start-up)
+/// no step runs the broadcast: every rank derives the step's context from
+/// the step number and what the start-up agreement shared
+/// (derive_step_context, step_context.h), and every
+/// LENS_STEP_VERIFY_STEPS opened steps the ranks compare their step numbers
+/// in one all-gather (step_check.h) instead. Step numbers then have to be
+/// the same on every rank; a rank that passes another fails every rank at
+/// the next check with StepCheckError.
 ///
 /// Thread safety: one StepTrace per training loop thread; StepScope is used on
 /// the thread that created it.
@@ -36,6 +45,7 @@
 #include "lens/communicator.h"
 #include "lens/parallel_layout.h"
 #include "lens/span.h"
+#include "lens/step_check.h"
 #include "lens/step_context.h"
 #include "lens/telemetry.h"
 
@@ -78,13 +88,16 @@ struct StepTraceOptions {
   // StepScope for another step uses the posted context and counts a step
   // mismatch. The destructor waits (at most 5 s) for the last posted one.
   /// The communicator over every rank of the job (global rank 0 its rank
-  /// 0) that clock samples run over (docs/clock-alignment.md). Unset: the
-  /// step communicator in `world` scope; in `pipeline` scope the pipeline
-  /// group does not reach every rank, so without it no clock is measured.
-  /// Clock samples run under the step protocol's gate and Config::clock_sync
-  /// (agreed at start-up): at the first step, at the steps global rank 0
-  /// chooses from LENS_CLOCK_SYNC_STEPS / _SECONDS, and at finish().
-  Communicator* clock_communicator = nullptr;
+  /// 0). Clock samples run over it (docs/clock-alignment.md), and so does
+  /// the step check (step_check.h). Unset: the step communicator in `world`
+  /// scope; in `pipeline` scope the pipeline group does not reach every
+  /// rank, so without it no clock is measured, the step check compares only
+  /// the pipeline's ranks, and a step budget (which every replica must
+  /// spend alike) is refused with ConfigError. Clock samples run under the
+  /// step protocol's gate and Config::clock_sync (agreed at start-up): at
+  /// the first step, at the steps global rank 0 chooses from
+  /// LENS_CLOCK_SYNC_STEPS / _SECONDS, and at finish().
+  Communicator* job_communicator = nullptr;
   std::string step_span_name = "megatron.train_step";
   std::string linked_span_name = "megatron.pp.recv_forward.linked";
   std::string tracer_name = "nemo.lens";
@@ -98,8 +111,10 @@ class StepTrace {
   StepTrace(const StepTrace&) = delete;
   StepTrace& operator=(const StepTrace&) = delete;
 
-  /// True when steps run the collective (same value on every rank).
+  /// True when steps run the step protocol (same value on every rank).
   bool gated() const { return gated_; }
+  /// True when step contexts are derived, not broadcast.
+  bool derives() const { return gated_ && mode_ == StepContextMode::kDerived; }
   bool first_stage() const { return pipeline_rank_ == 0; }
   int pipeline_rank() const { return pipeline_rank_; }
   const Tracer& tracer() const { return tracer_; }
@@ -136,6 +151,8 @@ class StepTrace {
 
  private:
   std::optional<StepCarrier> exchange(std::uint64_t step);
+  void set_up_checks(Communicator* job_comm);
+  void check_if_due(std::uint64_t step, const std::optional<StepCarrier>& derived);
   void sync_clocks_if_due(std::uint64_t step);
   void record_failure(const CommError& e);
   bool source() const { return comm_ != nullptr && comm_->rank() == options_.src_rank; }
@@ -149,6 +166,9 @@ class StepTrace {
   std::chrono::milliseconds timeout_;
   TraceScope scope_ = TraceScope::kWorld;
   StepBudget budget_;
+  StepContextMode mode_ = StepContextMode::kBroadcast;
+  Communicator* check_comm_ = nullptr;  ///< the step check's, when steps are checked
+  StepCheckSchedule checks_;
   bool prefetch_ = false;
   PendingTraceContext pending_{nullptr};  ///< the next step's, when prefetching
   std::optional<StepCarrier> carrier_;    ///< this step's, for recv_forward_linked

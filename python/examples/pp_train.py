@@ -9,7 +9,9 @@ the reference page's, in a few lines:
 
   * at start-up: lens.distributed.init (every rank checks that all have the
     same lens settings, and takes rank 0's run id);
-  * before each step span: broadcast_trace_context from rank 0, then
+  * before each step span: broadcast_trace_context from rank 0 (through
+    step_trace_context, which with LENS_STEP_CONTEXT=derived derives the
+    context instead, with no collective per step), then
     set_pp_trace_carrier (gated on get_telemetry() is not None and P > 1,
     the same on every rank);
   * around the warmup and pre-1F1B recv_forward of non-first stages: a
@@ -134,9 +136,16 @@ def run_rank(args):
         # when the schedule says, never per step.
         if traced and lens.distributed.clock_sync_due(step):
             lens.distributed.sync_clocks(step=step)
-        # The reference page's broadcast, just before the step span opens.
+        # The reference page's broadcast, just before the step span opens
+        # (with LENS_STEP_CONTEXT=derived: derived, no collective per step).
         if traced:
-            carrier = lens.distributed.broadcast_trace_context(rank=rank, src_rank=0, step=step)
+            numbered = step + (1 if rank == args.test_step_skew_rank else 0)  # TEST AID
+            try:
+                carrier = lens.distributed.step_trace_context(numbered, rank=rank, src_rank=0)
+            except lens.StepCheckError as error:  # every rank raises it alike
+                print(f"pp_train: rank {rank}: {error}", file=sys.stderr, flush=True)
+                lens.shutdown()
+                return 1
             lens.state.set_pp_trace_carrier(carrier)
 
         with lens.managed_span("megatron.train_step", group="step", **{
@@ -216,6 +225,7 @@ def run_rank(args):
     lens.shutdown()
     dist.destroy_process_group()
     print(f"pp_train: rank {rank}: {stats['broadcasts']} broadcasts, "
+          f"{stats['derived_steps']} derived step contexts, {stats['step_checks']} step checks, "
           f"{stats['linked_spans']} linked spans", flush=True)
     return 0
 
@@ -235,6 +245,8 @@ def main():
                         help="TEST AID: one span clock offset per rank, in µs")
     parser.add_argument("--test-clock-drift-ppm", default="", metavar="A,B,...",
                         help="TEST AID: one span clock drift per rank, in ppm")
+    parser.add_argument("--test-step-skew-rank", type=int, default=-1, metavar="RANK",
+                        help="TEST AID: this rank numbers its steps one higher than the others")
     args = parser.parse_args()
     for name in ("test_clock_offsets_us", "test_clock_drift_ppm"):
         values = getattr(args, name)

@@ -22,10 +22,10 @@ groups are read from the core at ``init``, ``set_span_groups`` and
 """
 
 from . import _lens
-from ._lens import Carrier, ConfigError, Span, SpanContext, __version__
+from ._lens import Carrier, ConfigError, Span, SpanContext, StepCheckError, __version__
 
 __all__ = [
-    "Carrier", "ConfigError", "Span", "SpanContext", "Telemetry", "__version__",
+    "Carrier", "ConfigError", "Span", "SpanContext", "StepCheckError", "Telemetry", "__version__",
     "current_span_context", "distributed", "flush", "get_telemetry", "init",
     "managed_span", "refresh", "set_span_groups", "shutdown", "state",
 ]

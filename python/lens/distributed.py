@@ -57,7 +57,8 @@ def init(group=None, pipeline_parallel_size=None, **options):
     pp_size = int(pipeline_parallel_size)
     record, error = _lens.startup_record(pp_size, enabled=options.get("enabled"),
                                          span_groups=options.get("span_groups"),
-                                         run_id=options.get("run_id"))
+                                         run_id=options.get("run_id"),
+                                         step_context=options.get("step_context"))
     size = dist.get_world_size(group)
     gathered = [None] * size
     dist.all_gather_object(gathered, record, group=group)
@@ -119,6 +120,39 @@ def broadcast_trace_context(rank, src_rank=0, group=None, step=None):
         raise
     received = bytes(tensor.cpu().tolist())
     return _lens.accept_carrier_frame(received, expected_step=step, reserved_here=source)
+
+
+def step_trace_context(step, rank, src_rank=0, group=None, check_group=None):
+    """This step's trace context on every rank, as LENS_STEP_CONTEXT says.
+
+    ``broadcast`` (the default): broadcast_trace_context(rank, src_rank,
+    group, step). ``derived`` (docs/derived-step-context.md): no collective
+    per step; every rank derives the step's context from the step number and
+    what lens.distributed.init agreed (run key, run id, scope, sampler), and
+    every LENS_STEP_VERIFY_STEPS calls the ranks of ``check_group`` (default:
+    the world) compare their step numbers and contexts in one
+    all_gather_object; a rank at another step makes every rank raise
+    lens.StepCheckError (a RuntimeError) naming the ranks and their steps. Call it
+    on every rank, once per step, with the same step numbers, under the same
+    gate as broadcast_trace_context. Returns the lens.Carrier.
+    """
+    import torch.distributed as dist
+
+    if _lens.config().get("step_context") != "derived":
+        return broadcast_trace_context(rank, src_rank=src_rank, group=group, step=step)
+    carrier = _lens.derive_step_carrier(int(step), reserved_here=rank == src_rank)
+    if _lens.step_check_due():
+        check_rank = dist.get_rank(check_group)
+        record = _lens.step_check_record(int(step), carrier, check_rank)
+        gathered = [None] * dist.get_world_size(check_group)
+        dist.all_gather_object(gathered, record, group=check_group)
+        try:
+            _lens.accept_step_checks(check_rank, b"".join(gathered))
+        except Exception as error:
+            _lens.write_failure_record(f"lens: rank {rank}", str(error))
+            raise
+    _lens.step_opened()
+    return carrier
 
 
 def sync_clocks(step=None):

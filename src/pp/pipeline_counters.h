@@ -14,6 +14,8 @@ struct PipelineCounters {
   std::atomic<std::uint64_t> step_mismatches{0};
   std::atomic<std::uint64_t> linked_spans{0};
   std::atomic<std::uint64_t> linked_spans_without_link{0};
+  std::atomic<std::uint64_t> derived_steps{0};
+  std::atomic<std::uint64_t> step_checks{0};
 };
 
 PipelineCounters& pipeline_counters();

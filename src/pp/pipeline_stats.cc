@@ -12,8 +12,16 @@ detail::PipelineCounters& detail::pipeline_counters() {
 
 PipelineStats pipeline_stats() {
   const auto& c = detail::pipeline_counters();
-  return {c.broadcasts.load(),      c.frames_malformed.load(), c.frames_without_context.load(),
-          c.step_mismatches.load(), c.linked_spans.load(),     c.linked_spans_without_link.load()};
+  PipelineStats s;
+  s.broadcasts = c.broadcasts.load();
+  s.frames_malformed = c.frames_malformed.load();
+  s.frames_without_context = c.frames_without_context.load();
+  s.step_mismatches = c.step_mismatches.load();
+  s.linked_spans = c.linked_spans.load();
+  s.linked_spans_without_link = c.linked_spans_without_link.load();
+  s.derived_steps = c.derived_steps.load();
+  s.step_checks = c.step_checks.load();
+  return s;
 }
 
 void reset_pipeline_stats() {
@@ -24,6 +32,8 @@ void reset_pipeline_stats() {
   c.step_mismatches = 0;
   c.linked_spans = 0;
   c.linked_spans_without_link = 0;
+  c.derived_steps = 0;
+  c.step_checks = 0;
 }
 
 }  // namespace lens

@@ -1,5 +1,6 @@
 #include "lens/startup_agreement.h"
 
+#include <bit>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -19,10 +20,15 @@ namespace {
 //   8  4  PP size               32  1  step prefetch
 //  12  4  span groups           33  1  clock sync on
 //  16  1  run id length         34  1  clock sync exchanges
-//                               35  1  0
+//                               35  1  step context mode
 //                               36  4  clock sync every N steps
 //                               40  4  clock sync every T seconds
-//                               44 20  0
+//                               44  4  step check every N steps
+//                               48  1  sampler kind
+//                               49  1  sampler parent-based
+//                               50  2  0
+//                               52  8  sampler ratio (IEEE double)
+//                               60  4  0
 //                               64 96  run id
 constexpr std::size_t kRecordBytes = kStartupRecordBytes;
 constexpr std::size_t kMaxRunIdBytes = 96;
@@ -45,6 +51,11 @@ struct Settings {
   std::uint8_t clock_sync_exchanges = 0;
   std::uint32_t clock_sync_steps = 0;
   std::uint32_t clock_sync_seconds = 0;
+  std::uint8_t step_context = 0;
+  std::uint32_t step_verify_steps = 0;
+  std::uint8_t sampler_kind = 0;
+  std::uint8_t sampler_parent_based = 0;
+  std::uint64_t sampler_ratio_bits = 0;
   std::string run_id;
 };
 
@@ -66,6 +77,11 @@ std::array<std::uint8_t, kRecordBytes> encode(const Settings& s) {
   r[34] = s.clock_sync_exchanges;
   detail::put_le32(r.data() + 36, s.clock_sync_steps);
   detail::put_le32(r.data() + 40, s.clock_sync_seconds);
+  r[35] = s.step_context;
+  detail::put_le32(r.data() + 44, s.step_verify_steps);
+  r[48] = s.sampler_kind;
+  r[49] = s.sampler_parent_based;
+  detail::put_le64(r.data() + 52, s.sampler_ratio_bits);
   std::memcpy(r.data() + kRunIdAt, s.run_id.data(), s.run_id.size());
   return r;
 }
@@ -92,6 +108,11 @@ Settings decode(const std::uint8_t* r) {
   s.clock_sync_exchanges = r[34];
   s.clock_sync_steps = detail::get_le32(r + 36);
   s.clock_sync_seconds = detail::get_le32(r + 40);
+  s.step_context = r[35];
+  s.step_verify_steps = detail::get_le32(r + 44);
+  s.sampler_kind = r[48];
+  s.sampler_parent_based = r[49];
+  s.sampler_ratio_bits = detail::get_le64(r + 52);
   const std::size_t n = std::min<std::size_t>(r[16], kMaxRunIdBytes);
   s.run_id.assign(reinterpret_cast<const char*>(r + kRunIdAt), n);
   return s;
@@ -137,6 +158,13 @@ Settings settings_of(const Config& config, int pipeline_parallel_size) {
   mine.clock_sync_exchanges = static_cast<std::uint8_t>(config.clock_sync_exchanges);
   mine.clock_sync_steps = config.clock_sync_steps;
   mine.clock_sync_seconds = config.clock_sync_seconds;
+  mine.step_context = static_cast<std::uint8_t>(config.step_context);
+  mine.step_verify_steps = config.step_verify_steps;
+  // The sampler decides every step in `derived` mode and every replica's
+  // step in `pipeline` scope: each rank must decide alike.
+  mine.sampler_kind = static_cast<std::uint8_t>(config.sampler.kind);
+  mine.sampler_parent_based = config.sampler.parent_based ? 1 : 0;
+  mine.sampler_ratio_bits = std::bit_cast<std::uint64_t>(config.sampler.ratio);
   mine.run_id = config.run_id;
   return mine;
 }
@@ -201,6 +229,30 @@ StartupAgreement compare(int my_rank, const std::vector<Settings>& ranks) {
   check(
       "LENS_CLOCK_SYNC_SECONDS", [](const Settings& s) { return s.clock_sync_seconds; },
       [](const Settings& s) { return std::to_string(s.clock_sync_seconds); });
+  check(
+      "LENS_STEP_CONTEXT", [](const Settings& s) { return s.step_context; },
+      [](const Settings& s) {
+        return std::string(
+            step_context_mode_name(static_cast<StepContextMode>(s.step_context & 1)));
+      });
+  check(
+      "LENS_STEP_VERIFY_STEPS", [](const Settings& s) { return s.step_verify_steps; },
+      [](const Settings& s) { return std::to_string(s.step_verify_steps); });
+  check(
+      "OTEL_TRACES_SAMPLER",
+      [](const Settings& s) { return s.sampler_kind * 2 + s.sampler_parent_based; },
+      [](const Settings& s) {
+        Sampler sampler;
+        sampler.kind = static_cast<Sampler::Kind>(s.sampler_kind % 3);
+        sampler.parent_based = s.sampler_parent_based != 0;
+        sampler.ratio = std::bit_cast<double>(s.sampler_ratio_bits);
+        return "'" + sampler.describe() + "'";
+      });
+  check(
+      "OTEL_TRACES_SAMPLER_ARG", [](const Settings& s) { return s.sampler_ratio_bits; },
+      [](const Settings& s) {
+        return std::to_string(std::bit_cast<double>(s.sampler_ratio_bits));
+      });
   return {ranks[0].run_id, ranks[0].run_key};
 }
 

@@ -6,15 +6,21 @@
 #include <chrono>
 
 #include "lens/error.h"
+#include "pipeline_counters.h"
 #include "splitmix.h"
 
 namespace lens {
 
-SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id,
-                                std::uint64_t step) {
+namespace {
+
+// A step context drawn from the run's shared key, its id, the step and a
+// salt (0: the anchor): the same on every rank that has the same inputs.
+SpanContext derived_context(std::uint64_t run_key, std::string_view run_id, std::uint64_t step,
+                            std::uint64_t salt) {
   std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a of the run id
   for (unsigned char c : run_id) h = (h ^ c) * 0x100000001b3ULL;
   std::uint64_t state = run_key ^ h ^ (step * 0xd1b54a32d192ed03ULL);
+  if (salt != 0) state ^= detail::splitmix64(salt);
   SpanContext c;
   do {
     std::array<std::uint8_t, TraceId::kSize> t{};
@@ -27,6 +33,46 @@ SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id,
     c.span_id = SpanId::from_word(detail::splitmix64(state));
   } while (!c.valid());
   return c;
+}
+
+std::int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id,
+                                std::uint64_t step) {
+  return derived_context(run_key, run_id, step, 0);
+}
+
+StepCarrier derive_step_context(const Telemetry& telemetry, TraceScope scope, std::uint64_t step,
+                                StepBudget& budget) {
+  const Config& config = telemetry.config();
+  const SpanContext anchor = anchor_step_context(config.run_key, config.run_id, step);
+  StepCarrier derived;
+  derived.step = step;
+  derived.context = anchor;
+  if (scope == TraceScope::kPipeline) {
+    const ParallelCoordinates& at = config.coordinates;
+    if (at.dp < 0 || at.tp < 0)
+      throw ConfigError(
+          "LENS_STEP_CONTEXT=derived in pipeline scope needs this rank's data- and "
+          "tensor-parallel coordinates (TelemetryOptions::coordinates, coordinates= in Python): "
+          "each replica's trace is derived from them");
+    if (at.dp != 0 || at.tp != 0) {
+      // Coordinates up to 2^30 each: the salt is never 0.
+      const std::uint64_t salt = (std::uint64_t(at.dp) + 1) << 32 | (std::uint64_t(at.tp) + 1);
+      derived.context = derived_context(config.run_key, config.run_id, step, salt);
+    }
+  }
+  const bool sampled =
+      budget.decide(steady_now_ns(), telemetry.sampler().should_sample_root(anchor.trace_id));
+  derived.context.trace_flags = sampled ? TraceFlags::kSampled : 0;
+  detail::count(detail::pipeline_counters().derived_steps);
+  return derived;
 }
 
 StepCarrier reserve_step_context(const Telemetry& telemetry, TraceScope scope, int global_rank,
@@ -44,10 +90,8 @@ StepCarrier reserve_step_context(const Telemetry& telemetry, TraceScope scope, i
     decide_on = anchor.trace_id;
     if (global_rank == 0) reserved.context = anchor;
   }
-  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::steady_clock::now().time_since_epoch())
-                               .count();
-  const bool sampled = telemetry.sampler().should_sample_root(decide_on) && budget.take(now);
+  const bool sampled =
+      budget.decide(steady_now_ns(), telemetry.sampler().should_sample_root(decide_on));
   reserved.context.trace_flags = sampled ? TraceFlags::kSampled : 0;
   return reserved;
 }

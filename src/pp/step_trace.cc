@@ -7,6 +7,7 @@
 #include "lens/clock_schedule.h"
 #include "lens/error.h"
 #include "lens/linked_span.h"
+#include "lens/step_check.h"
 #include "lens/step_context.h"
 
 namespace lens {
@@ -32,18 +33,64 @@ StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions 
     tracer_ = telemetry_->tracer(options_.tracer_name);
     if (telemetry_->config().rank) global_rank_ = *telemetry_->config().rank;
     scope_ = options_.trace_scope.value_or(telemetry_->config().trace_scope);
-    budget_ = StepBudget(telemetry_->config().step_budget_per_minute);
+    mode_ = telemetry_->config().step_context;
   }
   gated_ = telemetry_ != nullptr && pp_size > 1;
   if (gated_ && scope_ == TraceScope::kPipeline)
     require_pipeline_scope_settings(telemetry_->config());
-  prefetch_ = gated_ && scope_ == TraceScope::kWorld && telemetry_->config().step_prefetch;
+  prefetch_ = gated_ && scope_ == TraceScope::kWorld && mode_ == StepContextMode::kBroadcast &&
+              telemetry_->config().step_prefetch;
   timeout_ = options_.timeout.value_or(telemetry_ ? telemetry_->config().collective_timeout
                                                   : std::chrono::milliseconds(300000));
-  Communicator* clock_comm = options_.clock_communicator;
-  if (clock_comm == nullptr && scope_ == TraceScope::kWorld) clock_comm = comm_;
-  if (gated_ && telemetry_->config().clock_sync && clock_comm != nullptr && clock_comm->size() > 1)
-    clock_ = std::make_unique<ClockSchedule>(*telemetry_, *clock_comm, tracer_, timeout_);
+  Communicator* job_comm = options_.job_communicator;
+  if (job_comm == nullptr && scope_ == TraceScope::kWorld) job_comm = comm_;
+  if (gated_) set_up_checks(job_comm);
+  if (gated_ && telemetry_->config().clock_sync && job_comm != nullptr && job_comm->size() > 1)
+    clock_ = std::make_unique<ClockSchedule>(*telemetry_, *job_comm, tracer_, timeout_);
+}
+
+void StepTrace::set_up_checks(Communicator* job_comm) {
+  const Config& config = telemetry_->config();
+  // Where more than one rank decides a step (every rank when derived, each
+  // replica's source in pipeline scope), the budget is a schedule they all
+  // compute alike, renewed at each step check.
+  const bool derived = mode_ == StepContextMode::kDerived;
+  const bool shared_budget = derived || scope_ == TraceScope::kPipeline;
+  budget_ = StepBudget(config.step_budget_per_minute, shared_budget);
+  const bool spends = shared_budget && config.step_budget_per_minute > 0;
+  if (spends && config.step_verify_steps == 0)
+    throw ConfigError("LENS_STEP_BUDGET=" + std::to_string(config.step_budget_per_minute) +
+                      " with " +
+                      (derived ? "LENS_STEP_CONTEXT=derived" : "LENS_TRACE_SCOPE=pipeline") +
+                      " needs LENS_STEP_VERIFY_STEPS above 0: the budget every rank spends "
+                      "alike is renewed at each step check");
+  if (spends && job_comm == nullptr)
+    throw ConfigError(
+        "LENS_STEP_BUDGET in pipeline scope needs StepTraceOptions::"
+        "job_communicator (every rank of the job): every replica spends the "
+        "budget alike, renewed over it at each step check");
+  if (derived && scope_ == TraceScope::kPipeline &&
+      (config.coordinates.dp < 0 || config.coordinates.tp < 0))
+    throw ConfigError(
+        "LENS_STEP_CONTEXT=derived in pipeline scope needs this rank's data- and "
+        "tensor-parallel coordinates (TelemetryOptions::coordinates, coordinates= in Python): "
+        "each replica's trace is derived from them");
+  if (derived ? config.step_verify_steps > 0 : spends) {
+    check_comm_ = job_comm != nullptr ? job_comm : comm_;
+    checks_ = StepCheckSchedule(config.step_verify_steps);
+  }
+}
+
+void StepTrace::check_if_due(std::uint64_t step, const std::optional<StepCarrier>& derived) {
+  if (check_comm_ == nullptr || !checks_.due()) return;
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  const bool per_replica = derived && scope_ == TraceScope::kPipeline;
+  const StepCheckRecord mine =
+      checks_.record(step, derived, per_replica ? &telemetry_->config().coordinates : nullptr,
+                     check_comm_->rank(), budget_, now);
+  StepCheckSchedule::accept(run_step_check(*check_comm_, mine, timeout_), budget_);
 }
 
 void StepTrace::sync_clocks_if_due(std::uint64_t step) {
@@ -78,7 +125,11 @@ Span StepTrace::recv_forward_linked(std::int64_t microbatch_id) const {
 std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step) {
   std::optional<StepCarrier> carrier;
   try {
-    if (pending_.posted()) {
+    if (mode_ == StepContextMode::kDerived) {
+      sync_clocks_if_due(step);
+      carrier = derive_step_context(*telemetry_, scope_, step, budget_);
+      check_if_due(step, carrier);
+    } else if (pending_.posted()) {
       // Posted by the previous step: usually finished by now. A clock
       // sample runs between it and the next one.
       carrier = pending_.wait(timeout_, step);
@@ -95,6 +146,8 @@ std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step) {
         next = reserve_step_context(*telemetry_, scope_, global_rank_, step + 1, budget_);
       pending_ = start_broadcast_trace_context(*comm_, options_.src_rank, next, timeout_);
     }
+    if (mode_ == StepContextMode::kBroadcast) check_if_due(step, std::nullopt);
+    checks_.opened();
   } catch (const CommError& e) {
     record_failure(e);
     throw;

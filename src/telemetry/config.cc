@@ -372,7 +372,7 @@ void resolve_sampler(const TelemetryOptions& options, const Env& env, Config& c)
 }
 
 // The step protocol's job-wide settings: collective timeout, trace scope, export filter, step
-// budget.
+// budget, step prefetch, how the step context travels.
 void resolve_parallel(const TelemetryOptions& options, const Env& env, Config& c) {
   if (options.collective_timeout) {
     // 0 means "wait forever" to c10d but "fail at once" to MPI: neither is
@@ -411,6 +411,26 @@ void resolve_parallel(const TelemetryOptions& options, const Env& env, Config& c
     c.step_prefetch = *options.step_prefetch;
   else if (auto s = env.get({"LENS_STEP_PREFETCH"}))
     c.step_prefetch = parse_bool(*s);
+  if (options.step_context) {
+    c.step_context = *options.step_context;
+  } else if (auto s = env.get({"LENS_STEP_CONTEXT"})) {
+    const std::string v = lower(s->value);
+    if (v == "broadcast")
+      c.step_context = StepContextMode::kBroadcast;
+    else if (v == "derived")
+      c.step_context = StepContextMode::kDerived;
+    else
+      fail(*s, "broadcast, derived");
+  }
+  constexpr std::uint32_t kMaxVerifySteps = 100000000;
+  if (options.step_verify_steps) {
+    if (*options.step_verify_steps > kMaxVerifySteps)
+      throw ConfigError("step verify steps of " + std::to_string(*options.step_verify_steps) +
+                        " is not valid; accepted: 0 to " + std::to_string(kMaxVerifySteps));
+    c.step_verify_steps = *options.step_verify_steps;
+  } else if (auto s = env.get({"LENS_STEP_VERIFY_STEPS"})) {
+    c.step_verify_steps = static_cast<std::uint32_t>(parse_uint(*s, 0, kMaxVerifySteps));
+  }
 }
 
 void resolve_clock_sync(const TelemetryOptions& options, const Env& env, Config& c) {

@@ -18,6 +18,10 @@ std::string_view trace_scope_name(TraceScope scope) {
   return scope == TraceScope::kPipeline ? "pipeline" : "world";
 }
 
+std::string_view step_context_mode_name(StepContextMode mode) {
+  return mode == StepContextMode::kDerived ? "derived" : "broadcast";
+}
+
 bool ExportFilter::keeps(const ParallelCoordinates& at) const {
   return (!pp || *pp == at.pp) && (!dp || *dp == at.dp) && (!tp || *tp == at.tp);
 }

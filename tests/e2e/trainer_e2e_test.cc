@@ -344,6 +344,64 @@ TEST(TrainerScale, PipelineScopeGivesEachReplicaATraceLinkedToRankZero) {
       << lens::tools::format_violation(found[0]);
 }
 
+// LENS_STEP_CONTEXT=derived on a real 2 x 2 run, in both scopes: no
+// trace-context broadcast at all (counted), one step check (at the first
+// step, LENS_STEP_VERIFY_STEPS being 100), and a run lens check passes as it
+// passes the broadcast's.
+class TrainerDerived : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TrainerDerived, NoBroadcastAndLensCheckPassesWithDataParallel) {
+  TrainerRun r = scaled_run("LENS_TRACE_SCOPE=" + GetParam());
+  r.flags += " --step-context derived";
+  RunOutput out = run_trainer(r, "derived-" + GetParam());
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  ASSERT_EQ(out.reports.size(), 4u);
+  for (const auto& rep : out.reports) {
+    EXPECT_EQ(rep["broadcasts"], 0) << "rank " << rep["rank"];
+    EXPECT_EQ(rep["derived_steps"], r.steps) << "rank " << rep["rank"];
+    EXPECT_EQ(rep["step_checks"], 1) << "rank " << rep["rank"];
+  }
+  EXPECT_NE(out.output.find("0 trace-context broadcasts per rank"), std::string::npos)
+      << out.output;
+  EXPECT_NE(out.output.find("step context  derived on every rank for 3 steps, 1 step checks"),
+            std::string::npos)
+      << out.output;
+  const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
+  ASSERT_EQ(run.files.size(), 4u);
+  expect_lens_check_passes(run);
+  std::map<int, int> replica_of;
+  for (const auto& f : run.files) replica_of[f.rank] = f.replica;
+  for (int step = 0; step < r.steps; ++step) {
+    const auto spans = step_spans_of(run, step);
+    ASSERT_EQ(spans.size(), 4u) << "step " << step;
+    std::map<int, std::set<std::string>> traces;  // replica -> trace ids
+    for (const auto& [rank, s] : spans) traces[replica_of[rank]].insert(s->trace_id);
+    EXPECT_EQ(traces[0].size(), 1u);
+    EXPECT_EQ(traces[1].size(), 1u);
+    if (GetParam() == "world")
+      EXPECT_EQ(*traces[0].begin(), *traces[1].begin()) << "one trace per step";
+    else
+      EXPECT_NE(*traces[0].begin(), *traces[1].begin()) << "a trace per replica";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Scopes, TrainerDerived, ::testing::Values("world", "pipeline"));
+
+TEST(TrainerDerivedCheck, ARankAtAnotherStepFailsEveryRankNamingTheSteps) {
+  TrainerRun r;
+  r.steps = 4;
+  r.env = "LENS_STEP_VERIFY_STEPS=2";
+  r.flags = "--otel-enabled=true --step-context derived --test-step-skew-rank 1";
+  RunOutput out = run_trainer(r, "derived-skew");
+  EXPECT_EQ(out.exit_code, 1) << out.output;
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_NE(out.output.find("lens: step check failed on rank " + std::to_string(rank) +
+                              ": the ranks are not at the same step: rank(s) 0 at step 0; "
+                              "rank(s) 1 at step 1"),
+              std::string::npos)
+        << out.output;
+}
+
 TEST(TrainerScale, ExportFilterLeavesRanksOutButNotTheirCollectives) {
   const TrainerRun r = scaled_run("LENS_EXPORT_FILTER=dp=0");
   RunOutput out = run_trainer(r, "filter-dp0");

@@ -103,15 +103,15 @@ TEST(AnchorStepContext, IsTheSameEverywhereAndDiffersPerStepAndRun) {
 TEST(StepBudget, KeepsAtMostNPerMinuteAndRefills) {
   StepBudget budget(3);
   std::int64_t t = 1'000'000'000;
-  EXPECT_TRUE(budget.take(t));
-  EXPECT_TRUE(budget.take(t));
-  EXPECT_TRUE(budget.take(t));
-  EXPECT_FALSE(budget.take(t + 1'000'000));
-  EXPECT_FALSE(budget.take(t + 19'000'000'000));  // 2.85 tokens spent, 0.95 back
-  EXPECT_TRUE(budget.take(t + 21'000'000'000));   // one token per 20 s
-  EXPECT_FALSE(budget.take(t + 22'000'000'000));
+  EXPECT_TRUE(budget.decide(t));
+  EXPECT_TRUE(budget.decide(t));
+  EXPECT_TRUE(budget.decide(t));
+  EXPECT_FALSE(budget.decide(t + 1'000'000));
+  EXPECT_FALSE(budget.decide(t + 19'000'000'000));  // 2.85 tokens spent, 0.95 back
+  EXPECT_TRUE(budget.decide(t + 21'000'000'000));   // one token per 20 s
+  EXPECT_FALSE(budget.decide(t + 22'000'000'000));
   StepBudget unlimited(0);
-  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(unlimited.take(t));
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(unlimited.decide(t));
 }
 
 // A pp x dp job on threads: one in-process group per pipeline replica for

@@ -144,6 +144,33 @@ TEST(StartupAgreement, StepBudgetAndPrefetchMustMatch) {
   }
 }
 
+TEST(StartupAgreement, StepContextModeCheckIntervalAndSamplerMustMatch) {
+  const std::vector<std::tuple<std::string, std::string, std::string, std::string>> cases = {
+      {"LENS_STEP_CONTEXT", "broadcast", "derived", "rank 0 has broadcast, rank(s) 2 have derived"},
+      {"LENS_STEP_VERIFY_STEPS", "100", "10", "rank 0 has 100, rank(s) 2 have 10"},
+      {"OTEL_TRACES_SAMPLER", "parentbased_always_on", "traceidratio",
+       "OTEL_TRACES_SAMPLER differs"},
+      {"OTEL_TRACES_SAMPLER_ARG", "0.5", "0.25", "rank 0 has 0.500000, rank(s) 2 have 0.250000"},
+  };
+  for (const auto& [setting, mine, other, says] : cases) {
+    auto errors = startup(3, [&](int r) {
+      std::map<std::string, std::string> env{{"MEGATRON_OTEL_ENABLED", "1"},
+                                             {setting, r == 2 ? other : mine}};
+      if (setting == "OTEL_TRACES_SAMPLER_ARG") env["OTEL_TRACES_SAMPLER"] = "traceidratio";
+      return env;
+    });
+    for (const auto& e : errors) {
+      EXPECT_NE(e.find(setting + " differs"), std::string::npos) << e;
+      EXPECT_NE(e.find(says), std::string::npos) << e;
+    }
+  }
+  auto agreed = startup(2, [](int) {
+    return std::map<std::string, std::string>{{"MEGATRON_OTEL_ENABLED", "1"},
+                                              {"LENS_STEP_CONTEXT", "derived"}};
+  });
+  for (const auto& e : agreed) EXPECT_EQ(e, "");
+}
+
 TEST(StartupAgreement, CarrierFrameVersionMustMatch) {
   const Config config = resolve_config({}, testing::fake_env({{"MEGATRON_OTEL_ENABLED", "1"}}));
   std::vector<std::uint8_t> records;

@@ -423,7 +423,7 @@ TEST(ClockSync, PipelineScopeWithoutAWorldCommunicatorMeasuresNothing) {
       StepTraceOptions so;
       so.pipeline_parallel_size = 2;
       StepTrace without(mt.telemetry.get(), comm.get(), so);
-      so.clock_communicator = comm.get();
+      so.job_communicator = comm.get();
       StepTrace with(mt.telemetry.get(), comm.get(), so);
       measured[static_cast<std::size_t>(r)] =
           (without.measures_clocks() ? 1 : 0) + (with.measures_clocks() ? 2 : 0);

@@ -133,6 +133,36 @@ class PythonPipelineDisabled(unittest.TestCase):
         self.assertEqual(read_spans(directory), [])
 
 
+class PythonDerivedStepContext(unittest.TestCase):
+    """LENS_STEP_CONTEXT=derived: no broadcast at all, the same correlation
+    (lens check passes), step checks every LENS_STEP_VERIFY_STEPS steps, and
+    a rank at another step fails every rank at the first check."""
+
+    def test_derived_run_has_no_broadcast_and_passes_the_check(self):
+        directory = tempfile.mkdtemp(prefix="lens-py-derived-")
+        result = run_training(directory, LENS_STEP_CONTEXT="derived", LENS_STEP_VERIFY_STEPS="2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        for rank in range(WORLD):
+            self.assertIn(f"pp_train: rank {rank}: 0 broadcasts, {STEPS} derived step contexts, "
+                          f"2 step checks", result.stdout)
+        runs = os.listdir(directory)
+        check = subprocess.run([LENS_BIN, "check", os.path.join(directory, runs[0])],
+                               capture_output=True, text=True)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+        self.assertIn(f"{STEPS} steps", check.stdout)
+
+    def test_a_rank_at_another_step_fails_every_rank(self):
+        directory = tempfile.mkdtemp(prefix="lens-py-derived-skew-")
+        result = run_training(directory, extra=["--test-step-skew-rank", "2"],
+                              LENS_STEP_CONTEXT="derived", LENS_STEP_VERIFY_STEPS="2")
+        self.assertNotEqual(result.returncode, 0, result.stdout)
+        self.assertNotEqual(result.returncode, 3, "the ranks hung instead of failing")
+        for rank in range(WORLD):
+            self.assertIn(f"pp_train: rank {rank}: lens: step check failed on rank {rank}: the "
+                          "ranks are not at the same step: rank(s) 0,1,3 at step 0; rank(s) 2 at "
+                          "step 1", result.stderr)
+
+
 class PythonClockSync(unittest.TestCase):
     """The same loop with each rank's span clock skewed by the test aid: the
     lens.clock_sync samples find the injected offsets within max(50 µs,

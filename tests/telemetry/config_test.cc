@@ -91,6 +91,23 @@ TEST(Config, Defaults) {
   EXPECT_EQ(c.span_limits.link_count, 128u);
   EXPECT_EQ(c.trace_dir, "lens-traces");
   EXPECT_FALSE(c.rank);
+  EXPECT_EQ(c.step_context, StepContextMode::kBroadcast);
+  EXPECT_EQ(c.step_verify_steps, 100u);
+}
+
+TEST(Config, StepContextFromEnvironmentAndOptions) {
+  auto c = resolve_config(
+      {}, fake_env({{"LENS_STEP_CONTEXT", "Derived"}, {"LENS_STEP_VERIFY_STEPS", "0"}}));
+  EXPECT_EQ(c.step_context, StepContextMode::kDerived);
+  EXPECT_EQ(c.step_verify_steps, 0u);
+  TelemetryOptions o;
+  o.step_context = StepContextMode::kBroadcast;
+  o.step_verify_steps = 7;
+  c = resolve_config(o, fake_env({{"LENS_STEP_CONTEXT", "derived"}}));
+  EXPECT_EQ(c.step_context, StepContextMode::kBroadcast);
+  EXPECT_EQ(c.step_verify_steps, 7u);
+  o.step_verify_steps = 100000001;
+  EXPECT_THROW(resolve_config(o, fake_env({})), ConfigError);
 }
 
 TEST(Config, ServiceNamePrecedence) {
@@ -177,7 +194,10 @@ INSTANTIATE_TEST_SUITE_P(
                       BadValue{"OTEL_RESOURCE_ATTRIBUTES", "a=%zz", "percent"},
                       BadValue{"RANK", "two", "integer"},
                       BadValue{"WORLD_SIZE", "0", "integer from 1"},
-                      BadValue{"LENS_TRACE_FILE", "../escape.jsonl", "no '/'"}),
+                      BadValue{"LENS_TRACE_FILE", "../escape.jsonl", "no '/'"},
+                      BadValue{"LENS_STEP_CONTEXT", "gossip", "broadcast, derived"},
+                      BadValue{"LENS_STEP_VERIFY_STEPS", "-1", "integer"},
+                      BadValue{"LENS_STEP_VERIFY_STEPS", "100000001", "integer"}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
 TEST(Config, RunIdMustBeSafeAsDirectoryName) {
