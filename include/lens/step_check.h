@@ -27,7 +27,7 @@
 #include "lens/communicator.h"
 #include "lens/ids.h"
 #include "lens/parallel_layout.h"
-#include "lens/step_context.h"
+#include "lens/step_budget.h"
 
 namespace lens {
 
