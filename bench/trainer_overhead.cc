@@ -1,8 +1,9 @@
 // The cost of tracing on a real pipeline-parallel run: lens-train untraced
-// (MEGATRON_OTEL_ENABLED=0), traced with all span groups, and traced with the
-// default groups, each traced mode also with the step broadcast's prefetch
-// (--step-prefetch=true), run alternately in one session; prints
-// each mode's median step time and the ratios to untraced.
+// (MEGATRON_OTEL_ENABLED=0), and traced with the default and with all span
+// groups, each with broadcast step contexts (one broadcast per step, the
+// reference page's) and with derived ones (LENS_STEP_CONTEXT=derived: no
+// per-step collective), run alternately in one session; prints each mode's
+// median step time and the ratios to untraced.
 //
 //   lens_trainer_overhead [rounds] [steps]   (run from the build directory's bin/)
 //
@@ -67,20 +68,24 @@ int main(int argc, char** argv) {
     std::vector<double> round_median;  // this mode's median step, per round
   } modes[] = {
       {"untraced", "MEGATRON_OTEL_ENABLED=0", "", {}, {}},
-      {"traced, all groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all", "", {}, {}},
-      {"traced, default groups",
+      {"broadcast, default groups",
        "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
-       "",
+       "--step-context broadcast",
        {},
        {}},
-      {"all groups, prefetch",
+      {"broadcast, all groups",
        "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
-       "--step-prefetch=true",
+       "--step-context broadcast",
        {},
        {}},
-      {"default, prefetch",
+      {"derived, default groups",
        "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
-       "--step-prefetch=true",
+       "--step-context derived",
+       {},
+       {}},
+      {"derived, all groups",
+       "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
+       "--step-context derived",
        {},
        {}},
   };
@@ -102,7 +107,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < rounds; ++r) ratios.push_back(m.round_median[r] / modes[0].round_median[r]);
     std::sort(ratios.begin(), ratios.end());
     std::printf(
-        "%-24s median step %7.2f ms over %zu steps   ratio to untraced %.3f   "
+        "%-26s median step %7.2f ms over %zu steps   ratio to untraced %.3f   "
         "per-round ratio median %.3f (min %.3f, max %.3f)\n",
         m.name, median(m.ms), m.ms.size(), median(m.ms) / base, median(ratios), ratios.front(),
         ratios.back());

@@ -84,7 +84,7 @@ void BatchProcessor::State::run() {
         const std::size_t n = std::min<std::size_t>(size, options.max_export_batch_size);
         for (std::size_t i = 0; i < n; ++i) {
           batch.push_back(ring[head]);
-          head = (head + 1) % ring.size();
+          if (++head == ring.size()) head = 0;
         }
         size -= n;
         taken += n;
@@ -165,7 +165,9 @@ bool BatchProcessor::enqueue(detail::LiveSpan* span, PendingWake& pending) noexc
   {
     std::lock_guard<detail::SpinLock> lock(s.queue);
     if (s.accepting && s.size < s.ring.size()) {
-      s.ring[(s.head + s.size) % s.ring.size()] = span;
+      std::size_t at = s.head + s.size;  // no division on the hot path
+      if (at >= s.ring.size()) at -= s.ring.size();
+      s.ring[at] = span;
       ++s.size;
       ++s.stats.queued;
       if (s.size > s.stats.queue_high_water) s.stats.queue_high_water = s.size;
