@@ -43,7 +43,7 @@ struct PyCarrier {
   bool reserved_here = false;
 };
 
-lens::SpanGroup group_from_name(const std::string& name) {
+lens::SpanGroup group_from_name(std::string_view name) {
   for (int i = 0; i < lens::kSpanGroupCount; ++i) {
     const auto g = static_cast<lens::SpanGroup>(i);
     if (lens::span_group_name(g) == name) return g;
@@ -52,7 +52,8 @@ lens::SpanGroup group_from_name(const std::string& name) {
   for (int i = 0; i < lens::kSpanGroupCount; ++i)
     valid += std::string(i ? ", " : "") +
              std::string(lens::span_group_name(static_cast<lens::SpanGroup>(i)));
-  throw py::value_error("lens: unknown span group '" + name + "' (valid: " + valid + ")");
+  throw py::value_error("lens: unknown span group '" + std::string(name) + "' (valid: " + valid +
+                        ")");
 }
 
 // A Python value as an attribute value: bool, int, float and str map to their
@@ -156,6 +157,53 @@ class PySpan {
   std::optional<lens::SpanContext> context_;
   std::optional<lens::CurrentSpanScope> scope_;
 };
+
+// The span's context-manager protocol as plain CPython methods: a `with`
+// block then crosses into pybind's dispatcher once (start_span), not three
+// times. The instance is always a lens.Span made by this module, so its
+// value is read directly.
+PySpan& span_of(PyObject* self) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(self);
+  return *inst->get_value_and_holder().value_ptr<PySpan>();
+}
+
+PyObject* span_enter(PyObject* self, PyObject*) {
+  span_of(self).enter();
+  Py_INCREF(self);
+  return self;
+}
+
+PyObject* span_exit(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "lens.Span.__exit__ takes 3 arguments");
+    return nullptr;
+  }
+  try {
+    span_of(self).exit(args[0], args[1], args[2]);
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_RETURN_FALSE;
+}
+
+PyMethodDef span_enter_def{"__enter__", span_enter, METH_NOARGS,
+                           "Makes the span current on this thread; returns it."};
+PyMethodDef span_exit_def{"__exit__",
+                          reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(span_exit)),
+                          METH_FASTCALL, "Records an escaping exception and ends the span."};
+
+void add_context_manager_methods(const py::object& cls) {
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  for (PyMethodDef* def : {&span_enter_def, &span_exit_def}) {
+    py::object method = py::reinterpret_steal<py::object>(PyDescr_NewMethod(type, def));
+    if (!method) throw py::error_already_set();
+    cls.attr(def->ml_name) = method;
+  }
+}
 
 // The world group of torch.distributed as a Communicator, for the clock
 // sync only: point-to-point messages go through Python callables
@@ -265,8 +313,46 @@ PerTelemetry& per_telemetry() {
   return state;
 }
 
-std::unique_ptr<PySpan> start_span(const std::string& name, const std::string& group,
-                                   const py::dict& attributes, const PyCarrier* join) {
+// A str's UTF-8 bytes without a copy (CPython caches them in the object).
+std::string_view utf8_view(PyObject* s) {
+  Py_ssize_t n = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(s, &n);
+  if (data == nullptr) throw py::error_already_set();
+  return {data, static_cast<std::size_t>(n)};
+}
+
+// Sets one attribute from Python, with no copy of the key and no variant
+// for the common scalar types (exact bool, int, float, str).
+void set_py_attribute(lens::Span& span, PyObject* key, PyObject* value) {
+  const std::string_view k = PyUnicode_Check(key) ? utf8_view(key) : std::string_view();
+  if (k.data() == nullptr) {
+    span.set_attribute(std::string(py::str(key)), to_value(value));
+  } else if (PyBool_Check(value)) {
+    span.set_attribute(k, value == Py_True);
+  } else if (PyLong_CheckExact(value)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow == 0 && !(v == -1 && PyErr_Occurred())) {
+      span.set_attribute(k, static_cast<std::int64_t>(v));
+    } else {
+      PyErr_Clear();
+      span.set_attribute(k, to_value(value));  // beyond 64 bits
+    }
+  } else if (PyFloat_CheckExact(value)) {
+    span.set_attribute(k, PyFloat_AS_DOUBLE(value));
+  } else if (PyUnicode_CheckExact(value)) {
+    span.set_attribute(k, utf8_view(value));
+  } else {
+    span.set_attribute(k, to_value(value));
+  }
+}
+
+// `join` is a lens.Carrier or None; taken as a handle, since pybind's
+// conversion of None to a null pointer first tries the None as a Carrier
+// (an AttributeError formatted and dropped on every call).
+std::unique_ptr<PySpan> start_span(std::string_view name, std::string_view group,
+                                   const py::dict& attributes, const py::handle& join_arg) {
+  const PyCarrier* join = join_arg.is_none() ? nullptr : &join_arg.cast<const PyCarrier&>();
   const lens::SpanGroup g = group_from_name(group);
   lens::Tracer& tracer = per_telemetry().tracer;
   if (!tracer.enabled(g)) return std::make_unique<PySpan>(lens::Span());
@@ -283,7 +369,11 @@ std::unique_ptr<PySpan> start_span(const std::string& name, const std::string& g
     }
   }
   lens::Span span = tracer.start_span(g, name, start);
-  for (const auto& [k, v] : attributes) span.set_attribute(std::string(py::str(k)), to_value(v));
+  if (span.recording()) {
+    PyObject *key = nullptr, *value = nullptr;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(attributes.ptr(), &at, &key, &value)) set_py_attribute(span, key, value);
+  }
   return std::make_unique<PySpan>(std::move(span));
 }
 
@@ -349,9 +439,8 @@ PYBIND11_MODULE(_lens, m) {
       .def("add_event", &PySpan::add_event, py::arg("name"), py::arg("attributes") = py::dict())
       .def("add_link", &PySpan::add_link, py::arg("context"), py::arg("attributes") = py::dict())
       .def("set_status", &PySpan::set_status, py::arg("code"), py::arg("message") = "")
-      .def("end", &PySpan::end)
-      .def("__enter__", &PySpan::enter, py::return_value_policy::reference_internal)
-      .def("__exit__", &PySpan::exit);
+      .def("end", &PySpan::end);
+  add_context_manager_methods(m.attr("Span"));
 
   m.def(
       "init",
@@ -487,7 +576,7 @@ PYBIND11_MODULE(_lens, m) {
   });
 
   m.def("start_span", &start_span, py::arg("name"), py::arg("group"),
-        py::arg("attributes") = py::dict(), py::arg("join") = nullptr);
+        py::arg("attributes") = py::dict(), py::arg("join") = py::none());
   m.def("current_span_context", [] {
     const lens::SpanContext c = lens::current_span_context();
     return c.valid() ? std::optional<lens::SpanContext>(c) : std::nullopt;
