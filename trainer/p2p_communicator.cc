@@ -126,4 +126,31 @@ torch::Tensor P2PCommunicator::send_backward_recv_forward(const torch::Tensor& i
   return input;
 }
 
+torch::Tensor P2PCommunicator::recv_chunk(bool forward, int peer, int microbatch, int chunk) {
+  Span span = tracer_.start_span(SpanGroup::kCommunication, forward ? "megatron.p2p.recv_forward"
+                                                                    : "megatron.p2p.recv_backward");
+  describe(span, forward ? "forward" : "backward", peer, -1, microbatch);
+  span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{chunk});
+  torch::Tensor t;
+  auto work = post_recv(t, peer, forward ? kForwardTag : kBackwardTag);
+  wait(work, forward ? "recv_forward" : "recv_backward", peer);
+  return t;
+}
+
+void P2PCommunicator::send_chunk(bool forward, const torch::Tensor& t, int peer, int microbatch,
+                                 int chunk) {
+  Span span = tracer_.start_span(SpanGroup::kCommunication, forward ? "megatron.p2p.send_forward"
+                                                                    : "megatron.p2p.send_backward");
+  describe(span, forward ? "forward" : "backward", peer, microbatch, -1);
+  span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{chunk});
+  posted_.push_back({post_send(t, peer, forward ? kForwardTag : kBackwardTag),
+                     forward ? "send_forward" : "send_backward", peer});
+}
+
+void P2PCommunicator::finish_sends() {
+  for (const auto& p : posted_) wait(p.work, p.op, p.peer);
+  posted_.clear();
+  keep_alive_.clear();
+}
+
 }  // namespace lens::train

@@ -43,6 +43,17 @@ class P2PCommunicator {
   torch::Tensor send_forward_recv_backward(const torch::Tensor& output, int sent, int received);
   torch::Tensor send_backward_recv_forward(const torch::Tensor& input_grad, int sent, int received);
 
+  // The interleaved schedule's transfers (pipeline_schedule.h): a model
+  // chunk's activations (forward) and gradients (backward) go to or come
+  // from any stage, since the last stage's chunk v feeds the first stage's
+  // chunk v + 1. Receives block; sends are only posted, and finish_sends()
+  // waits for them at the end of the step, so no stage ever waits on a
+  // neighbour's send. Traced as the transfers above, with
+  // dl.virtual_pipeline.rank, the chunk on this side.
+  torch::Tensor recv_chunk(bool forward, int peer, int microbatch, int chunk);
+  void send_chunk(bool forward, const torch::Tensor& t, int peer, int microbatch, int chunk);
+  void finish_sends();
+
   int stage() const { return stage_; }
   int stages() const { return stages_; }
   bool first_stage() const { return stage_ == 0; }
@@ -65,6 +76,12 @@ class P2PCommunicator {
   std::chrono::milliseconds timeout_;
   Tracer tracer_;
   std::vector<torch::Tensor> keep_alive_;  // send buffers until their work completes
+  struct PostedSend {
+    c10::intrusive_ptr<c10d::Work> work;
+    const char* op;
+    int peer;
+  };
+  std::vector<PostedSend> posted_;  // the interleaved schedule's, until finish_sends()
   std::function<void(const std::string&)> on_failure_;
 };
 

@@ -4,6 +4,7 @@
 #include <deque>
 #include <limits>
 #include <thread>
+#include <vector>
 
 namespace lens::train {
 namespace {
@@ -76,8 +77,19 @@ class Stage {
 
 }  // namespace
 
-int expected_linked_spans(int stages, int stage, int microbatches) {
+int interleaved_warmup(int stages, int stage, int microbatches, int virtual_stages) {
+  const int total = microbatches * virtual_stages;
+  if (microbatches == stages) return total;  // Megatron: all warmup
+  return std::min((stages - stage - 1) * 2 + (virtual_stages - 1) * stages, total);
+}
+
+int expected_linked_spans(int stages, int stage, int microbatches, int virtual_stages) {
   if (stage == 0) return 0;
+  if (virtual_stages > 1) {
+    const int total = microbatches * virtual_stages;
+    const int warmup = interleaved_warmup(stages, stage, microbatches, virtual_stages);
+    return warmup + (total > warmup ? 1 : 0);
+  }
   const int warmup = std::min(stages - stage - 1, microbatches);
   return warmup + (microbatches > warmup ? 1 : 0);
 }
@@ -128,6 +140,123 @@ double forward_backward_1f1b(ScheduleContext& ctx, std::int64_t step) {
     p2p.send_backward(input_grad, backward_mb - 1);
   }
   return stage.mean_loss();
+}
+
+namespace {
+
+// One stage's V chunks in the interleaved schedule: each chunk's forward and
+// backward, its in-flight microbatches (FIFO: both directions visit a
+// chunk's microbatches in order) and where its data comes from and goes.
+class Chunks {
+ public:
+  Chunks(ScheduleContext& ctx, std::int64_t step)
+      : ctx_(ctx),
+        step_(step),
+        stages_(ctx.p2p->stages()),
+        stage_(ctx.p2p->stage()),
+        v_(static_cast<int>(ctx.chunks.size())),
+        in_flight_(ctx.chunks.size()) {}
+
+  bool first_chunk(int v) const { return stage_ == 0 && v == 0; }
+  bool last_chunk(int v) const { return stage_ == stages_ - 1 && v == v_ - 1; }
+  // The stage a chunk's input comes from (forward) and its gradient goes to.
+  int previous_stage() const { return (stage_ + stages_ - 1) % stages_; }
+  int next_stage() const { return (stage_ + 1) % stages_; }
+
+  torch::Tensor receive_input(int v, int microbatch) {
+    if (first_chunk(v)) return {};
+    return ctx_.p2p->recv_chunk(true, previous_stage(), microbatch, v);
+  }
+
+  void forward(int v, int microbatch, torch::Tensor input) {
+    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.forward");
+    span.set_attribute("dl.microbatch_id", microbatch);
+    span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{v});
+    const auto start = std::chrono::steady_clock::now();
+    if (first_chunk(v))
+      input = ctx_.data->input(step_, microbatch, ctx_.replica);
+    else
+      input.requires_grad_(true);
+    torch::Tensor output = ctx_.chunks[static_cast<std::size_t>(v)]->forward(input);
+    if (last_chunk(v)) {
+      torch::Tensor loss =
+          torch::mse_loss(output, ctx_.data->target(step_, microbatch, ctx_.replica)) /
+          ctx_.microbatches;
+      loss_sum_ += loss.item<double>() * ctx_.microbatches;
+      output = loss;
+    }
+    in_flight_[static_cast<std::size_t>(v)].push_back({input, output});
+    stretch(start, ctx_.slow_factor);
+    span.end();
+    if (!last_chunk(v)) ctx_.p2p->send_chunk(true, output, next_stage(), microbatch, v);
+  }
+
+  void backward(int v, int microbatch) {
+    torch::Tensor output_grad;
+    if (!last_chunk(v)) output_grad = ctx_.p2p->recv_chunk(false, next_stage(), microbatch, v);
+    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.backward");
+    span.set_attribute("dl.microbatch_id", microbatch);
+    span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{v});
+    const auto start = std::chrono::steady_clock::now();
+    auto& queue = in_flight_[static_cast<std::size_t>(v)];
+    InFlight f = std::move(queue.front());
+    queue.pop_front();
+    if (last_chunk(v))
+      f.output.backward();
+    else
+      f.output.backward(output_grad);
+    stretch(start, ctx_.slow_factor);
+    span.end();
+    if (!first_chunk(v))
+      ctx_.p2p->send_chunk(false, f.input.grad(), previous_stage(), microbatch, v);
+  }
+
+  double mean_loss() const {
+    return stage_ == stages_ - 1 ? loss_sum_ / ctx_.microbatches
+                                 : std::numeric_limits<double>::quiet_NaN();
+  }
+
+ private:
+  ScheduleContext& ctx_;
+  std::int64_t step_;
+  int stages_, stage_, v_;
+  std::vector<std::deque<InFlight>> in_flight_;
+  double loss_sum_ = 0;
+};
+
+}  // namespace
+
+double forward_backward_interleaved(ScheduleContext& ctx, std::int64_t step) {
+  P2PCommunicator& p2p = *ctx.p2p;
+  Chunks chunks(ctx, step);
+  const int P = p2p.stages(), s = p2p.stage(), M = ctx.microbatches;
+  const int V = static_cast<int>(ctx.chunks.size());
+  const int total = M * V;
+  const int warmup = interleaved_warmup(P, s, M, V);
+  const int remaining = total - warmup;
+  const auto microbatch_of = [&](int k) { return (k / (P * V)) * P + k % P; };
+  const auto forward_chunk = [&](int k) { return (k / P) % V; };
+  const auto backward_chunk = [&](int k) { return V - 1 - (k / P) % V; };
+  // A warmup (or the pre-steady-state) receive, linked on non-first stages.
+  const auto linked_receive = [&](int k) {
+    Span linked = ctx.step_trace->recv_forward_linked(microbatch_of(k));
+    linked.set_attribute("dl.virtual_pipeline.rank", std::int64_t{forward_chunk(k)});
+    return chunks.receive_input(forward_chunk(k), microbatch_of(k));
+  };
+
+  for (int k = 0; k < warmup; ++k)
+    chunks.forward(forward_chunk(k), microbatch_of(k), linked_receive(k));
+  torch::Tensor input;
+  if (remaining > 0) input = linked_receive(warmup);
+  for (int i = 0; i < remaining; ++i) {
+    const int k = warmup + i;
+    chunks.forward(forward_chunk(k), microbatch_of(k), input);
+    chunks.backward(backward_chunk(i), microbatch_of(i));
+    if (i < remaining - 1) input = chunks.receive_input(forward_chunk(k + 1), microbatch_of(k + 1));
+  }
+  for (int i = remaining; i < total; ++i) chunks.backward(backward_chunk(i), microbatch_of(i));
+  p2p.finish_sends();
+  return chunks.mean_loss();
 }
 
 }  // namespace lens::train

@@ -1,6 +1,7 @@
-// Megatron-LM's non-interleaved 1F1B schedule
-// (forward_backward_pipelining_without_interleaving) for one step of one
-// pipeline replica, instrumented as the reference page says.
+// Megatron-LM's 1F1B schedules for one step of one pipeline replica,
+// instrumented as the reference page says: the non-interleaved one
+// (forward_backward_pipelining_without_interleaving) and the interleaved one
+// (forward_backward_pipelining_with_interleaving, --virtual-stages V).
 //
 // Stage s of P with M microbatches runs min(P - s - 1, M) warmup forwards,
 // then, if microbatches remain, the pre-1F1B recv_forward, the steady 1F1B
@@ -9,6 +10,18 @@
 // recv_forward are wrapped in megatron.pp.recv_forward.linked spans (via
 // StepTrace); the steady-state and cooldown receives are not, so the span
 // count per step does not grow with M.
+//
+// Interleaved: each rank holds V model chunks, chunk v of stage s being
+// global chunk v * P + s of the P * V (the last stage's chunk v feeds the
+// first stage's chunk v + 1). Forward unit k (of M * V) is microbatch
+// (k / (P V)) P + k mod P of chunk (k / P) mod V; backward unit k the same
+// microbatch of chunk V - 1 - (k / P) mod V. Stage s runs
+// W = min((P - s - 1) * 2 + (V - 1) * P, M * V) warmup forwards (all M * V
+// when M = P), then 1F1B pairs, then the cooldown backwards. M must be a
+// multiple of P. Linked spans (non-first stages): every warmup forward
+// receive and the pre-steady-state one, min(W, M V) + [M V > W] per step,
+// each carrying the chunk it feeds (dl.virtual_pipeline.rank); with M >= the
+// warmup's reach that count does not grow with M.
 //
 // Thread safety: runs on the training thread.
 #pragma once
@@ -20,7 +33,7 @@
 namespace lens::train {
 
 struct ScheduleContext {
-  StageModel model;
+  StageModel model;  // chunk 0 (the stage's whole model when V = 1)
   const SyntheticData* data;
   P2PCommunicator* p2p;
   const StepTrace* step_trace;
@@ -31,6 +44,9 @@ struct ScheduleContext {
   // backward take `slow_factor` times as long (the compute, then a wait of
   // (factor - 1) times what it took). 1: not slowed.
   double slow_factor = 1;
+  // The interleaved schedule's chunks, V of them (chunks[0] is `model`);
+  // empty for the non-interleaved schedule.
+  std::vector<StageModel> chunks;
 };
 
 // Runs forward and backward for every microbatch of `step`, accumulating
@@ -38,7 +54,14 @@ struct ScheduleContext {
 // NaN elsewhere.
 double forward_backward_1f1b(ScheduleContext& ctx, std::int64_t step);
 
-// Number of linked spans one step opens on stage `stage` (0 on stage 0).
-int expected_linked_spans(int stages, int stage, int microbatches);
+// The interleaved schedule (ctx.chunks holds V >= 2 chunks).
+double forward_backward_interleaved(ScheduleContext& ctx, std::int64_t step);
+
+// Number of linked spans one step opens on stage `stage` (0 on stage 0),
+// with `virtual_stages` chunks per stage (1: the non-interleaved schedule).
+int expected_linked_spans(int stages, int stage, int microbatches, int virtual_stages = 1);
+
+// The interleaved schedule's warmup forwards on `stage`.
+int interleaved_warmup(int stages, int stage, int microbatches, int virtual_stages);
 
 }  // namespace lens::train

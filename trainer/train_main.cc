@@ -51,10 +51,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> subgroup(const c10::intrusive_ptr<c10d::S
 
 // Sums the gradients of the data-parallel replicas (one all-reduce of all
 // gradients flattened together) and averages them.
-void all_reduce_gradients(StageModel& model, c10d::ProcessGroup& dp_group, int dp,
-                          std::chrono::milliseconds timeout) {
+void all_reduce_gradients(const std::vector<torch::Tensor>& parameters,
+                          c10d::ProcessGroup& dp_group, int dp, std::chrono::milliseconds timeout) {
   std::vector<torch::Tensor> grads;
-  for (auto& p : model->parameters())
+  for (const auto& p : parameters)
     if (p.grad().defined()) grads.push_back(p.grad().view(-1));
   if (grads.empty()) return;
   std::vector<torch::Tensor> flat{torch::cat(grads)};
@@ -136,13 +136,26 @@ int run_rank(const TrainOptions& o) {
   StepTrace step_trace(telemetry.get(), pipeline_scope ? &pp_comm : &world_comm, sopts);
   Tracer tracer = step_trace.tracer();
 
-  const int per_stage = o.layers / o.pp;
-  const int extra = o.layers % o.pp;  // the first `extra` stages get one more block
-  const int first_layer = stage * per_stage + std::min(stage, extra);
-  StageModel model(first_layer, per_stage + (stage < extra ? 1 : 0), o.hidden, stage == o.pp - 1,
-                   o.seed);
+  // The model's blocks split into pp x V chunks (the first ones one block
+  // more when they do not divide); chunk v of this stage is global chunk
+  // v * pp + stage, and the last global chunk carries the head. With V = 1
+  // that is one chunk per stage.
+  const int V = o.virtual_stages;
+  const int chunk_count = o.pp * V;
+  const int per_chunk = o.layers / chunk_count;
+  const int extra = o.layers % chunk_count;  // the first `extra` chunks get one more block
+  std::vector<StageModel> chunks;
+  std::vector<torch::Tensor> parameters;
+  for (int v = 0; v < V; ++v) {
+    const int g = v * o.pp + stage;
+    const int first_layer = g * per_chunk + std::min(g, extra);
+    chunks.emplace_back(first_layer, per_chunk + (g < extra ? 1 : 0), o.hidden,
+                        g == chunk_count - 1, o.seed);
+    for (auto& p : chunks.back()->parameters()) parameters.push_back(p);
+  }
+  StageModel model = chunks.front();
   SyntheticData data(o.hidden, o.microbatch_size, o.seed);
-  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(o.lr));
+  torch::optim::Adam optimizer(parameters, torch::optim::AdamOptions(o.lr));
   P2PCommunicator p2p(pp_group, stage, o.pp, {o.microbatch_size, o.hidden}, timeout, tracer);
   // What this rank was doing when a transfer failed (a lost peer, a timeout):
   // in the log and as a final event on its open spans, so the rank that
@@ -155,6 +168,7 @@ int run_rank(const TrainOptions& o) {
   p2p.on_failure(record_failure);
   ScheduleContext ctx{model,  &data,          &p2p,    &step_trace,
                       tracer, o.microbatches, replica, stage == o.slow_stage ? o.slow_factor : 1.0};
+  if (V > 1) ctx.chunks = chunks;
 
   RankReport report;
   report.rank = rank;
@@ -166,6 +180,7 @@ int run_rank(const TrainOptions& o) {
       job.set_attribute("dl.pipeline_parallel.size", o.pp);
       job.set_attribute("dl.data_parallel.size", o.dp);
       job.set_attribute("dl.num_microbatches", o.microbatches);
+      job.set_attribute("dl.virtual_pipeline.size", V);
       for (int step = 0; step < o.steps; ++step) {
         const auto start = std::chrono::steady_clock::now();
         StepReport sr;
@@ -179,12 +194,14 @@ int run_rank(const TrainOptions& o) {
           {
             Span fb = tracer.start_span(SpanGroup::kForwardBackward, "megatron.forward_backward");
             fb.set_attribute("dl.num_microbatches", o.microbatches);
-            loss = forward_backward_1f1b(ctx, step);
+            fb.set_attribute("dl.virtual_pipeline.size", V);
+            loss =
+                V > 1 ? forward_backward_interleaved(ctx, step) : forward_backward_1f1b(ctx, step);
           }
           if (dp_group) {
             Span ar = tracer.start_span(SpanGroup::kCommunication, "megatron.grads.all_reduce");
             try {
-              all_reduce_gradients(model, *dp_group, o.dp, timeout);
+              all_reduce_gradients(parameters, *dp_group, o.dp, timeout);
             } catch (const std::exception& e) {
               record_failure(
                   std::string("gradient all-reduce over the data-parallel group failed: ") +

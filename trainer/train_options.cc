@@ -38,6 +38,10 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  "post each next step's trace-context broadcast as soon as a step's has arrived, "
                  "so its latency hides behind the step (world scope; true/false)")
       ->default_val(false);
+  app.add_option("--virtual-stages", o.virtual_stages,
+                 "model chunks per stage: 1 runs Megatron's 1F1B, 2 or more its interleaved "
+                 "schedule (--microbatches a multiple of --pp; --layers at least pp x V)")
+      ->check(CLI::Range(1, 16));
   app.add_option("--step-context", o.step_context,
                  "how every rank learns a step's trace context: broadcast (one broadcast per "
                  "step) or derived (no per-step collective; docs/derived-step-context.md); "
@@ -74,6 +78,14 @@ TrainOptions parse_train_options(int argc, char** argv) {
   if (o.layers < o.pp) {
     std::fprintf(stderr, "lens-train: --layers %d is less than --pp %d; accepted: layers >= pp\n",
                  o.layers, o.pp);
+    std::exit(2);
+  }
+  if (o.virtual_stages > 1 &&
+      (o.pp < 2 || o.microbatches % o.pp != 0 || o.layers < o.pp * o.virtual_stages)) {
+    std::fprintf(stderr,
+                 "lens-train: --virtual-stages %d needs --pp 2 or more (have %d), --microbatches "
+                 "a multiple of --pp (have %d) and --layers at least pp x V = %d (have %d)\n",
+                 o.virtual_stages, o.pp, o.microbatches, o.pp * o.virtual_stages, o.layers);
     std::exit(2);
   }
   if (o.slow_stage >= o.pp) {

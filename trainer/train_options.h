@@ -26,6 +26,9 @@ struct TrainOptions {
   std::optional<std::string> otel_span_groups;
   std::optional<std::string> otel_service_name;
   std::optional<std::string> trace_dir;
+  // Model chunks per stage: 1 runs Megatron's non-interleaved 1F1B, more
+  // the interleaved schedule (microbatches a multiple of pp).
+  int virtual_stages = 1;
   // Post each next step's trace-context broadcast early (world scope).
   bool step_prefetch = false;
   // broadcast | derived; unset falls back to LENS_STEP_CONTEXT.

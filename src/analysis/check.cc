@@ -9,11 +9,29 @@ namespace {
 
 std::string span_label(const SpanRow& s) { return s.name + " " + s.span_id; }
 
-// The linked receives of Megatron's 1F1B schedule on stage s of P with M
-// microbatches: the warmup ones, and the one before the steady state.
-std::size_t expected_linked(int pipeline_stages, int stage, int microbatches) {
-  const int warmup = std::min(pipeline_stages - stage - 1, microbatches);
-  return static_cast<std::size_t>(warmup + (microbatches > warmup ? 1 : 0));
+// The warmup forwards of Megatron's 1F1B schedules on stage s of P with M
+// microbatches and V chunks per stage: min(P-s-1, M) without interleaving;
+// min(2(P-s-1) + (V-1)P, MV) with it, or all MV when M = P.
+int warmup_forwards(int pipeline_stages, int stage, int microbatches, int virtual_stages) {
+  if (virtual_stages <= 1) return std::min(pipeline_stages - stage - 1, microbatches);
+  const int total = microbatches * virtual_stages;
+  if (microbatches == pipeline_stages) return total;
+  return std::min(2 * (pipeline_stages - stage - 1) + (virtual_stages - 1) * pipeline_stages,
+                  total);
+}
+
+// The linked receives: the warmup ones, and the one before the steady state.
+std::size_t expected_linked(int pipeline_stages, int stage, int microbatches, int virtual_stages) {
+  const int warmup = warmup_forwards(pipeline_stages, stage, microbatches, virtual_stages);
+  const int total = microbatches * std::max(1, virtual_stages);
+  return static_cast<std::size_t>(warmup + (total > warmup ? 1 : 0));
+}
+
+// The most linked receives any M allows.
+std::size_t linked_bound(int pipeline_stages, int stage, int virtual_stages) {
+  if (virtual_stages <= 1) return static_cast<std::size_t>(pipeline_stages - stage);
+  return static_cast<std::size_t>(2 * (pipeline_stages - stage - 1) +
+                                  (virtual_stages - 1) * pipeline_stages + 1);
 }
 
 }  // namespace
@@ -190,6 +208,7 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
 void RunChecker::add(const Run& run, const PipelineView& view) {
   pipeline_stages_ = std::max(pipeline_stages_, view.pipeline_stages);
   microbatches_ = std::max(microbatches_, view.microbatches);
+  virtual_stages_ = std::max(virtual_stages_, view.virtual_stages);
   std::map<std::string, std::int64_t> step_of_span;
   for (const auto& sv : view.steps)
     for (const auto& [rank, sr] : sv.ranks)
@@ -245,6 +264,7 @@ std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& fin
   // the pipeline's size (the job span carries it).
   const PipelineView rest = build_view(files);
   pipeline_stages_ = std::max(pipeline_stages_, rest.pipeline_stages);
+  virtual_stages_ = std::max(virtual_stages_, rest.virtual_stages);
   check_spans(files, rest, {});
   std::map<std::string, std::string> wanted;  // span id -> trace id, when found
   for (const auto& p : pending_) {
@@ -282,7 +302,7 @@ std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& fin
                                       [](const LinkedCount& c) { return c.linked > 0; });
   for (const auto& c : linked_) {
     if (pipeline_stages_ <= 0 || c.stage >= pipeline_stages_) continue;
-    const auto bound = static_cast<std::size_t>(pipeline_stages_ - c.stage);
+    const std::size_t bound = linked_bound(pipeline_stages_, c.stage, virtual_stages_);
     if (c.linked > bound) {
       found_.push_back({c.step, c.rank,
                         std::to_string(c.linked) + " linked spans, more than the " +
@@ -296,16 +316,22 @@ std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& fin
     // traced (the communication group: p2p spans here, or linked spans in
     // the run).
     if (microbatches_ <= 0 || !(c.has_p2p || any_linked)) continue;
-    const std::size_t expected = expected_linked(pipeline_stages_, c.stage, microbatches_);
+    const std::size_t expected =
+        expected_linked(pipeline_stages_, c.stage, microbatches_, virtual_stages_);
     if (c.linked != expected)
-      found_.push_back({c.step, c.rank,
-                        std::to_string(c.linked) + " linked spans where stage " +
-                            std::to_string(c.stage) + " of " + std::to_string(pipeline_stages_) +
-                            " with " + std::to_string(microbatches_) + " microbatches has " +
-                            std::to_string(expected) +
-                            " (min(P-s-1, M) warmup receives, and one before the steady state "
-                            "when M > P-s-1)",
-                        ""});
+      found_.push_back(
+          {c.step, c.rank,
+           std::to_string(c.linked) + " linked spans where stage " + std::to_string(c.stage) +
+               " of " + std::to_string(pipeline_stages_) + " with " +
+               std::to_string(microbatches_) + " microbatches" +
+               (virtual_stages_ > 1 ? " and " + std::to_string(virtual_stages_) + " chunks" : "") +
+               " has " + std::to_string(expected) +
+               (virtual_stages_ > 1
+                    ? " (min(2(P-s-1) + (V-1)P, MV) warmup receives, all MV when M = P, and one "
+                      "before the steady state when any are left)"
+                    : " (min(P-s-1, M) warmup receives, and one before the steady state "
+                      "when M > P-s-1)"),
+           ""});
   }
   std::stable_sort(found_.begin(), found_.end(),
                    [](const Violation& a, const Violation& b) { return a.step < b.step; });

@@ -93,6 +93,7 @@ class RunChecker {
   int pipeline_stages_ = 0;
   int declared_stages_ = 0;  // dl.pipeline_parallel.size, when a span says it
   int microbatches_ = 0;
+  int virtual_stages_ = 1;
   std::size_t steps_ = 0;
   std::size_t unverifiable_ = 0;
 };

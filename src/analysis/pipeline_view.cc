@@ -72,6 +72,9 @@ PipelineView build_view(const Run& run) {
       if (s.has("dl.num_microbatches"))
         view.microbatches =
             std::max<int>(view.microbatches, static_cast<int>(s.int_attr("dl.num_microbatches")));
+      if (s.has("dl.virtual_pipeline.size"))
+        view.virtual_stages = std::max<int>(
+            view.virtual_stages, static_cast<int>(s.int_attr("dl.virtual_pipeline.size")));
       if (!is_step_span(s)) continue;
       const std::int64_t step = s.int_attr("dl.step");
       StepOnRank& sr = steps[step].ranks[s.rank];
@@ -102,7 +105,7 @@ PipelineView build_view(const Run& run) {
       if (sr.stage != 0) continue;
       int forwards = 0;
       for (const auto* s : sr.spans) forwards += kind_of(*s) == SpanKind::kForward;
-      view.microbatches = std::max(view.microbatches, forwards);
+      view.microbatches = std::max(view.microbatches, forwards / view.virtual_stages);
     }
   }
   return view;

@@ -51,6 +51,7 @@ struct StepView {
 struct PipelineView {
   int pipeline_stages = 0;      // from dl.pipeline_parallel.size, else the largest stage + 1
   int microbatches = 0;         // from dl.num_microbatches, else forward spans per step on stage 0
+  int virtual_stages = 1;       // model chunks per stage, from dl.virtual_pipeline.size
   std::vector<int> ranks;       // ranks with a file
   std::vector<StepView> steps;  // by step number
   std::map<std::string, const SpanRow*> by_span_id;

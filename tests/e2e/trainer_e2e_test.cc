@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 struct TrainerRun {
-  int pp = 2, dp = 1, microbatches = 2, steps = 3;
+  int pp = 2, dp = 1, microbatches = 2, steps = 3, layers = 4;
   std::string env;    // extra "K=V " assignments
   std::string flags;  // extra trainer flags
 };
@@ -56,8 +56,8 @@ RunOutput run_trainer(const TrainerRun& r, const std::string& name) {
   const std::string command =
       "env " + r.env + " " LENS_TRAIN_BIN " --pp " + std::to_string(r.pp) + " --dp " +
       std::to_string(r.dp) + " --microbatches " + std::to_string(r.microbatches) + " --steps " +
-      std::to_string(r.steps) +
-      " --layers 4 --hidden 32 --microbatch-size 32 --lr 0.01 --timeout-s 60" +
+      std::to_string(r.steps) + " --layers " + std::to_string(r.layers) +
+      " --hidden 32 --microbatch-size 32 --lr 0.01 --timeout-s 60" +
       (r.flags.find("--trace-dir") == std::string::npos ? " --trace-dir " + out.trace_dir.string()
                                                         : "") +
       " --report-dir " + (base / "reports").string() + " " + r.flags + " > " +
@@ -587,6 +587,100 @@ void launch_four_ranks_by_hand(bool agent) {
   const lens::tools::Run run = lens::tools::read_run(run_dir);
   EXPECT_EQ(run.files.size(), 4u);
   expect_lens_check_passes(run);
+}
+
+// The interleaved schedule (--virtual-stages): the same arithmetic in
+// another order, so every step's loss equals the non-interleaved run's.
+class TrainerInterleaved : public ::testing::TestWithParam<int> {};
+
+TEST_P(TrainerInterleaved, EveryStepsLossEqualsTheNonInterleavedRuns) {
+  const int pp = GetParam();
+  TrainerRun plain;
+  plain.pp = pp;
+  plain.microbatches = 2 * pp;
+  plain.layers = 2 * pp;
+  plain.flags = "--otel-enabled=false";
+  TrainerRun interleaved = plain;
+  interleaved.flags = "--otel-enabled=false --virtual-stages 2";
+  const std::string name = "interleaved-loss-p" + std::to_string(pp);
+  RunOutput a = run_trainer(plain, name + "-v1"), b = run_trainer(interleaved, name + "-v2");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const json& last_a = a.reports.at(static_cast<std::size_t>(pp - 1));
+  const json& last_b = b.reports.at(static_cast<std::size_t>(pp - 1));
+  ASSERT_EQ(last_a["steps"].size(), 3u);
+  ASSERT_EQ(last_b["steps"].size(), 3u);
+  for (std::size_t step = 0; step < 3; ++step) {
+    const double la = last_a["steps"][step]["loss"], lb = last_b["steps"][step]["loss"];
+    EXPECT_NEAR(la, lb, 1e-5 * std::max(1.0, std::abs(la))) << "step " << step;
+  }
+  expect_loss_decreases(b, pp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, TrainerInterleaved, ::testing::Values(2, 4));
+
+TEST(TrainerInterleavedTrace, ChunksAreTracedAndLensCheckCountsTheirLinkedSpans) {
+  TrainerRun r;
+  r.pp = 2;
+  r.dp = 2;
+  r.microbatches = 4;
+  r.flags = "--otel-enabled=true --otel-span-groups all --virtual-stages 2";
+  RunOutput out = run_trainer(r, "interleaved-trace");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
+  expect_lens_check_passes(run);
+  // Stage 1 of 2 with V = 2, M = 4: min(2*0 + 1*2, 8) = 2 warmup receives
+  // and the pre-steady-state one; chunk 0 feeds two of them, chunk 1 one.
+  const auto stage_of = [](const lens::tools::RankFile& f) {
+    return std::stoi(f.resource.at("dl.pipeline_parallel.rank"));
+  };
+  for (const auto& f : run.files) {
+    std::map<std::int64_t, int> linked_by_chunk;
+    std::set<std::int64_t> chunks_seen;
+    for (const auto& s : f.spans) {
+      if (s.name == "megatron.microbatch.forward" || s.name == "megatron.microbatch.backward" ||
+          s.name.rfind("megatron.p2p.", 0) == 0) {
+        ASSERT_TRUE(s.has("dl.virtual_pipeline.rank")) << s.name << " on rank " << f.rank;
+        chunks_seen.insert(s.int_attr("dl.virtual_pipeline.rank"));
+      }
+      if (s.name == "megatron.pp.recv_forward.linked")
+        ++linked_by_chunk[s.int_attr("dl.virtual_pipeline.rank")];
+    }
+    EXPECT_EQ(chunks_seen, (std::set<std::int64_t>{0, 1})) << "rank " << f.rank;
+    if (stage_of(f) == 0) {
+      EXPECT_TRUE(linked_by_chunk.empty());
+    } else {
+      EXPECT_EQ(linked_by_chunk, (std::map<std::int64_t, int>{{0, 2 * r.steps}, {1, r.steps}}))
+          << "rank " << f.rank;
+    }
+  }
+  // Without one of chunk 1's linked spans the count is wrong, and said so.
+  lens::tools::Run broken = run;
+  for (auto& f : broken.files) {
+    if (stage_of(f) != 1) continue;
+    for (auto it = f.spans.begin(); it != f.spans.end(); ++it)
+      if (it->name == "megatron.pp.recv_forward.linked" &&
+          it->int_attr("dl.virtual_pipeline.rank") == 1) {
+        f.spans.erase(it);
+        break;
+      }
+    break;
+  }
+  const auto found = lens::tools::check_run(broken, lens::tools::build_view(broken));
+  ASSERT_FALSE(found.empty());
+  EXPECT_NE(lens::tools::format_violation(found[0]).find(
+                "2 linked spans where stage 1 of 2 with 4 microbatches and 2 chunks has 3"),
+            std::string::npos)
+      << lens::tools::format_violation(found[0]);
+}
+
+TEST(TrainerErrors, VirtualStagesNeedAPipelineAndMicrobatchesAMultipleOfIt) {
+  TrainerRun r;
+  r.microbatches = 3;
+  r.flags = "--virtual-stages 2";
+  RunOutput out = run_trainer(r, "bad-virtual");
+  EXPECT_EQ(out.exit_code, 2) << out.output;
+  EXPECT_NE(out.output.find("--virtual-stages 2 needs"), std::string::npos) << out.output;
 }
 
 TEST(TrainerLaunch, ByHandWithTorchrunVariablesRankZeroServesTheStore) {
