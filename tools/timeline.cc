@@ -115,6 +115,7 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
 
   // Spans.
   std::size_t links = 0;
+  std::int64_t chunks = 0;  // model chunks seen (interleaved schedule)
   std::string arrows;
   for (const auto* sv : steps) {
     const StepOnRank* source = nullptr;
@@ -130,11 +131,20 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
                                          sv->step, (s->end_ns - s->start_ns) / 1e6);
         if (s->has("dl.microbatch_id"))
           detail += " | microbatch " + s->attributes.at("dl.microbatch_id");
+        // The interleaved schedule's model chunk: a shade of the kind's
+        // colour per chunk (chunk-0 .. chunk-3, then round again).
+        std::string chunk;
+        if (s->has("dl.virtual_pipeline.rank")) {
+          const std::int64_t v = std::max<std::int64_t>(0, s->int_attr("dl.virtual_pipeline.rank"));
+          detail += " | chunk " + std::to_string(v);
+          chunk = fmt::format(" chunk-{}\" data-chunk=\"{}", v % 4, v);
+          chunks = std::max(chunks, v + 1);
+        }
         const std::string shown = escape(detail);
         svg += fmt::format(
-            "<rect class=\"span {}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" "
+            "<rect class=\"span {}{}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" "
             "data-detail=\"{}\"><title>{}</title></rect>\n",
-            kind_name(k), x, y, w, kRowHeight - 3, shown, shown);
+            kind_name(k), chunk, x, y, w, kRowHeight - 3, shown, shown);
         if (k == SpanKind::kLinked && source && s->links.size() == 1) {
           const SpanRow* target = view.by_span_id.count(s->links[0].second)
                                       ? view.by_span_id.at(s->links[0].second)
@@ -175,6 +185,8 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
  .step { fill: #c9ccd3; } .forward_backward { fill: #dde1e8; }
  .forward { fill: #3d7dd8; } .backward { fill: #3aa564; } .optimizer { fill: #e8912d; }
  .p2p { fill: #9a9a9a; } .linked { fill: #8e44ad; } .other { fill: #b0b0b0; }
+ .chunk-1 { fill-opacity: 0.55; } .chunk-2 { fill-opacity: 0.8; stroke: #222; stroke-width: 0.6; }
+ .chunk-3 { fill-opacity: 0.4; stroke: #222; stroke-width: 0.6; }
  .link { fill: none; stroke: #8e44ad; stroke-width: 1.2; opacity: 0.8; }
  .critical { fill: none; stroke: #d62728; stroke-width: 1.6; pointer-events: none; }
  .critical.transfer { stroke-dasharray: 3 2; }
@@ -193,8 +205,13 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
       R"(<span style="background:#c9ccd3"></span>step)" +
       R"(<span style="border:2px solid #d62728;width:9px;height:9px"></span>critical path)" +
       R"(<span style="background:#f4c7c3"></span>waiting for a neighbour's compute)" +
-      R"(<span style="background:#fde9c4"></span>waiting for the transfer</div>
-)";
+      R"(<span style="background:#fde9c4"></span>waiting for the transfer)" +
+      (chunks > 1
+           ? fmt::format(
+                 R"(<span style="background:#3d7dd8;opacity:0.55"></span>lighter or outlined: model chunks 1 to {} (interleaved schedule; chunk 0 full colour))",
+                 chunks - 1)
+           : std::string()) +
+      "</div>\n";
   html += fmt::format(
       "<svg id=\"wave\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "data-lanes=\"{}\" data-links=\"{}\" data-critical=\"{}\">\n",
@@ -216,7 +233,9 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
   document.body.setAttribute('data-ready', 'lanes=' + document.querySelectorAll('g.lane').length +
       ' links=' + document.querySelectorAll('path.link').length + ' spans=' + spans.length +
       ' critical=' + document.querySelectorAll('rect.critical').length +
-      ' waits=' + document.querySelectorAll('rect.wait-late-sender, rect.wait-transfer').length);
+      ' waits=' + document.querySelectorAll('rect.wait-late-sender, rect.wait-transfer').length +
+      ' chunks=' + new Set(Array.prototype.map.call(document.querySelectorAll('rect[data-chunk]'),
+                                                    function (r) { return r.getAttribute('data-chunk'); })).size);
 })();
 </script>
 </body></html>

@@ -30,6 +30,15 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
     ++steps_;
     stages_ = std::max(stages_, stages);
     microbatches_ = std::max(microbatches_, a.microbatches);
+    virtual_stages_ = std::max(virtual_stages_, view.virtual_stages);
+    double bubble_sum = 0;
+    int bubble_stages = 0;
+    for (const auto& f : a.stages_figures)
+      if (f.window_ms > 0) {
+        bubble_sum += f.idle_ms / f.window_ms;
+        ++bubble_stages;
+      }
+    if (bubble_stages > 0) bubble_.push_back(bubble_sum / bubble_stages);
     step_ms_.push_back(a.step_ms);
     critical_ms_.push_back(a.critical_path_ms);
     critical_compute_ms_.push_back(a.critical_compute_ms);
@@ -62,6 +71,11 @@ Analysis AnalysisBuilder::finish() {
   Analysis out;
   out.stages = stages_;
   out.microbatches = microbatches_;
+  out.virtual_stages = virtual_stages_;
+  if (!bubble_.empty()) out.bubble_p50 = percentile(bubble_, 0.5);
+  if (stages_ > 0 && microbatches_ > 0)
+    out.theoretical_bubble = static_cast<double>(stages_ - 1) /
+                             (static_cast<double>(virtual_stages_) * microbatches_ + stages_ - 1);
   out.steps = steps_;
   out.step_p50_ms = percentile(step_ms_, 0.5);
   out.step_p95_ms = percentile(step_ms_, 0.95);
@@ -135,10 +149,22 @@ Analysis analyze_dir(const std::filesystem::path& dir, const StreamOptions& opti
 std::string format_table(const Analysis& a) {
   std::string out;
   char line[400];
-  std::snprintf(line, sizeof line,
-                "pipeline: %d stages, %d microbatches per step, %zu steps analysed\n", a.stages,
-                a.microbatches, a.steps);
+  if (a.virtual_stages > 1)
+    std::snprintf(line, sizeof line,
+                  "pipeline: %d stages of %d chunks (interleaved), %d microbatches per step, %zu "
+                  "steps analysed\n",
+                  a.stages, a.virtual_stages, a.microbatches, a.steps);
+  else
+    std::snprintf(line, sizeof line,
+                  "pipeline: %d stages, %d microbatches per step, %zu steps analysed\n", a.stages,
+                  a.microbatches, a.steps);
   out += line;
+  if (a.bubble_p50 >= 0) {
+    std::snprintf(line, sizeof line, "bubble: measured p50 %.3f, theoretical %s = %.3f\n",
+                  a.bubble_p50, a.virtual_stages > 1 ? "(P-1)/(VM+P-1)" : "(P-1)/(M+P-1)",
+                  a.theoretical_bubble);
+    out += line;
+  }
   if (a.steps == 0) {
     out +=
         "no step to analyse: record the step, forward_backward and microbatch span groups "
@@ -213,6 +239,10 @@ std::string format_json(const Analysis& a) {
   nlohmann::json j = {
       {"pipeline_stages", a.stages},
       {"microbatches", a.microbatches},
+      {"virtual_stages", a.virtual_stages},
+      {"bubble_p50", a.bubble_p50 >= 0 ? nlohmann::json(a.bubble_p50) : nlohmann::json(nullptr)},
+      {"theoretical_bubble",
+       a.theoretical_bubble >= 0 ? nlohmann::json(a.theoretical_bubble) : nlohmann::json(nullptr)},
       {"steps", a.steps},
       {"step_p50_ms", a.step_p50_ms},
       {"step_p95_ms", a.step_p95_ms},

@@ -38,6 +38,10 @@ struct StageAnalysis {
 
 struct Analysis {
   int stages = 0, microbatches = 0;
+  int virtual_stages = 1;  // model chunks per stage (the interleaved schedule)
+  // Idle share of the forward-backward window: measured (p50 over steps of
+  // the stages' mean) and the schedule's (P-1)/(VM+P-1).
+  double bubble_p50 = -1, theoretical_bubble = -1;
   std::size_t steps = 0;  // steps with every stage's compute spans
   double step_p50_ms = 0, step_p95_ms = 0;
   double critical_path_p50_ms = 0, critical_compute_p50_ms = 0, critical_transfer_p50_ms = 0,
@@ -64,8 +68,8 @@ class AnalysisBuilder {
   };
   std::map<std::pair<int, int>, Series> series_;  // (replica, stage)
   std::vector<double> step_ms_, critical_ms_, critical_compute_ms_, critical_transfer_ms_,
-      critical_all_reduce_ms_;
-  int stages_ = 0, microbatches_ = 0;
+      critical_all_reduce_ms_, bubble_;
+  int stages_ = 0, microbatches_ = 0, virtual_stages_ = 1;
   std::size_t steps_ = 0;
 };
 

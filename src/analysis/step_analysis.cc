@@ -17,6 +17,7 @@ struct Node {
     return kind == PathSegment::Kind::kForward || kind == PathSegment::Kind::kBackward;
   }
   std::int64_t microbatch = -1;
+  int chunk = 0;  // dl.virtual_pipeline.rank: the model chunk (interleaved schedule)
   int stage = -1, rank = -1;
   std::int64_t start = 0, end = 0;
   int local = -1;  // the node before it on its rank
@@ -33,6 +34,7 @@ struct Replica {
   std::int64_t window_end = std::numeric_limits<std::int64_t>::min();
   std::map<int, std::int64_t> rank_start;  // stage -> when its schedule began
   int last = -1;                           // the node that ends last
+  int chunks = 1;                          // model chunks per stage
   double step_ms = 0;
 };
 
@@ -59,6 +61,8 @@ Replica build(const std::vector<const StepOnRank*>& ranks, int stages) {
                : all_reduce               ? PathSegment::Kind::kAllReduce
                                           : PathSegment::Kind::kOptimizer;
       n.microbatch = n.compute() ? s->int_attr("dl.microbatch_id", -1) : -2;
+      n.chunk = static_cast<int>(
+          std::clamp<std::int64_t>(s->int_attr("dl.virtual_pipeline.rank", 0), 0, 1 << 20));
       n.stage = sr->stage;
       n.rank = sr->rank;
       n.start = s->start_ns;
@@ -81,10 +85,12 @@ Replica build(const std::vector<const StepOnRank*>& ranks, int stages) {
   std::sort(g.nodes.begin(), g.nodes.end(), [](const Node& a, const Node& b) {
     return std::tie(a.stage, a.start, a.end) < std::tie(b.stage, b.start, b.end);
   });
-  std::map<std::tuple<bool, int, std::int64_t>, int> index;
+  std::map<std::tuple<bool, int, int, std::int64_t>, int> index;
+  int chunks = 1;
   for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
     Node& n = g.nodes[static_cast<std::size_t>(i)];
-    if (n.compute()) index[{n.backward, n.stage, n.microbatch}] = i;
+    if (n.compute()) index[{n.backward, n.stage, n.chunk, n.microbatch}] = i;
+    chunks = std::max(chunks, n.chunk + 1);
     // Nodes are sorted by stage, then time: the previous one of a stage is
     // the one before it on its rank.
     auto [last, first_of_stage] = g.last_of_stage.try_emplace(n.stage, i);
@@ -93,13 +99,26 @@ Replica build(const std::vector<const StepOnRank*>& ranks, int stages) {
       last->second = i;
     }
   }
+  // What each compute needs: the same microbatch's on the neighbouring
+  // stage; in the interleaved schedule the first stage's chunk v needs the
+  // last stage's chunk v - 1 forward, and the last stage's chunk v the first
+  // stage's chunk v + 1 backward.
   for (auto& n : g.nodes) {
     if (!n.compute()) continue;
-    const int from = n.backward ? n.stage + 1 : n.stage - 1;
-    if (from < 0 || from >= stages) continue;
-    if (auto it = index.find({n.backward, from, n.microbatch}); it != index.end())
+    int from = n.backward ? n.stage + 1 : n.stage - 1;
+    int chunk = n.chunk;
+    if (from < 0) {
+      from = stages - 1;
+      --chunk;
+    } else if (from >= stages) {
+      from = 0;
+      ++chunk;
+    }
+    if (chunk < 0 || chunk >= chunks) continue;
+    if (auto it = index.find({n.backward, from, chunk, n.microbatch}); it != index.end())
       n.cross = it->second;
   }
+  g.chunks = chunks;
   for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i)
     if (g.last < 0 ||
         g.nodes[static_cast<std::size_t>(i)].end > g.nodes[static_cast<std::size_t>(g.last)].end)
@@ -202,8 +221,11 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
     }
     for (auto& [stage, f] : figures) out.stages_figures.push_back(f);
   }
-  for (const auto& f : out.stages_figures)
+  for (auto& f : out.stages_figures) {
+    const auto it = graphs.find(f.replica);
+    if (it != graphs.end()) f.microbatches /= it->second.chunks;  // forwards per chunk
     out.microbatches = std::max(out.microbatches, f.microbatches);
+  }
   if (slowest == nullptr) return out;
 
   // The critical path, walked back from the compute that ended last: each
@@ -216,7 +238,11 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
   const auto at = [&](std::int64_t ns) { return ms(ns - g.window_start); };
   int i = g.last;
   std::int64_t first_start = 0;
-  while (i >= 0) {
+  // Each node once: spans a file got wrong (two computes of one microbatch
+  // on a stage, clocks far apart) could otherwise make the walk go round.
+  std::vector<bool> visited(g.nodes.size(), false);
+  while (i >= 0 && !visited[static_cast<std::size_t>(i)]) {
+    visited[static_cast<std::size_t>(i)] = true;
     const Node& n = g.nodes[static_cast<std::size_t>(i)];
     path.push_back({n.kind, n.stage, n.rank, n.microbatch, at(n.start), at(n.end), n.start, n.end});
     first_start = n.start;

@@ -14,6 +14,7 @@ double ms(const SpanRow& s) { return static_cast<double>(s.end_ns - s.start_ns) 
 void SummaryBuilder::add(const PipelineView& view) {
   out_.pipeline_stages = std::max(out_.pipeline_stages, view.pipeline_stages);
   out_.microbatches = std::max(out_.microbatches, view.microbatches);
+  out_.virtual_stages = std::max(out_.virtual_stages, view.virtual_stages);
   for (const auto& sv : view.steps) {
     for (const auto& [rank, sr] : sv.ranks) {
       StageStep row;
@@ -61,9 +62,13 @@ void SummaryBuilder::add(const PipelineView& view) {
 Summary SummaryBuilder::finish(const PipelineView& rest) {
   add(rest);
   Summary out = std::move(out_);
+  // The idle share of the window: (P-1) slots of (forward + backward) of
+  // one chunk against V M of them busy (Megatron's (P-1)/(VM) of the ideal
+  // time).
   if (out.pipeline_stages > 0 && out.microbatches > 0)
     out.theoretical_bubble =
-        static_cast<double>(out.pipeline_stages - 1) / (out.microbatches + out.pipeline_stages - 1);
+        static_cast<double>(out.pipeline_stages - 1) /
+        (static_cast<double>(out.virtual_stages) * out.microbatches + out.pipeline_stages - 1);
   if (bubble_rows_ > 0) out.measured_bubble = bubble_sum_ / bubble_rows_;
   for (const auto& [stage, c] : compute_by_stage_) {
     const double per_step = c.first / c.second;
@@ -105,19 +110,24 @@ std::string format_table(const Summary& s) {
                   r.backward_ms, r.p2p_ms, r.optimizer_ms, r.idle_ms, bubble);
     out += line;
   }
-  std::snprintf(line, sizeof line, "pipeline: %d stages, %d microbatches per step\n",
-                s.pipeline_stages, s.microbatches);
+  if (s.virtual_stages > 1)
+    std::snprintf(line, sizeof line,
+                  "pipeline: %d stages of %d chunks (interleaved), %d microbatches per step\n",
+                  s.pipeline_stages, s.virtual_stages, s.microbatches);
+  else
+    std::snprintf(line, sizeof line, "pipeline: %d stages, %d microbatches per step\n",
+                  s.pipeline_stages, s.microbatches);
   out += line;
+  const char* formula = s.virtual_stages > 1 ? "(P-1)/(VM+P-1)" : "(P-1)/(M+P-1)";
   if (s.measured_bubble >= 0) {
     std::snprintf(line, sizeof line,
-                  "bubble: measured %.3f (mean over steps and ranks), theoretical (P-1)/(M+P-1) "
-                  "= %.3f\n",
-                  s.measured_bubble, s.theoretical_bubble);
+                  "bubble: measured %.3f (mean over steps and ranks), theoretical %s = %.3f\n",
+                  s.measured_bubble, formula, s.theoretical_bubble);
   } else {
     std::snprintf(line, sizeof line,
                   "bubble: not measurable (needs the forward_backward and microbatch span "
-                  "groups); theoretical (P-1)/(M+P-1) = %.3f\n",
-                  s.theoretical_bubble);
+                  "groups); theoretical %s = %.3f\n",
+                  formula, s.theoretical_bubble);
   }
   out += line;
   if (s.slowest_stage >= 0 && s.slowest_stage_compute_ms > 0) {
@@ -147,6 +157,7 @@ std::string format_json(const Summary& s) {
   nlohmann::json j = {
       {"pipeline_stages", s.pipeline_stages},
       {"microbatches", s.microbatches},
+      {"virtual_stages", s.virtual_stages},
       {"measured_bubble",
        s.measured_bubble >= 0 ? nlohmann::json(s.measured_bubble) : nlohmann::json(nullptr)},
       {"theoretical_bubble",

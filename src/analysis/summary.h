@@ -23,9 +23,10 @@ struct StageStep {
 
 struct Summary {
   int pipeline_stages = 0, microbatches = 0;
+  int virtual_stages = 1;  // model chunks per stage (the interleaved schedule)
   std::vector<StageStep> rows;
   double measured_bubble = -1;     // mean over rows that have one
-  double theoretical_bubble = -1;  // (P-1)/(M+P-1)
+  double theoretical_bubble = -1;  // (P-1)/(VM+P-1): V = 1 without interleaving
   int slowest_stage = -1;          // most forward+backward time per step
   double slowest_stage_compute_ms = 0;
   ClockReport clock;  // how the times were put on one clock (set by the caller)

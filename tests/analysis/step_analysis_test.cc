@@ -19,6 +19,7 @@ struct Compute {
   bool backward;
   int microbatch;
   double start_ms, end_ms;
+  int chunk = -1;  // dl.virtual_pipeline.rank; -1: not said
 };
 
 std::int64_t ns(double ms) { return static_cast<std::int64_t>(ms * 1e6); }
@@ -54,6 +55,7 @@ Run make_step(int stages, const std::vector<std::pair<double, double>>& windows,
       SpanRow r = span(c.backward ? "megatron.microbatch.backward" : "megatron.microbatch.forward",
                        c.start_ms, c.end_ms);
       r.attributes["dl.microbatch_id"] = std::to_string(c.microbatch);
+      if (c.chunk >= 0) r.attributes["dl.virtual_pipeline.rank"] = std::to_string(c.chunk);
       f.spans.push_back(r);
     }
     run.files.push_back(std::move(f));
@@ -104,6 +106,44 @@ TEST(StepAnalysis, OneMicrobatchOnTwoStagesIsOneChain) {
   EXPECT_DOUBLE_EQ(stage(a, 0).idle_ms, 3);
   EXPECT_DOUBLE_EQ(stage(a, 0).imbalance_idle_ms, 3);
   EXPECT_DOUBLE_EQ(stage(a, 0).schedule_idle_ms, 3);  // (P-1)(f+b) = 1 x (1+2)
+}
+
+TEST(StepAnalysis, InterleavedChunksChainThroughTheLastAndFirstStages) {
+  // P = 2, V = 2, one microbatch: forward through chunk 0 of stages 0 and
+  // 1, then chunk 1 of both (stage 1's chunk 0 feeds stage 0's chunk 1),
+  // and back; 1 ms each, back to back.
+  const tools::Run run = make_step(2, {{0, 8}, {0, 8}},
+                                   {{0, F, 0, 0, 1, 0},
+                                    {1, F, 0, 1, 2, 0},
+                                    {0, F, 0, 2, 3, 1},
+                                    {1, F, 0, 3, 4, 1},
+                                    {1, B, 0, 4, 5, 1},
+                                    {0, B, 0, 5, 6, 1},
+                                    {1, B, 0, 6, 7, 0},
+                                    {0, B, 0, 7, 8, 0}});
+  const StepAnalysis a = analyze(run, 2);
+  ASSERT_TRUE(a.complete);
+  EXPECT_DOUBLE_EQ(a.critical_path_ms, 8);
+  ASSERT_EQ(a.critical_path.size(), 8u) << "every chunk's compute, in order";
+  const std::vector<int> stages = {0, 1, 0, 1, 1, 0, 1, 0};
+  for (std::size_t i = 0; i < stages.size(); ++i)
+    EXPECT_EQ(a.critical_path[i].stage, stages[i]) << "segment " << i;
+  EXPECT_EQ(a.microbatches, 1) << "forwards per chunk";
+  // Stage 0 waits 1 ms for stage 1's chunk 0 forward (the wrap), 2 ms for
+  // the gradient of chunk 1 (stage 1's chunk 1 forward and backward) and 1
+  // ms for chunk 0's; stage 1 waits 1 ms before each chunk's forward and 1
+  // ms for chunk 0's gradient from stage 0's chunk 1 (the wrap back).
+  EXPECT_DOUBLE_EQ(stage(a, 0).late_sender_ms, 1 + 2 + 1);
+  EXPECT_DOUBLE_EQ(stage(a, 1).late_sender_ms, 1 + 1 + 1);
+}
+
+TEST(StepAnalysis, SpansThatMakeTheGraphGoRoundEndTheWalkInsteadOfLooping) {
+  // Stage 0's forward recorded after its backward (a clock or a file gone
+  // wrong): stage 1's forward needs it, and it needs what needs stage 1.
+  const tools::Run run = make_step(
+      2, {{0, 6}, {0, 6}}, {{0, B, 0, 0, 1}, {0, F, 0, 5, 6}, {1, F, 0, 2, 3}, {1, B, 0, 3, 4}});
+  const StepAnalysis a = analyze(run, 2);
+  EXPECT_LE(a.critical_path.size(), 4u + 4u) << "each compute once, with its transfers";
 }
 
 TEST(StepAnalysis, TwoMicrobatchesWithTransfersFollowTheGradient) {

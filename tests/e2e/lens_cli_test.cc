@@ -233,7 +233,7 @@ TEST_F(LensCli, TimelineRendersInChromiumWithALanePerRankAndAnArrowPerLink) {
   ASSERT_TRUE(std::regex_search(
       dom.output, m,
       std::regex(
-          R"re(data-ready="lanes=(\d+) links=(\d+) spans=(\d+) critical=(\d+) waits=(\d+)")re")))
+          R"re(data-ready="lanes=(\d+) links=(\d+) spans=(\d+) critical=(\d+) waits=(\d+) chunks=(\d+)")re")))
       << dom.output.substr(0, 2000);
   EXPECT_EQ(std::stoi(m[1]), 4);
   EXPECT_EQ(std::stoi(m[2]), linked);
@@ -242,6 +242,7 @@ TEST_F(LensCli, TimelineRendersInChromiumWithALanePerRankAndAnArrowPerLink) {
   // (at least one compute per stage of a 4-stage step) and its waits.
   EXPECT_GE(std::stoi(m[4]), 2 * 4) << "2 steps";
   EXPECT_GT(std::stoi(m[5]), 0);
+  EXPECT_EQ(std::stoi(m[6]), 0) << "not interleaved: no chunks";
 }
 
 TEST_F(LensCli, PerfettoExportIsValidChromeTraceJson) {
@@ -947,6 +948,55 @@ TEST_F(AnalyzeCli, ARunWithoutComputeSpansSaysWhatToRecord) {
   EXPECT_EQ(a.exit_code, 0) << a.output;
   EXPECT_NE(a.output.find("0 steps analysed"), std::string::npos) << a.output;
   EXPECT_NE(a.output.find("microbatch"), std::string::npos) << a.output;
+}
+
+// An interleaved run (--virtual-stages 2) with stage 1 slowed: lens check
+// passes it, lens analyze names the slowed stage and puts the schedule's
+// theoretical bubble beside the measured one, and the timeline tells the
+// chunks apart.
+TEST(InterleavedCli, CheckAnalyzeAndTimelineUnderstandChunks) {
+  const fs::path base =
+      fs::temp_directory_path() / ("lens-interleaved-test-" + std::to_string(getpid()));
+  fs::remove_all(base);
+  Result r = run(std::string(LENS_TRAIN_BIN) +
+                 " --pp 2 --virtual-stages 2 --layers 4 --microbatches 4 --steps 4 --hidden 64"
+                 " --microbatch-size 16 --otel-enabled=true --otel-span-groups all"
+                 " --slow-stage 1 --slow-factor 3 --trace-dir " +
+                 base.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::path dir;
+  for (const auto& e : fs::directory_iterator(base)) dir = e.path();
+  const std::string lens = std::string(LENS_BIN) + " ";
+  Result check = run(lens + "check " + dir.string());
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+
+  Result analyze = run(lens + "analyze " + dir.string());
+  ASSERT_EQ(analyze.exit_code, 0) << analyze.output;
+  EXPECT_NE(analyze.output.find("pipeline: 2 stages of 2 chunks (interleaved), 4 microbatches"),
+            std::string::npos)
+      << analyze.output;
+  EXPECT_NE(analyze.output.find("theoretical (P-1)/(VM+P-1) = 0.111"), std::string::npos)
+      << analyze.output;
+  EXPECT_NE(analyze.output.find("straggler: stage 1 (rank 1)"), std::string::npos)
+      << analyze.output;
+
+  const fs::path html = base / "wave.html";
+  Result timeline =
+      run(lens + "timeline " + dir.string() + " -o " + html.string() + " --steps 0-1");
+  ASSERT_EQ(timeline.exit_code, 0) << timeline.output;
+  if (std::system("command -v chromium > /dev/null") != 0) GTEST_SKIP() << "chromium not installed";
+  Result dom =
+      run("timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic "
+          "--no-first-run --disable-background-networking --disable-component-update "
+          "--disable-sync --user-data-dir=" +
+          (base / "chromium-profile").string() + " --dump-dom file://" + html.string());
+  ASSERT_EQ(dom.exit_code, 0) << dom.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(dom.output, m, std::regex(R"re(lanes=(\d+) .* chunks=(\d+)")re")))
+      << dom.output.substr(0, 2000);
+  EXPECT_EQ(std::stoi(m[1]), 2);
+  EXPECT_EQ(std::stoi(m[2]), 2) << "the two chunks drawn apart";
+  fs::remove_all(base);
 }
 
 }  // namespace
