@@ -305,7 +305,11 @@ PerTelemetry& per_telemetry() {
     const bool shared = t && (t->config().step_context == lens::StepContextMode::kDerived ||
                               t->config().trace_scope == lens::TraceScope::kPipeline);
     state.budget = lens::StepBudget(t ? t->config().step_budget_per_minute : 0, shared);
-    state.checks = lens::StepCheckSchedule(t ? t->config().step_verify_steps : 0);
+    // Step checks where StepTrace runs them: derived contexts, and the
+    // pipeline scope's shared step budget (its rate is renewed at them).
+    const bool checked = shared && (t->config().step_context == lens::StepContextMode::kDerived ||
+                                    t->config().step_budget_per_minute > 0);
+    state.checks = lens::StepCheckSchedule(checked ? t->config().step_verify_steps : 0);
     state.clock.reset();
     state.clock_engine.reset();
     state.owner = instance;
@@ -621,7 +625,19 @@ PYBIND11_MODULE(_lens, m) {
         return c;
       },
       py::arg("step"), py::arg("reserved_here"));
-  m.def("step_check_due", [] { return lens::get_telemetry() && per_telemetry().checks.due(); });
+  m.def("step_check_due", [] {
+    lens::Telemetry* t = lens::get_telemetry();
+    if (!t) return false;
+    const lens::Config& c = t->config();
+    const bool shared = c.step_context == lens::StepContextMode::kDerived ||
+                        c.trace_scope == lens::TraceScope::kPipeline;
+    if (shared && c.step_budget_per_minute > 0 && c.step_verify_steps == 0)
+      throw lens::ConfigError(
+          "LENS_STEP_BUDGET with LENS_STEP_CONTEXT=derived or LENS_TRACE_SCOPE=pipeline needs "
+          "LENS_STEP_VERIFY_STEPS above 0: the budget every rank spends alike is renewed at "
+          "each step check");
+    return per_telemetry().checks.due();
+  });
   m.def(
       "step_check_record",
       [](std::uint64_t step, const std::optional<PyCarrier>& derived, int check_rank) {

@@ -98,7 +98,10 @@ def broadcast_trace_context(rank, src_rank=0, group=None, step=None):
     (counted and warned about). A broadcast that fails or outlives the
     collective timeout (LENS_COLLECTIVE_TIMEOUT_MS) leaves a ``lens.failure``
     event on this rank's open spans, logs them, and raises: a broken group
-    cannot be papered over without deadlocking later collectives.
+    cannot be papered over without deadlocking later collectives. In
+    pipeline scope with LENS_STEP_BUDGET, every LENS_STEP_VERIFY_STEPS calls
+    also all-gather a step check over the world group (the budget's rate,
+    renewed for every replica alike).
     """
     import torch
     import torch.distributed as dist
@@ -119,7 +122,29 @@ def broadcast_trace_context(rank, src_rank=0, group=None, step=None):
         _lens.write_failure_record(f"lens: rank {rank}", detail)
         raise
     received = bytes(tensor.cpu().tolist())
-    return _lens.accept_carrier_frame(received, expected_step=step, reserved_here=source)
+    carrier = _lens.accept_carrier_frame(received, expected_step=step, reserved_here=source)
+    # Pipeline scope with a step budget: every replica's source spends it
+    # alike, its rate renewed at a step check every LENS_STEP_VERIFY_STEPS
+    # steps (over the world group; records without a trace).
+    _step_check(step, None, rank, None)
+    return carrier
+
+
+def _step_check(step, derived, rank, check_group):
+    """The step check (step_check.h) when one is due, then counts the step."""
+    import torch.distributed as dist
+
+    if _lens.is_initialized() and _lens.step_check_due():
+        check_rank = dist.get_rank(check_group)
+        record = _lens.step_check_record(int(step), derived, check_rank)
+        gathered = [None] * dist.get_world_size(check_group)
+        dist.all_gather_object(gathered, record, group=check_group)
+        try:
+            _lens.accept_step_checks(check_rank, b"".join(gathered))
+        except Exception as error:
+            _lens.write_failure_record(f"lens: rank {rank}", str(error))
+            raise
+    _lens.step_opened()
 
 
 def step_trace_context(step, rank, src_rank=0, group=None, check_group=None):
@@ -136,22 +161,10 @@ def step_trace_context(step, rank, src_rank=0, group=None, check_group=None):
     on every rank, once per step, with the same step numbers, under the same
     gate as broadcast_trace_context. Returns the lens.Carrier.
     """
-    import torch.distributed as dist
-
     if _lens.config().get("step_context") != "derived":
         return broadcast_trace_context(rank, src_rank=src_rank, group=group, step=step)
     carrier = _lens.derive_step_carrier(int(step), reserved_here=rank == src_rank)
-    if _lens.step_check_due():
-        check_rank = dist.get_rank(check_group)
-        record = _lens.step_check_record(int(step), carrier, check_rank)
-        gathered = [None] * dist.get_world_size(check_group)
-        dist.all_gather_object(gathered, record, group=check_group)
-        try:
-            _lens.accept_step_checks(check_rank, b"".join(gathered))
-        except Exception as error:
-            _lens.write_failure_record(f"lens: rank {rank}", str(error))
-            raise
-    _lens.step_opened()
+    _step_check(step, carrier, rank, check_group)
     return carrier
 
 
