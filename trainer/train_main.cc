@@ -195,6 +195,8 @@ int run_rank(const TrainOptions& o) {
             Span fb = tracer.start_span(SpanGroup::kForwardBackward, "megatron.forward_backward");
             fb.set_attribute("dl.num_microbatches", o.microbatches);
             fb.set_attribute("dl.virtual_pipeline.size", V);
+            // The schedule's spans nest inside it, as Megatron's do.
+            CurrentSpanScope fb_scope(fb);
             loss =
                 V > 1 ? forward_backward_interleaved(ctx, step) : forward_backward_1f1b(ctx, step);
           }

@@ -14,10 +14,11 @@
 /// pipeline-parallel size > 1. When it holds, StepScope's constructor is a
 /// collective over the communicator: the source rank reserves the step context
 /// (fresh trace id, the span id its step span will have, the sampler's
-/// decision in the flags), ONE broadcast carries it, the carrier goes into the
-/// per-process slot (carrier_slot.h), and every rank opens its step span in
-/// the shared trace: the source with the reserved span id, the others as a
-/// root span of that trace. Disabling span groups never changes whether the
+/// decision in the flags) and opens its step span with it, ONE broadcast
+/// carries it, the carrier goes into the per-process slot (carrier_slot.h),
+/// and every other rank opens its step span as a root span of that trace.
+/// (With the prefetch, the source opens its span when its step begins: the
+/// context was broadcast during the step before.) Disabling span groups never changes whether the
 /// collective runs: with `communication` off the broadcast still happens (ids
 /// stay shared) and only the linked spans are skipped.
 ///
@@ -150,7 +151,8 @@ class StepTrace {
   bool measures_clocks() const { return clock_ != nullptr; }
 
  private:
-  std::optional<StepCarrier> exchange(std::uint64_t step);
+  std::optional<StepCarrier> exchange(std::uint64_t step, Span& early);
+  Span start_step_span(std::uint64_t step, const std::optional<StepCarrier>& carrier);
   void set_up_checks(Communicator* job_comm);
   void check_if_due(std::uint64_t step, const std::optional<StepCarrier>& derived);
   void sync_clocks_if_due(std::uint64_t step);

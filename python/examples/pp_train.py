@@ -156,57 +156,60 @@ def run_rank(args):
             pending_sends = []  # isend: a stage never blocks on its sends, as Megatron's batched p2p
             step_loss = 0.0
             optimizer.zero_grad()
-            for kind, mb, phase in schedule_1f1b(stage, stages, args.microbatches):
-                if kind == "F":
-                    if first:
-                        x = inputs[mb]
+            # The schedule nests in forward_backward, as Megatron's does.
+            with lens.managed_span("megatron.forward_backward", group="forward_backward",
+                                   **{"dl.num_microbatches": args.microbatches}):
+                for kind, mb, phase in schedule_1f1b(stage, stages, args.microbatches):
+                    if kind == "F":
+                        if first:
+                            x = inputs[mb]
+                        else:
+                            x = torch.empty(args.batch, hidden)
+                            link = None
+                            if phase in ("warmup", "pre-1f1b"):
+                                link = lens.distributed.create_linked_span(
+                                    "megatron.pp.recv_forward.linked",
+                                    remote_carrier=lens.state.get_pp_trace_carrier(),
+                                    **{"dl.pipeline_parallel.rank": stage, "dl.microbatch_id": mb})
+                            with lens.managed_span("megatron.p2p.recv_forward", group="communication",
+                                                   **p2p_attributes("forward", stage - 1, received=mb)):
+                                dist.recv(x, src=rank - 1, tag=P2P_TAG_FORWARD)
+                            if link is not None:
+                                link.end()
+                            x.requires_grad_(True)
+                        with lens.managed_span("megatron.microbatch.forward", group="microbatch",
+                                               **{"dl.microbatch_id": mb}):
+                            y = model(x)
+                            if last:
+                                loss = torch.nn.functional.mse_loss(y, inputs[mb] @ target_map)
+                                step_loss += loss.item() / args.microbatches
+                                saved[mb] = (x, loss / args.microbatches)
+                            else:
+                                saved[mb] = (x, y)
+                        if not last:
+                            with lens.managed_span("megatron.p2p.send_forward", group="communication",
+                                                   **p2p_attributes("forward", stage + 1, sent=mb)):
+                                pending_sends.append(dist.isend(y.detach(), dst=rank + 1, tag=P2P_TAG_FORWARD))
                     else:
-                        x = torch.empty(args.batch, hidden)
-                        link = None
-                        if phase in ("warmup", "pre-1f1b"):
-                            link = lens.distributed.create_linked_span(
-                                "megatron.pp.recv_forward.linked",
-                                remote_carrier=lens.state.get_pp_trace_carrier(),
-                                **{"dl.pipeline_parallel.rank": stage, "dl.microbatch_id": mb})
-                        with lens.managed_span("megatron.p2p.recv_forward", group="communication",
-                                               **p2p_attributes("forward", stage - 1, received=mb)):
-                            dist.recv(x, src=rank - 1, tag=P2P_TAG_FORWARD)
-                        if link is not None:
-                            link.end()
-                        x.requires_grad_(True)
-                    with lens.managed_span("megatron.microbatch.forward", group="microbatch",
-                                           **{"dl.microbatch_id": mb}):
-                        y = model(x)
-                        if last:
-                            loss = torch.nn.functional.mse_loss(y, inputs[mb] @ target_map)
-                            step_loss += loss.item() / args.microbatches
-                            saved[mb] = (x, loss / args.microbatches)
-                        else:
-                            saved[mb] = (x, y)
-                    if not last:
-                        with lens.managed_span("megatron.p2p.send_forward", group="communication",
-                                               **p2p_attributes("forward", stage + 1, sent=mb)):
-                            pending_sends.append(dist.isend(y.detach(), dst=rank + 1, tag=P2P_TAG_FORWARD))
-                else:
-                    x, out = saved.pop(mb)
-                    grad = None
-                    if not last:
-                        grad = torch.empty_like(out)
-                        with lens.managed_span("megatron.p2p.recv_backward", group="communication",
-                                               **p2p_attributes("backward", stage + 1, received=mb)):
-                            dist.recv(grad, src=rank + 1, tag=P2P_TAG_BACKWARD)
-                    with lens.managed_span("megatron.microbatch.backward", group="microbatch",
-                                           **{"dl.microbatch_id": mb}):
-                        if last:
-                            out.backward()
-                        else:
-                            out.backward(grad)
-                    if not first:
-                        with lens.managed_span("megatron.p2p.send_backward", group="communication",
-                                               **p2p_attributes("backward", stage - 1, sent=mb)):
-                            pending_sends.append(dist.isend(x.grad, dst=rank - 1, tag=P2P_TAG_BACKWARD))
-            for work in pending_sends:
-                work.wait()
+                        x, out = saved.pop(mb)
+                        grad = None
+                        if not last:
+                            grad = torch.empty_like(out)
+                            with lens.managed_span("megatron.p2p.recv_backward", group="communication",
+                                                   **p2p_attributes("backward", stage + 1, received=mb)):
+                                dist.recv(grad, src=rank + 1, tag=P2P_TAG_BACKWARD)
+                        with lens.managed_span("megatron.microbatch.backward", group="microbatch",
+                                               **{"dl.microbatch_id": mb}):
+                            if last:
+                                out.backward()
+                            else:
+                                out.backward(grad)
+                        if not first:
+                            with lens.managed_span("megatron.p2p.send_backward", group="communication",
+                                                   **p2p_attributes("backward", stage - 1, sent=mb)):
+                                pending_sends.append(dist.isend(x.grad, dst=rank - 1, tag=P2P_TAG_BACKWARD))
+                for work in pending_sends:
+                    work.wait()
             with lens.managed_span("megatron.optimizer.step", group="optimizer"):
                 optimizer.step()
             if last:

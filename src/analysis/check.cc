@@ -34,6 +34,19 @@ std::size_t linked_bound(int pipeline_stages, int stage, int virtual_stages) {
                                   (virtual_stages - 1) * pipeline_stages + 1);
 }
 
+// True when `s` is a descendant of `ancestor` on the same rank (the
+// schedule may nest a linked span in forward_backward, inside the step).
+bool within(const SpanRow& s, const SpanRow& ancestor, const PipelineView& view) {
+  const SpanRow* at = &s;
+  for (int depth = 0; depth < 64 && !at->parent_span_id.empty(); ++depth) {
+    if (at->parent_span_id == ancestor.span_id) return true;
+    const auto it = view.by_span_id.find(at->parent_span_id);
+    if (it == view.by_span_id.end() || it->second->rank != s.rank) return false;
+    at = it->second;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string format_violation(const Violation& v) {
@@ -162,9 +175,9 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
                           "a linked span on the first pipeline stage (only later "
                           "stages link to the source)",
                           span_label(*s)});
-      if (s->parent_span_id != step_span.span_id)
+      if (!within(*s, step_span, view))
         found_.push_back(
-            {sv.step, rank, "linked span is not a child of this rank's step span", span_label(*s)});
+            {sv.step, rank, "linked span is not within this rank's step span", span_label(*s)});
       // Without the source's step span (an export filter left it out) the
       // link is judged where it resolves, in finish().
       if (src && (s->links.size() != 1 || s->links[0].second != src->step_span->span_id))

@@ -122,7 +122,7 @@ Span StepTrace::recv_forward_linked(std::int64_t microbatch_id) const {
                              {"dl.microbatch_id", microbatch_id}});
 }
 
-std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step) {
+std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step, Span& early) {
   std::optional<StepCarrier> carrier;
   try {
     if (mode_ == StepContextMode::kDerived) {
@@ -137,7 +137,13 @@ std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step) {
     } else {
       sync_clocks_if_due(step);
       std::optional<StepCarrier> local;
-      if (source()) local = reserve_step_context(*telemetry_, scope_, global_rank_, step, budget_);
+      if (source()) {
+        local = reserve_step_context(*telemetry_, scope_, global_rank_, step, budget_);
+        // The source's step span opens before its broadcast: it starts
+        // before anything of its step can happen on another rank, so it is
+        // the step's first root and every link points back in time.
+        early = start_step_span(step, local);
+      }
       carrier = broadcast_trace_context(*comm_, options_.src_rank, local, timeout_, step);
     }
     if (prefetch_) {
@@ -155,26 +161,33 @@ std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step) {
   return carrier;
 }
 
+Span StepTrace::start_step_span(std::uint64_t step, const std::optional<StepCarrier>& carrier) {
+  StartOptions start;
+  start.root = true;
+  if (carrier) {
+    start.context = step_span_context(*carrier, source());
+    if (scope_ == TraceScope::kPipeline)
+      if (auto link = global_rank_zero_link(*telemetry_, *carrier)) start.links.push_back(*link);
+  }
+  Span span = tracer_.start_span(SpanGroup::kStep, options_.step_span_name, start);
+  span.set_attribute("dl.step", static_cast<std::int64_t>(step));
+  span.set_attribute("dl.rank", static_cast<std::int64_t>(global_rank_));
+  span.set_attribute("dl.pipeline_parallel.rank", static_cast<std::int64_t>(pipeline_rank_));
+  return span;
+}
+
 StepTrace::OpenedStep StepTrace::open_step(std::uint64_t step) {
   OpenedStep opened;
   if (telemetry_ == nullptr) return opened;
-  StartOptions start;
-  start.root = true;
-  if (gated_) {
-    opened.carrier = exchange(step);
-    carrier_ = opened.carrier;
-    set_pp_trace_carrier(opened.carrier);
-    if (opened.carrier) {
-      start.context = step_span_context(*opened.carrier, source());
-      if (scope_ == TraceScope::kPipeline)
-        if (auto link = global_rank_zero_link(*telemetry_, *opened.carrier))
-          start.links.push_back(*link);
-    }
+  if (!gated_) {
+    opened.span = start_step_span(step, std::nullopt);
+    return opened;
   }
-  opened.span = tracer_.start_span(SpanGroup::kStep, options_.step_span_name, start);
-  opened.span.set_attribute("dl.step", static_cast<std::int64_t>(step));
-  opened.span.set_attribute("dl.rank", static_cast<std::int64_t>(global_rank_));
-  opened.span.set_attribute("dl.pipeline_parallel.rank", static_cast<std::int64_t>(pipeline_rank_));
+  Span early;  // the source's, opened before its broadcast
+  opened.carrier = exchange(step, early);
+  carrier_ = opened.carrier;
+  set_pp_trace_carrier(opened.carrier);
+  opened.span = early.recording() ? std::move(early) : start_step_span(step, opened.carrier);
   return opened;
 }
 

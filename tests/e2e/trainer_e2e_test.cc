@@ -683,6 +683,51 @@ TEST(TrainerErrors, VirtualStagesNeedAPipelineAndMicrobatchesAMultipleOfIt) {
   EXPECT_NE(out.output.find("--virtual-stages 2 needs"), std::string::npos) << out.output;
 }
 
+// What a person reads in a trace viewer: the source's step span is the
+// step's first span on any rank (it opens before its broadcast), every
+// linked span starts after the span it links to, and the schedule's spans
+// nest in megatron.forward_backward, inside the step.
+TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
+  TrainerRun r;
+  r.pp = 3;
+  r.microbatches = 4;
+  r.layers = 3;
+  r.flags = "--otel-enabled=true --otel-span-groups all";
+  RunOutput out = run_trainer(r, "readability");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
+  expect_lens_check_passes(run);
+  std::map<std::string, const lens::tools::SpanRow*> by_id;
+  for (const auto& f : run.files)
+    for (const auto& s : f.spans) by_id[s.span_id] = &s;
+  for (int step = 0; step < r.steps; ++step) {
+    const auto steps = step_spans_of(run, step);
+    ASSERT_EQ(steps.size(), 3u);
+    const lens::tools::SpanRow* source = steps.at(0);
+    for (const auto& f : run.files)
+      for (const auto& s : f.spans)
+        if (s.trace_id == source->trace_id)
+          EXPECT_LE(source->start_ns, s.start_ns)
+              << s.name << " on rank " << f.rank << " starts before the source's step span";
+  }
+  int nested = 0;
+  for (const auto& f : run.files)
+    for (const auto& s : f.spans) {
+      for (const auto& [trace, target] : s.links)
+        if (by_id.count(target) && s.name == "megatron.pp.recv_forward.linked")
+          EXPECT_GE(s.start_ns, by_id.at(target)->start_ns) << "rank " << f.rank;
+      const bool schedule = s.name.rfind("megatron.microbatch.", 0) == 0 ||
+                            s.name.rfind("megatron.p2p.", 0) == 0 ||
+                            s.name == "megatron.pp.recv_forward.linked";
+      if (!schedule) continue;
+      ASSERT_TRUE(by_id.count(s.parent_span_id)) << s.name << " on rank " << f.rank;
+      EXPECT_EQ(by_id.at(s.parent_span_id)->name, "megatron.forward_backward")
+          << s.name << " on rank " << f.rank;
+      ++nested;
+    }
+  EXPECT_GT(nested, 0);
+}
+
 TEST(TrainerLaunch, ByHandWithTorchrunVariablesRankZeroServesTheStore) {
   launch_four_ranks_by_hand(false);
 }

@@ -79,10 +79,23 @@ class PythonPipelineTrace(unittest.TestCase):
             if s["name"] == "megatron.train_step":
                 steps[s["attrs"]["dl.step"]][rank] = s
         self.assertEqual(sorted(steps), list(range(STEPS)))
+        # Linked spans by the step span they are within (the schedule nests
+        # them in megatron.forward_backward, inside the step span).
+        parent_of = {(r, s["spanId"]): s.get("parentSpanId", "") for r, s in self.spans}
+        step_ids = {(r, s["spanId"]) for r, s in self.spans if s["name"] == "megatron.train_step"}
+
+        def step_of(rank, span):
+            at = span.get("parentSpanId", "")
+            for _ in range(64):
+                if (rank, at) in step_ids or not at:
+                    return at
+                at = parent_of.get((rank, at), "")
+            return ""
+
         by_parent = collections.defaultdict(list)
         for rank, s in self.spans:
             if s["name"] == "megatron.pp.recv_forward.linked":
-                by_parent[(rank, s.get("parentSpanId", ""))].append(s)
+                by_parent[(rank, step_of(rank, s))].append(s)
         trace_ids = set()
         for step, ranks in steps.items():
             self.assertEqual(sorted(ranks), list(range(WORLD)), f"step {step}")
@@ -102,12 +115,14 @@ class PythonPipelineTrace(unittest.TestCase):
                     self.assertEqual(l["links"][0]["spanId"], source["spanId"])
         self.assertEqual(len(trace_ids), STEPS, "each step has its own trace")
 
-    def test_microbatch_spans_are_children_of_the_step(self):
-        step_ids = {(r, s["spanId"]) for r, s in self.spans if s["name"] == "megatron.train_step"}
+    def test_the_schedule_nests_in_forward_backward_inside_the_step(self):
+        by_id = {(r, s["spanId"]): s for r, s in self.spans}
         forwards = [(r, s) for r, s in self.spans if s["name"] == "megatron.microbatch.forward"]
         self.assertEqual(len(forwards), WORLD * STEPS * MICROBATCHES)
         for r, s in forwards:
-            self.assertIn((r, s["parentSpanId"]), step_ids)
+            parent = by_id[(r, s["parentSpanId"])]
+            self.assertEqual(parent["name"], "megatron.forward_backward")
+            self.assertEqual(by_id[(r, parent["parentSpanId"])]["name"], "megatron.train_step")
 
 
 class PythonStartupCheck(unittest.TestCase):

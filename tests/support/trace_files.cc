@@ -49,6 +49,18 @@ std::vector<std::string> check_correlation(const std::vector<ExportedSpan>& span
   std::map<std::pair<std::int64_t, std::int64_t>, const ExportedSpan*> step_spans;
   std::map<std::string, const ExportedSpan*> by_id;
   for (const auto& s : spans) by_id[s.span_id] = &s;
+  // A descendant of `ancestor` in its file (a linked span may sit in
+  // forward_backward, inside the step span).
+  const auto within = [&](const ExportedSpan& s, const ExportedSpan& ancestor) {
+    const ExportedSpan* at = &s;
+    for (int depth = 0; depth < 64 && !at->parent_span_id.empty(); ++depth) {
+      if (at->parent_span_id == ancestor.span_id) return true;
+      const auto it = by_id.find(at->parent_span_id);
+      if (it == by_id.end() || it->second->file != s.file) return false;
+      at = it->second;
+    }
+    return false;
+  };
   for (const auto& s : spans) {
     if (s.name != "megatron.train_step") continue;
     auto key = std::make_pair(s.int_attr("dl.step"), s.int_attr("dl.rank"));
@@ -78,8 +90,7 @@ std::vector<std::string> check_correlation(const std::vector<ExportedSpan>& span
       const int stage = static_cast<int>(mine.int_attr("dl.pipeline_parallel.rank"));
       int linked = 0;
       for (const auto& s : spans) {
-        if (s.name != "megatron.pp.recv_forward.linked" || s.parent_span_id != mine.span_id)
-          continue;
+        if (s.name != "megatron.pp.recv_forward.linked" || !within(s, mine)) continue;
         ++linked;
         if (s.trace_id != root->trace_id) complain(where + ": linked span in another trace");
         if (s.links.size() != 1) {
