@@ -19,6 +19,7 @@
 #include "lens/error.h"
 #include "lens/pipeline_stats.h"
 #include "lens/startup_agreement.h"
+#include "lens/step_context.h"
 #include "lens/step_trace.h"
 #include "local_launcher.h"
 #include "pipeline_schedule.h"
@@ -176,7 +177,12 @@ int run_rank(const TrainOptions& o) {
   report.replica = replica;
   try {
     {
-      Span job = tracer.start_span(SpanGroup::kJob, "megatron.job");
+      // One job trace: every rank's job span in it (ids from the agreed run
+      // key), rank 0's the one the others link to; each step links to it.
+      Span job = telemetry ? tracer.start_span(SpanGroup::kJob, "megatron.job",
+                                               job_span_start(*telemetry, rank))
+                           : Span();
+      step_trace.set_job_span(job);
       job.set_attribute("dl.pipeline_parallel.size", o.pp);
       job.set_attribute("dl.data_parallel.size", o.dp);
       job.set_attribute("dl.num_microbatches", o.microbatches);

@@ -20,6 +20,7 @@
 
 #include "lens/carrier.h"
 #include "lens/parallel_layout.h"
+#include "lens/span.h"
 #include "lens/span_context.h"
 #include "lens/span_record.h"
 #include "lens/step_budget.h"
@@ -59,6 +60,15 @@ StepCarrier derive_step_context(const Telemetry& telemetry, TraceScope scope, st
 /// reserved span id, so links to the source's step span resolve. Other
 /// ranks' step spans are roots of the same trace with ids of their own.
 SpanContext step_span_context(const StepCarrier& carrier, bool reserved_here);
+
+/// The job's one trace: every rank's `megatron.job` span in it, with ids
+/// from the agreed run key and run id (the same on every rank). Global rank
+/// 0's job span takes this context's span id; every other rank's is a root
+/// of the same trace with its own span id and a Link to rank 0's.
+/// StartOptions for `rank`'s job span (the sampler decides on the trace id,
+/// alike everywhere).
+SpanContext job_span_context(const Telemetry& telemetry);
+StartOptions job_span_start(const Telemetry& telemetry, int global_rank);
 
 /// Throws ConfigError unless `config` can run `pipeline` scope: the run key
 /// must have been agreed at start-up (every replica derives global rank 0's

@@ -147,6 +147,11 @@ class StepTrace {
   /// destructor never runs a collective.
   void finish();
 
+  /// The rank's job span (started with job_span_start, step_context.h):
+  /// every later step span links to it, so a viewer can go from a step to
+  /// its job. Nothing when it is not recording or not sampled.
+  void set_job_span(const Span& job);
+
   /// True when this StepTrace measures clocks (the same on every rank).
   bool measures_clocks() const { return clock_ != nullptr; }
 
@@ -174,6 +179,7 @@ class StepTrace {
   bool prefetch_ = false;
   PendingTraceContext pending_{nullptr};  ///< the next step's, when prefetching
   std::optional<StepCarrier> carrier_;    ///< this step's, for recv_forward_linked
+  std::optional<SpanContext> job_;        ///< the rank's job span, linked from each step span
   std::unique_ptr<ClockSchedule> clock_;
   bool finished_ = false;
 };

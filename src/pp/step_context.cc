@@ -4,6 +4,7 @@
 
 #include <array>
 #include <chrono>
+#include <limits>
 
 #include "lens/error.h"
 #include "pipeline_counters.h"
@@ -111,6 +112,28 @@ std::optional<SpanLink> global_rank_zero_link(const Telemetry& telemetry,
   anchor.trace_flags = carrier.context.trace_flags;
   anchor.remote = true;
   return SpanLink{anchor, {{"lens.link", std::string("global_rank_0_step")}}};
+}
+
+SpanContext job_span_context(const Telemetry& telemetry) {
+  // A salt no (dp, tp) replica salt takes: those have both halves non-zero.
+  constexpr std::uint64_t kJobSalt = 0x6a6f62;  // "job"
+  SpanContext job = derived_context(telemetry.config().run_key, telemetry.config().run_id,
+                                    std::numeric_limits<std::uint64_t>::max(), kJobSalt);
+  job.trace_flags = telemetry.sampler().should_sample_root(job.trace_id) ? TraceFlags::kSampled : 0;
+  return job;
+}
+
+StartOptions job_span_start(const Telemetry& telemetry, int global_rank) {
+  SpanContext job = job_span_context(telemetry);
+  StartOptions start;
+  start.root = true;
+  start.context = job;
+  if (global_rank != 0) {
+    start.context->span_id = SpanId();
+    job.remote = true;
+    start.links.push_back({job, {{"lens.link", std::string("global_rank_0_job")}}});
+  }
+  return start;
 }
 
 void require_pipeline_scope_settings(const Config& config) {

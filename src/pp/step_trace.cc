@@ -161,9 +161,19 @@ std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step, Span& early) 
   return carrier;
 }
 
+void StepTrace::set_job_span(const Span& job) {
+  // Only to a span that is exported: a link to a dropped one would dangle.
+  if (job.recording() && job.context().sampled()) {
+    job_ = job.context();
+  } else {
+    job_.reset();
+  }
+}
+
 Span StepTrace::start_step_span(std::uint64_t step, const std::optional<StepCarrier>& carrier) {
   StartOptions start;
   start.root = true;
+  if (job_) start.links.push_back({*job_, {{"lens.link", std::string("job")}}});
   if (carrier) {
     start.context = step_span_context(*carrier, source());
     if (scope_ == TraceScope::kPipeline)

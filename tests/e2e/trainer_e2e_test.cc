@@ -311,6 +311,11 @@ TEST(TrainerScale, PipelineScopeGivesEachReplicaATraceLinkedToRankZero) {
     replica_of[f.rank] = f.replica;
   }
   expect_lens_check_passes(run);
+  std::string job_trace;
+  for (const auto& f : run.files)
+    for (const auto& s : f.spans)
+      if (s.name == "megatron.job") job_trace = s.trace_id;
+  ASSERT_FALSE(job_trace.empty());
   for (int step = 0; step < r.steps; ++step) {
     const auto spans = step_spans_of(run, step);
     ASSERT_EQ(spans.size(), 4u) << "step " << step;
@@ -318,11 +323,16 @@ TEST(TrainerScale, PipelineScopeGivesEachReplicaATraceLinkedToRankZero) {
     std::map<int, std::set<std::string>> traces;  // replica -> trace ids
     for (const auto& [rank, s] : spans) {
       traces[replica_of[rank]].insert(s->trace_id);
+      // Besides its link to its rank's job span (in the job's trace).
+      std::vector<std::pair<std::string, std::string>> to_steps;
+      for (const auto& l : s->links)
+        if (l.first != job_trace) to_steps.push_back(l);
+      EXPECT_EQ(to_steps.size() + 1, s->links.size()) << "rank " << rank << ": a link to the job";
       if (replica_of[rank] == 0) {
-        EXPECT_TRUE(s->links.empty()) << "rank " << rank;
+        EXPECT_TRUE(to_steps.empty()) << "rank " << rank;
       } else {
-        ASSERT_EQ(s->links.size(), 1u) << "rank " << rank;
-        EXPECT_EQ(s->links[0], std::make_pair(global0->trace_id, global0->span_id))
+        ASSERT_EQ(to_steps.size(), 1u) << "rank " << rank;
+        EXPECT_EQ(to_steps[0], std::make_pair(global0->trace_id, global0->span_id))
             << "rank " << rank;
       }
     }
@@ -685,8 +695,9 @@ TEST(TrainerErrors, VirtualStagesNeedAPipelineAndMicrobatchesAMultipleOfIt) {
 
 // What a person reads in a trace viewer: the source's step span is the
 // step's first span on any rank (it opens before its broadcast), every
-// linked span starts after the span it links to, and the schedule's spans
-// nest in megatron.forward_backward, inside the step.
+// linked span starts after the span it links to, the schedule's spans
+// nest in megatron.forward_backward, inside the step, and the job is one
+// trace that every step links to.
 TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
   TrainerRun r;
   r.pp = 3;
@@ -726,6 +737,27 @@ TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
       ++nested;
     }
   EXPECT_GT(nested, 0);
+  // One job trace: every rank's job span in it, the others linking to rank
+  // 0's, and every step span linking to its own rank's job span.
+  std::map<int, const lens::tools::SpanRow*> job_of;
+  for (const auto& f : run.files)
+    for (const auto& s : f.spans)
+      if (s.name == "megatron.job") job_of[f.rank] = &s;
+  ASSERT_EQ(job_of.size(), 3u);
+  for (const auto& [rank, job] : job_of) {
+    EXPECT_EQ(job->trace_id, job_of.at(0)->trace_id) << "rank " << rank;
+    if (rank != 0) {
+      ASSERT_EQ(job->links.size(), 1u) << "rank " << rank;
+      EXPECT_EQ(job->links[0].second, job_of.at(0)->span_id);
+    }
+  }
+  for (int step = 0; step < r.steps; ++step)
+    for (const auto& [rank, s] : step_spans_of(run, step)) {
+      bool to_job = false;
+      for (const auto& [trace, target] : s->links)
+        to_job |= target == job_of.at(rank)->span_id && trace == job_of.at(rank)->trace_id;
+      EXPECT_TRUE(to_job) << "step " << step << " on rank " << rank << " does not link to its job";
+    }
 }
 
 TEST(TrainerLaunch, ByHandWithTorchrunVariablesRankZeroServesTheStore) {
