@@ -122,6 +122,10 @@ int run_lens(int argc, char** argv) {
   exp->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
   exp->add_option("--perfetto", perfetto, "Chrome trace-event JSON for Perfetto UI");
   exp->add_option("--jaeger", jaeger, "JSON for Jaeger UI's file upload");
+  JaegerOptions jaeger_options;
+  exp->add_flag("--plain-service-name", jaeger_options.plain_service_name,
+                "Jaeger: keep each rank's service name as it is (default: \"<service> r<rank> "
+                "s<stage>\", so ranks are told apart)");
 
   bool raw_clock = false;
   for (auto* command : {summary, analyze, diff, timeline, exp})
@@ -324,7 +328,7 @@ int run_lens(int argc, char** argv) {
         ExportCounts c;
         try {
           c = perfetto_format ? export_perfetto(dir, out, view_options(dir))
-                              : export_jaeger(dir, out, view_options(dir));
+                              : export_jaeger(dir, out, view_options(dir), jaeger_options);
         } catch (...) {
           out.close();
           std::filesystem::remove(path);  // no half-written file left behind

@@ -217,15 +217,46 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
 
 namespace {
 
+// A Jaeger tag with the attribute's type: numbers as numbers (full
+// precision), booleans as booleans, the rest as strings.
+json jaeger_tag(const std::string& key, const std::string& text, char type) {
+  try {
+    if (type == 'i') return {{"key", key}, {"type", "int64"}, {"value", std::stoll(text)}};
+    if (type == 'd') return {{"key", key}, {"type", "float64"}, {"value", std::stod(text)}};
+  } catch (const std::exception&) {
+    // Not a number after all: kept as the text it is.
+  }
+  if (type == 'b') return {{"key", key}, {"type", "bool"}, {"value", text == "true"}};
+  return {{"key", key}, {"type", "string"}, {"value", text}};
+}
+
+char type_of(const std::map<std::string, char>& types, const std::string& key) {
+  const auto it = types.find(key);
+  return it == types.end() ? 's' : it->second;
+}
+
 // One Jaeger trace entry per trace id for a part of the run.
-std::map<std::string, json> jaeger_traces(const Run& part, ExportCounts& counts) {
+std::map<std::string, json> jaeger_traces(const Run& part, ExportCounts& counts,
+                                          const JaegerOptions& options) {
   std::map<std::string, json> traces;  // trace id -> {traceID, spans, processes}
   for (const auto& f : part.files) {
     const std::string process = "p" + std::to_string(f.rank);
-    const json process_json = {
-        {"serviceName", f.service_name.empty() ? "unknown" : f.service_name},
-        {"tags", json::array({{{"key", "dl.rank"}, {"type", "int64"}, {"value", f.rank}},
-                              {{"key", "nemo.run.id"}, {"type", "string"}, {"value", f.run_id}}})}};
+    // A process per rank, told apart by its service name ("megatron-lm r1
+    // s1": rank and stage) unless the plain name is asked for, with every
+    // resource attribute as a tag.
+    std::string service = f.service_name.empty() ? "unknown" : f.service_name;
+    if (!options.plain_service_name) {
+      service += " r" + std::to_string(f.rank);
+      if (const auto stage = f.resource.find("dl.pipeline_parallel.rank");
+          stage != f.resource.end())
+        service += " s" + stage->second;
+    }
+    json process_tags = json::array();
+    for (const auto& [k, v] : f.resource)
+      process_tags.push_back(jaeger_tag(k, v, type_of(f.resource_types, k)));
+    if (!f.resource.count("dl.rank"))
+      process_tags.push_back({{"key", "dl.rank"}, {"type", "int64"}, {"value", f.rank}});
+    const json process_json = {{"serviceName", service}, {"tags", process_tags}};
     for (const auto& s : f.spans) {
       json& trace = traces[s.trace_id];
       if (trace.is_null())
@@ -241,7 +272,7 @@ std::map<std::string, json> jaeger_traces(const Run& part, ExportCounts& counts)
       }
       json tags = json::array();
       for (const auto& [k, v] : s.attributes)
-        tags.push_back({{"key", k}, {"type", "string"}, {"value", v}});
+        tags.push_back(jaeger_tag(k, v, type_of(s.attribute_types, k)));
       // Kind and status as Jaeger's own OTLP translator writes them, so a
       // failed span keeps its error mark.
       if (const char* kind = span_kind_tag(s.kind))
@@ -285,7 +316,7 @@ void merge_trace(json& entry, json& extra) {
 }  // namespace
 
 ExportCounts export_jaeger(const std::filesystem::path& dir, std::ostream& out,
-                           const StreamOptions& options) {
+                           const StreamOptions& options, const JaegerOptions& jaeger) {
   // Jaeger's UI keeps one entry per traceID, so each trace must be written
   // whole. Steps are written as they are read, to a temporary file (a line
   // per trace, after its id); a trace that also has spans among those in no
@@ -305,12 +336,12 @@ ExportCounts export_jaeger(const std::filesystem::path& dir, std::ostream& out,
     Run rest = stream_steps(
         dir,
         [&](StepWindow& w) {
-          for (auto& [id, entry] : jaeger_traces(w.run, counts))
+          for (auto& [id, entry] : jaeger_traces(w.run, counts, jaeger))
             tmp << id << ' ' << entry.dump() << '\n';
         },
         options);
     collect_warnings(rest, counts);
-    std::map<std::string, json> leftovers = jaeger_traces(rest, counts);
+    std::map<std::string, json> leftovers = jaeger_traces(rest, counts, jaeger);
     tmp.close();
     if (!tmp) throw std::runtime_error("cannot write the temporary file " + tmp_path);
 

@@ -34,7 +34,15 @@ struct ExportCounts {
 
 ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out,
                              const StreamOptions& options = {});
+struct JaegerOptions {
+  /// Each rank's process keeps the plain service name instead of
+  /// "<service> r<rank> s<stage>".
+  bool plain_service_name = false;
+};
+
+/// One process per rank with every resource attribute as a typed tag, span
+/// tags with their types, links as FOLLOWS_FROM references.
 ExportCounts export_jaeger(const std::filesystem::path& dir, std::ostream& out,
-                           const StreamOptions& options = {});
+                           const StreamOptions& options = {}, const JaegerOptions& jaeger = {});
 
 }  // namespace lens::tools

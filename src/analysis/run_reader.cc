@@ -44,6 +44,7 @@ RankFile RankFile::without_spans() const {
   m.replica = replica;
   m.tensor_rank = tensor_rank;
   m.resource = resource;
+  m.resource_types = resource_types;
   m.lines = lines;
   m.warnings = warnings;
   return m;
@@ -78,7 +79,12 @@ std::string scalar_text(const json& v) {
     return std::to_string(int_field(*it, "intValue"));
   if (auto it = v.find("boolValue"); it != v.end()) return it->get<bool>() ? "true" : "false";
   if (auto it = v.find("doubleValue"); it != v.end()) {
-    if (it->is_number()) return std::to_string(it->get<double>());
+    if (it->is_number()) {
+      // The shortest text that reads back as the same double.
+      char buf[32];
+      const auto r = std::to_chars(buf, buf + sizeof buf, it->get<double>());
+      return std::string(buf, r.ptr);
+    }
     const std::string& d = it->get_ref<const std::string&>();  // "NaN", "Infinity", "-Infinity"
     if (d != "NaN" && d != "Infinity" && d != "-Infinity")
       throw std::runtime_error("doubleValue is not a number");
@@ -88,6 +94,15 @@ std::string scalar_text(const json& v) {
   // arrayValue, kvlistValue: their JSON text; the line's depth was checked
   // before it was parsed, so printing it recurses a bounded number of times.
   return v.empty() ? std::string() : v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// The type scalar_text's value had: 'i', 'd' (a finite number), 'b', or 's'.
+char scalar_type(const json& v) {
+  if (!v.is_object()) return 's';
+  if (v.contains("intValue")) return 'i';
+  if (v.contains("boolValue")) return 'b';
+  if (auto it = v.find("doubleValue"); it != v.end() && it->is_number()) return 'd';
+  return 's';
 }
 
 // A fixed64 time in nanoseconds: a decimal string (OTLP/JSON) or a number.
@@ -167,9 +182,11 @@ void read_line(RankFile& file, const std::string& line) {
   for (const auto& rs : array_or_empty(req, "resourceSpans")) {
     std::map<std::string, std::string> resource;
     if (auto r = rs.find("resource"); r != rs.end() && r->is_object())
-      for (const auto& kv : array_or_empty(*r, "attributes"))
-        resource[string_or_empty(kv, "key")] =
-            kv.contains("value") ? scalar_text(kv.at("value")) : std::string();
+      for (const auto& kv : array_or_empty(*r, "attributes")) {
+        const std::string key = string_or_empty(kv, "key");
+        resource[key] = kv.contains("value") ? scalar_text(kv.at("value")) : std::string();
+        file.resource_types[key] = kv.contains("value") ? scalar_type(kv.at("value")) : 's';
+      }
     const int rank = resource_int(resource, "dl.rank");
     if (rank >= 0) file.rank = rank;
     if (int w = resource_int(resource, "dl.world_size"); w >= 0) file.world_size = w;
@@ -206,9 +223,11 @@ void read_line(RankFile& file, const std::string& line) {
                 *c, {"STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR"}, "status code");
           row.status_message = string_or_empty(*st, "message");
         }
-        for (const auto& kv : array_or_empty(s, "attributes"))
-          row.attributes[string_or_empty(kv, "key")] =
-              kv.contains("value") ? scalar_text(kv.at("value")) : std::string();
+        for (const auto& kv : array_or_empty(s, "attributes")) {
+          const std::string key = string_or_empty(kv, "key");
+          row.attributes[key] = kv.contains("value") ? scalar_text(kv.at("value")) : std::string();
+          row.attribute_types[key] = kv.contains("value") ? scalar_type(kv.at("value")) : 's';
+        }
         for (const auto& l : array_or_empty(s, "links")) {
           if (!l.contains("traceId") || !l.contains("spanId"))
             throw std::runtime_error("a link has no traceId or spanId");

@@ -36,7 +36,10 @@ struct SpanRow {
   int kind = 0;         // OTLP SpanKind: 0 unspecified, 1 internal, 2 server, 3 client, ...
   int status_code = 0;  // OTLP StatusCode: 0 unset, 1 ok, 2 error
   std::string status_message;
-  std::map<std::string, std::string> attributes;           // scalar values as text
+  std::map<std::string, std::string> attributes;  // scalar values as text
+  // Each attribute's type as read: 'i' int, 'd' double (finite), 'b' bool,
+  // 's' anything else (strings, bytes, arrays, NaN and infinities).
+  std::map<std::string, char> attribute_types;
   std::vector<std::pair<std::string, std::string>> links;  // (trace id, span id)
 
   std::int64_t int_attr(const std::string& key, std::int64_t fallback = -1) const;
@@ -54,6 +57,7 @@ struct RankFile {
   int replica = -1;           // dl.data_parallel.rank
   int tensor_rank = -1;       // dl.tensor_parallel.rank
   std::map<std::string, std::string> resource;  // every resource attribute, as text
+  std::map<std::string, char> resource_types;   // their types, as SpanRow::attribute_types
   std::vector<SpanRow> spans;
   std::size_t lines = 0;
   std::vector<std::string> warnings;

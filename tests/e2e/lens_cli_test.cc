@@ -290,8 +290,10 @@ TEST_F(LensCli, JaegerExportHasProcessesAndParentFirstReferences) {
     for (const auto& s : trace["spans"]) {
       EXPECT_EQ(s["traceID"], trace["traceID"]);
       ASSERT_TRUE(trace["processes"].contains(s["processID"].get<std::string>()));
-      EXPECT_EQ(trace["processes"][s["processID"].get<std::string>()]["serviceName"],
-                "megatron-lm");
+      // A process per rank, named by rank and stage.
+      const std::string service =
+          trace["processes"][s["processID"].get<std::string>()]["serviceName"];
+      EXPECT_TRUE(std::regex_match(service, std::regex(R"(megatron-lm r\d s\d)"))) << service;
       if (s["operationName"] == "megatron.pp.recv_forward.linked") {
         ++linked;
         ASSERT_EQ(s["references"].size(), 2u);
@@ -301,6 +303,74 @@ TEST_F(LensCli, JaegerExportHasProcessesAndParentFirstReferences) {
     }
   }
   EXPECT_GT(linked, 0);
+}
+
+// The Jaeger export read back: every span of the files with every
+// attribute, typed as in OTLP (numbers as numbers at full precision), and
+// every rank's whole resource as its process's tags; nothing lost.
+TEST_F(LensCli, JaegerExportRoundTripsEveryAttributeWithItsType) {
+  const fs::path out = base_ / "jaeger-typed.json";
+  Result r = run(lens("export " + run_dir_.string() + " --jaeger " + out.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(out);
+  const json exported = json::parse(in);
+  // The typed value a Jaeger tag must carry for an OTLP AnyValue.
+  const auto expected_tag = [](const json& v) -> std::pair<std::string, json> {
+    if (v.contains("intValue")) return {"int64", std::stoll(v["intValue"].get<std::string>())};
+    if (v.contains("doubleValue")) return {"float64", v["doubleValue"]};
+    if (v.contains("boolValue")) return {"bool", v["boolValue"]};
+    return {"string", v.value("stringValue", "")};
+  };
+  std::map<std::string, json> jaeger_spans;  // span id -> span
+  std::map<std::string, json> processes;     // process id -> process
+  for (const auto& trace : exported["data"]) {
+    for (const auto& sp : trace["spans"]) jaeger_spans[sp["spanID"]] = sp;
+    for (const auto& [id, p] : trace["processes"].items()) processes[id] = p;
+  }
+  std::size_t spans = 0, attributes = 0;
+  for (const auto& e : fs::directory_iterator(run_dir_))
+    for (const auto& l : read_lines(e.path())) {
+      const json line = json::parse(l);
+      for (const auto& rs : line["resourceSpans"]) {
+        std::string process;
+        for (const auto& a : rs["resource"]["attributes"])
+          if (a["key"] == "dl.rank") process = "p" + a["value"]["intValue"].get<std::string>();
+        ASSERT_TRUE(processes.count(process)) << process;
+        std::map<std::string, json> process_tags;
+        for (const auto& t : processes[process]["tags"]) process_tags[t["key"]] = t;
+        for (const auto& a : rs["resource"]["attributes"]) {
+          const auto [type, value] = expected_tag(a["value"]);
+          ASSERT_TRUE(process_tags.count(a["key"])) << "resource " << a["key"];
+          EXPECT_EQ(process_tags[a["key"]]["type"], type) << a["key"];
+          EXPECT_EQ(process_tags[a["key"]]["value"], value) << a["key"];
+        }
+        for (const auto& ss : rs["scopeSpans"])
+          for (const auto& sp : ss["spans"]) {
+            ++spans;
+            ASSERT_TRUE(jaeger_spans.count(sp["spanId"])) << sp["name"];
+            std::map<std::string, json> tags;
+            for (const auto& t : jaeger_spans[sp["spanId"]]["tags"]) tags[t["key"]] = t;
+            for (const auto& a : sp.value("attributes", json::array())) {
+              ++attributes;
+              const auto [type, value] = expected_tag(a["value"]);
+              ASSERT_TRUE(tags.count(a["key"])) << sp["name"] << " " << a["key"];
+              EXPECT_EQ(tags[a["key"]]["type"], type) << sp["name"] << " " << a["key"];
+              EXPECT_EQ(tags[a["key"]]["value"], value) << sp["name"] << " " << a["key"];
+            }
+          }
+      }
+    }
+  EXPECT_EQ(jaeger_spans.size(), spans) << "one Jaeger span per span of the files";
+  EXPECT_GT(attributes, 0u);
+  // --plain-service-name keeps the name the live OTLP path uses.
+  Result plain = run(
+      lens("export " + run_dir_.string() + " --jaeger " + out.string() + " --plain-service-name"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  std::ifstream again(out);
+  const json plain_export = json::parse(again);
+  for (const auto& trace : plain_export["data"])
+    for (const auto& [id, p] : trace["processes"].items())
+      EXPECT_EQ(p["serviceName"], "megatron-lm") << id;
 }
 
 TEST_F(LensCli, UsageErrorsExitWithTwo) {
@@ -744,7 +814,7 @@ class ClockAlignmentCli : public ::testing::Test {
       for (const auto& s : trace["spans"])
         if (s["operationName"] == "megatron.train_step")
           for (const auto& t : s["tags"])
-            if (t["key"] == "dl.step") step = std::stoll(t["value"].get<std::string>());
+            if (t["key"] == "dl.step") step = t["value"].get<std::int64_t>();  // typed
       if (step < 0) continue;
       for (const auto& s : trace["spans"]) {
         const int rank = std::stoi(s["processID"].get<std::string>().substr(1));
