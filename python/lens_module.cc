@@ -301,20 +301,33 @@ PerTelemetry& per_telemetry() {
   const std::uint64_t instance = t ? t->instance() : 0;
   if (instance != state.owner) {
     state.tracer = t ? t->tracer(lens::kDefaultTracerName) : lens::Tracer();
-    // Shared where more than one rank decides a step (step_context.h).
-    const bool shared = t && (t->config().step_context == lens::StepContextMode::kDerived ||
-                              t->config().trace_scope == lens::TraceScope::kPipeline);
-    state.budget = lens::StepBudget(t ? t->config().step_budget_per_minute : 0, shared);
-    // Step checks where StepTrace runs them: derived contexts, and the
-    // pipeline scope's shared step budget (its rate is renewed at them).
-    const bool checked = shared && (t->config().step_context == lens::StepContextMode::kDerived ||
-                                    t->config().step_budget_per_minute > 0);
-    state.checks = lens::StepCheckSchedule(checked ? t->config().step_verify_steps : 0);
+    // As StepTrace does (step_context.h): a shared budget where more than
+    // one rank decides a step, and the step checks that renew it. A setting
+    // that cannot work is raised by step_check_due, at the first step.
+    const lens::TraceScope scope = t ? t->config().trace_scope : lens::TraceScope::kWorld;
+    state.budget = lens::StepBudget(t ? t->config().step_budget_per_minute : 0,
+                                    t && lens::step_budget_shared(t->config(), scope));
+    std::uint32_t every = 0;
+    try {
+      if (t) every = lens::step_check_interval(t->config(), scope);
+    } catch (const lens::ConfigError&) {
+    }
+    state.checks = lens::StepCheckSchedule(every);
     state.clock.reset();
     state.clock_engine.reset();
     state.owner = instance;
   }
   return state;
+}
+
+// The telemetry a step's context is made with; refuses pipeline scope
+// without its settings, as StepTrace does.
+lens::Telemetry* step_telemetry() {
+  lens::Telemetry* t = lens::get_telemetry();
+  if (!t) throw std::runtime_error("lens: telemetry is not initialised");
+  if (t->config().trace_scope == lens::TraceScope::kPipeline)
+    lens::require_pipeline_scope_settings(t->config());
+  return t;
 }
 
 // A str's UTF-8 bytes without a copy (CPython caches them in the object).
@@ -597,12 +610,9 @@ PYBIND11_MODULE(_lens, m) {
   m.def(
       "reserve_step_carrier",
       [](std::uint64_t step) {
-        lens::Telemetry* t = lens::get_telemetry();
-        if (!t) throw std::runtime_error("lens: telemetry is not initialised");
         // As StepScope does on a source rank (step_trace.h).
+        lens::Telemetry* t = step_telemetry();
         const lens::Config& cfg = t->config();
-        if (cfg.trace_scope == lens::TraceScope::kPipeline)
-          lens::require_pipeline_scope_settings(cfg);
         PyCarrier c;
         c.carrier = lens::reserve_step_context(*t, cfg.trace_scope, cfg.rank.value_or(0), step,
                                                per_telemetry().budget);
@@ -613,12 +623,9 @@ PYBIND11_MODULE(_lens, m) {
   m.def(
       "derive_step_carrier",
       [](std::uint64_t step, bool reserved_here) {
-        lens::Telemetry* t = lens::get_telemetry();
-        if (!t) throw std::runtime_error("lens: telemetry is not initialised");
         // As StepScope does in derived mode (step_trace.h).
+        lens::Telemetry* t = step_telemetry();
         const lens::Config& cfg = t->config();
-        if (cfg.trace_scope == lens::TraceScope::kPipeline)
-          lens::require_pipeline_scope_settings(cfg);
         PyCarrier c;
         c.carrier = lens::derive_step_context(*t, cfg.trace_scope, step, per_telemetry().budget);
         c.reserved_here = reserved_here;
@@ -628,14 +635,7 @@ PYBIND11_MODULE(_lens, m) {
   m.def("step_check_due", [] {
     lens::Telemetry* t = lens::get_telemetry();
     if (!t) return false;
-    const lens::Config& c = t->config();
-    const bool shared = c.step_context == lens::StepContextMode::kDerived ||
-                        c.trace_scope == lens::TraceScope::kPipeline;
-    if (shared && c.step_budget_per_minute > 0 && c.step_verify_steps == 0)
-      throw lens::ConfigError(
-          "LENS_STEP_BUDGET with LENS_STEP_CONTEXT=derived or LENS_TRACE_SCOPE=pipeline needs "
-          "LENS_STEP_VERIFY_STEPS above 0: the budget every rank spends alike is renewed at "
-          "each step check");
+    lens::step_check_interval(t->config(), t->config().trace_scope);  // throws what cannot work
     return per_telemetry().checks.due();
   });
   m.def(

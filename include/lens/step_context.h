@@ -70,6 +70,18 @@ SpanContext step_span_context(const StepCarrier& carrier, bool reserved_here);
 SpanContext job_span_context(const Telemetry& telemetry);
 StartOptions job_span_start(const Telemetry& telemetry, int global_rank);
 
+/// True when more than one rank decides each step's sampling (every rank
+/// in `derived` mode, each replica's source in `pipeline` scope): the step
+/// budget is then a schedule they compute alike (StepBudget, shared).
+bool step_budget_shared(const Config& config, TraceScope scope);
+
+/// How often the step check runs (step_check.h), in opened steps; 0 when
+/// it does not: in `derived` mode every LENS_STEP_VERIFY_STEPS steps, and
+/// where a shared step budget's rate must be renewed. Throws ConfigError for
+/// a shared step budget with LENS_STEP_VERIFY_STEPS=0 (nothing would renew
+/// it) and for `derived` in `pipeline` scope without this rank's dp and tp.
+std::uint32_t step_check_interval(const Config& config, TraceScope scope);
+
 /// Throws ConfigError unless `config` can run `pipeline` scope: the run key
 /// must have been agreed at start-up (every replica derives global rank 0's
 /// step context from it) and this rank's global rank known (global rank 0

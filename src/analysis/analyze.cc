@@ -73,9 +73,7 @@ Analysis AnalysisBuilder::finish() {
   out.microbatches = microbatches_;
   out.virtual_stages = virtual_stages_;
   if (!bubble_.empty()) out.bubble_p50 = percentile(bubble_, 0.5);
-  if (stages_ > 0 && microbatches_ > 0)
-    out.theoretical_bubble = static_cast<double>(stages_ - 1) /
-                             (static_cast<double>(virtual_stages_) * microbatches_ + stages_ - 1);
+  out.theoretical_bubble = theoretical_bubble(stages_, microbatches_, virtual_stages_);
   out.steps = steps_;
   out.step_p50_ms = percentile(step_ms_, 0.5);
   out.step_p95_ms = percentile(step_ms_, 0.95);
@@ -161,8 +159,7 @@ std::string format_table(const Analysis& a) {
   out += line;
   if (a.bubble_p50 >= 0) {
     std::snprintf(line, sizeof line, "bubble: measured p50 %.3f, theoretical %s = %.3f\n",
-                  a.bubble_p50, a.virtual_stages > 1 ? "(P-1)/(VM+P-1)" : "(P-1)/(M+P-1)",
-                  a.theoretical_bubble);
+                  a.bubble_p50, theoretical_bubble_formula(a.virtual_stages), a.theoretical_bubble);
     out += line;
   }
   if (a.steps == 0) {

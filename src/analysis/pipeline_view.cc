@@ -111,4 +111,14 @@ PipelineView build_view(const Run& run) {
   return view;
 }
 
+double theoretical_bubble(int stages, int microbatches, int virtual_stages) {
+  if (stages <= 0 || microbatches <= 0) return -1;
+  return static_cast<double>(stages - 1) /
+         (static_cast<double>(std::max(1, virtual_stages)) * microbatches + stages - 1);
+}
+
+const char* theoretical_bubble_formula(int virtual_stages) {
+  return virtual_stages > 1 ? "(P-1)/(VM+P-1)" : "(P-1)/(M+P-1)";
+}
+
 }  // namespace lens::tools

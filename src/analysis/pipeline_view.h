@@ -59,4 +59,11 @@ struct PipelineView {
 
 PipelineView build_view(const Run& run);
 
+// The schedule's idle share of the forward-backward window: (P-1) slots of
+// one chunk's forward + backward against V M of them busy (Megatron's
+// (P-1)/(VM) of the ideal time); -1 when P or M is unknown. And its formula
+// as the reports print it.
+double theoretical_bubble(int stages, int microbatches, int virtual_stages);
+const char* theoretical_bubble_formula(int virtual_stages);
+
 }  // namespace lens::tools

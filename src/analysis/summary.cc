@@ -62,13 +62,8 @@ void SummaryBuilder::add(const PipelineView& view) {
 Summary SummaryBuilder::finish(const PipelineView& rest) {
   add(rest);
   Summary out = std::move(out_);
-  // The idle share of the window: (P-1) slots of (forward + backward) of
-  // one chunk against V M of them busy (Megatron's (P-1)/(VM) of the ideal
-  // time).
-  if (out.pipeline_stages > 0 && out.microbatches > 0)
-    out.theoretical_bubble =
-        static_cast<double>(out.pipeline_stages - 1) /
-        (static_cast<double>(out.virtual_stages) * out.microbatches + out.pipeline_stages - 1);
+  out.theoretical_bubble =
+      theoretical_bubble(out.pipeline_stages, out.microbatches, out.virtual_stages);
   if (bubble_rows_ > 0) out.measured_bubble = bubble_sum_ / bubble_rows_;
   for (const auto& [stage, c] : compute_by_stage_) {
     const double per_step = c.first / c.second;
@@ -118,7 +113,7 @@ std::string format_table(const Summary& s) {
     std::snprintf(line, sizeof line, "pipeline: %d stages, %d microbatches per step\n",
                   s.pipeline_stages, s.microbatches);
   out += line;
-  const char* formula = s.virtual_stages > 1 ? "(P-1)/(VM+P-1)" : "(P-1)/(M+P-1)";
+  const char* formula = theoretical_bubble_formula(s.virtual_stages);
   if (s.measured_bubble >= 0) {
     std::snprintf(line, sizeof line,
                   "bubble: measured %.3f (mean over steps and ranks), theoretical %s = %.3f\n",

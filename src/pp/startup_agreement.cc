@@ -8,9 +8,12 @@
 #include "byte_order.h"
 #include "lens/carrier.h"
 #include "lens/error.h"
+#include "rank_list.h"
 
 namespace lens {
 namespace {
+
+using detail::rank_list;
 
 // One rank's settings as exchanged, fixed size, little-endian:
 //   0  4  magic "LNSA"          17  1  trace scope
@@ -116,14 +119,6 @@ Settings decode(const std::uint8_t* r) {
   const std::size_t n = std::min<std::size_t>(r[16], kMaxRunIdBytes);
   s.run_id.assign(reinterpret_cast<const char*>(r + kRunIdAt), n);
   return s;
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out;
-  for (std::size_t i = 0; i < ranks.size() && i < 16; ++i)
-    out += (i ? "," : "") + std::to_string(ranks[i]);
-  if (ranks.size() > 16) out += ",... (" + std::to_string(ranks.size()) + " ranks)";
-  return out;
 }
 
 }  // namespace

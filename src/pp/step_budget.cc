@@ -1,9 +1,9 @@
 // StepBudget: LENS_STEP_BUDGET as the source's own token bucket or as a
 // schedule every deciding rank computes alike (step_budget.h).
+#include "lens/step_budget.h"
+
 #include <algorithm>
 #include <cmath>
-
-#include "lens/step_budget.h"
 
 namespace lens {
 

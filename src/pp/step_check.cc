@@ -10,9 +10,12 @@
 
 #include "byte_order.h"
 #include "pipeline_counters.h"
+#include "rank_list.h"
 
 namespace lens {
 namespace {
+
+using detail::rank_list;
 
 // One rank's record, little-endian:
 //    0  4  magic "LNSC"      16  4  dp (-1: none)
@@ -22,14 +25,6 @@ namespace {
 //    8  8  step
 constexpr std::uint8_t kMagic[4] = {'L', 'N', 'S', 'C'};
 constexpr std::uint16_t kRecordVersion = 1;
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out;
-  for (std::size_t i = 0; i < ranks.size() && i < 16; ++i)
-    out += (i ? "," : "") + std::to_string(ranks[i]);
-  if (ranks.size() > 16) out += ",... (" + std::to_string(ranks.size()) + " ranks)";
-  return out;
-}
 
 [[noreturn]] void fail(int my_rank, const std::string& what) {
   throw StepCheckError("lens: step check failed on rank " + std::to_string(my_rank) + ": " + what);

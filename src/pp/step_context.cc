@@ -36,6 +36,16 @@ SpanContext derived_context(std::uint64_t run_key, std::string_view run_id, std:
   return c;
 }
 
+// Throws the ConfigError of `derived` in pipeline scope without this rank's
+// coordinates, when they are missing.
+void require_derived_coordinates(const Config& config) {
+  if (config.coordinates.dp >= 0 && config.coordinates.tp >= 0) return;
+  throw ConfigError(
+      "LENS_STEP_CONTEXT=derived in pipeline scope needs this rank's data- and "
+      "tensor-parallel coordinates (TelemetryOptions::coordinates, coordinates= in Python): "
+      "each replica's trace is derived from them");
+}
+
 std::int64_t steady_now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -58,11 +68,7 @@ StepCarrier derive_step_context(const Telemetry& telemetry, TraceScope scope, st
   derived.context = anchor;
   if (scope == TraceScope::kPipeline) {
     const ParallelCoordinates& at = config.coordinates;
-    if (at.dp < 0 || at.tp < 0)
-      throw ConfigError(
-          "LENS_STEP_CONTEXT=derived in pipeline scope needs this rank's data- and "
-          "tensor-parallel coordinates (TelemetryOptions::coordinates, coordinates= in Python): "
-          "each replica's trace is derived from them");
+    if (at.dp < 0 || at.tp < 0) require_derived_coordinates(config);
     if (at.dp != 0 || at.tp != 0) {
       // Coordinates up to 2^30 each: the salt is never 0.
       const std::uint64_t salt = (std::uint64_t(at.dp) + 1) << 32 | (std::uint64_t(at.tp) + 1);
@@ -134,6 +140,23 @@ StartOptions job_span_start(const Telemetry& telemetry, int global_rank) {
     start.links.push_back({job, {{"lens.link", std::string("global_rank_0_job")}}});
   }
   return start;
+}
+
+bool step_budget_shared(const Config& config, TraceScope scope) {
+  return config.step_context == StepContextMode::kDerived || scope == TraceScope::kPipeline;
+}
+
+std::uint32_t step_check_interval(const Config& config, TraceScope scope) {
+  const bool derived = config.step_context == StepContextMode::kDerived;
+  const bool spends = step_budget_shared(config, scope) && config.step_budget_per_minute > 0;
+  if (spends && config.step_verify_steps == 0)
+    throw ConfigError("LENS_STEP_BUDGET=" + std::to_string(config.step_budget_per_minute) +
+                      " with " +
+                      (derived ? "LENS_STEP_CONTEXT=derived" : "LENS_TRACE_SCOPE=pipeline") +
+                      " needs LENS_STEP_VERIFY_STEPS above 0: the budget every rank spends "
+                      "alike is renewed at each step check");
+  if (derived && scope == TraceScope::kPipeline) require_derived_coordinates(config);
+  return derived || spends ? config.step_verify_steps : 0;
 }
 
 void require_pipeline_scope_settings(const Config& config) {

@@ -51,34 +51,16 @@ StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions 
 
 void StepTrace::set_up_checks(Communicator* job_comm) {
   const Config& config = telemetry_->config();
-  // Where more than one rank decides a step (every rank when derived, each
-  // replica's source in pipeline scope), the budget is a schedule they all
-  // compute alike, renewed at each step check.
-  const bool derived = mode_ == StepContextMode::kDerived;
-  const bool shared_budget = derived || scope_ == TraceScope::kPipeline;
-  budget_ = StepBudget(config.step_budget_per_minute, shared_budget);
-  const bool spends = shared_budget && config.step_budget_per_minute > 0;
-  if (spends && config.step_verify_steps == 0)
-    throw ConfigError("LENS_STEP_BUDGET=" + std::to_string(config.step_budget_per_minute) +
-                      " with " +
-                      (derived ? "LENS_STEP_CONTEXT=derived" : "LENS_TRACE_SCOPE=pipeline") +
-                      " needs LENS_STEP_VERIFY_STEPS above 0: the budget every rank spends "
-                      "alike is renewed at each step check");
-  if (spends && job_comm == nullptr)
+  budget_ = StepBudget(config.step_budget_per_minute, step_budget_shared(config, scope_));
+  const std::uint32_t every = step_check_interval(config, scope_);
+  if (every == 0) return;
+  if (budget_.shared() && config.step_budget_per_minute > 0 && job_comm == nullptr)
     throw ConfigError(
         "LENS_STEP_BUDGET in pipeline scope needs StepTraceOptions::"
         "job_communicator (every rank of the job): every replica spends the "
         "budget alike, renewed over it at each step check");
-  if (derived && scope_ == TraceScope::kPipeline &&
-      (config.coordinates.dp < 0 || config.coordinates.tp < 0))
-    throw ConfigError(
-        "LENS_STEP_CONTEXT=derived in pipeline scope needs this rank's data- and "
-        "tensor-parallel coordinates (TelemetryOptions::coordinates, coordinates= in Python): "
-        "each replica's trace is derived from them");
-  if (derived ? config.step_verify_steps > 0 : spends) {
-    check_comm_ = job_comm != nullptr ? job_comm : comm_;
-    checks_ = StepCheckSchedule(config.step_verify_steps);
-  }
+  check_comm_ = job_comm != nullptr ? job_comm : comm_;
+  checks_ = StepCheckSchedule(every);
 }
 
 void StepTrace::check_if_due(std::uint64_t step, const std::optional<StepCarrier>& derived) {
