@@ -41,6 +41,10 @@ namespace {
 struct PyCarrier {
   lens::StepCarrier carrier;
   bool reserved_here = false;
+  // On the source: when its context was reserved, before the broadcast, on
+  // the span clock. Its step span starts then, so that it is the step's
+  // first span and every link points back in time.
+  std::optional<std::int64_t> reserved_at_unix_ns;
 };
 
 lens::SpanGroup group_from_name(std::string_view name) {
@@ -285,6 +289,8 @@ struct PerTelemetry {
   // The clock sync's engine and schedule, made at the first sample.
   std::unique_ptr<PythonPointToPoint> clock_engine;
   std::unique_ptr<lens::ClockSchedule> clock;
+  // The rank's job span (start_job_span), which every step span links to.
+  std::optional<lens::SpanContext> job;
 };
 
 // step_context= as lens.init takes it: "broadcast" or "derived".
@@ -315,6 +321,7 @@ PerTelemetry& per_telemetry() {
     state.checks = lens::StepCheckSchedule(every);
     state.clock.reset();
     state.clock_engine.reset();
+    state.job.reset();
     state.owner = instance;
   }
   return state;
@@ -374,10 +381,14 @@ std::unique_ptr<PySpan> start_span(std::string_view name, std::string_view group
   lens::Tracer& tracer = per_telemetry().tracer;
   if (!tracer.enabled(g)) return std::make_unique<PySpan>(lens::Span());
   lens::StartOptions start;
+  if (g == lens::SpanGroup::kStep && per_telemetry().job)
+    start.links.push_back({*per_telemetry().job, {{"lens.link", std::string("job")}}});
   if (join) {
     // A step span joins the step's shared trace as a root span; the source
-    // rank's takes the span id it broadcast, so the others' links resolve.
+    // rank's takes the span id it broadcast, so the others' links resolve,
+    // and starts when it reserved the context, before its broadcast.
     start.context = lens::step_span_context(join->carrier, join->reserved_here);
+    if (join->reserved_here) start.start_time_unix_ns = join->reserved_at_unix_ns;
     // Pipeline scope: a replica's step span links to global rank 0's.
     const lens::Telemetry* t = lens::get_telemetry();
     if (t && t->config().trace_scope == lens::TraceScope::kPipeline) {
@@ -614,6 +625,7 @@ PYBIND11_MODULE(_lens, m) {
         lens::Telemetry* t = step_telemetry();
         const lens::Config& cfg = t->config();
         PyCarrier c;
+        c.reserved_at_unix_ns = t->now_unix_ns();
         c.carrier = lens::reserve_step_context(*t, cfg.trace_scope, cfg.rank.value_or(0), step,
                                                per_telemetry().budget);
         c.reserved_here = true;
@@ -686,17 +698,41 @@ PYBIND11_MODULE(_lens, m) {
       py::arg("carrier"));
   m.def(
       "accept_carrier_frame",
-      [](const py::bytes& frame, std::optional<std::uint64_t> expected_step,
-         bool reserved_here) -> std::optional<PyCarrier> {
+      [](const py::bytes& frame, std::optional<std::uint64_t> expected_step, bool reserved_here,
+         const std::optional<PyCarrier>& reserved) -> std::optional<PyCarrier> {
         const std::string_view bytes = frame;
         auto c = lens::accept_carrier_frame(
             std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bytes.data()),
                                           bytes.size()),
             expected_step);
         if (!c) return std::nullopt;
-        return PyCarrier{*c, reserved_here};
+        PyCarrier accepted{*c, reserved_here};
+        // The source's own reservation: its step span starts when it was made.
+        if (reserved_here && reserved) accepted.reserved_at_unix_ns = reserved->reserved_at_unix_ns;
+        return accepted;
       },
-      py::arg("frame"), py::arg("expected_step") = py::none(), py::arg("reserved_here") = false);
+      py::arg("frame"), py::arg("expected_step") = py::none(), py::arg("reserved_here") = false,
+      py::arg("reserved") = py::none());
+  m.def(
+      "start_job_span",
+      [](int rank, const py::dict& attributes) {
+        // As the trainer's (step_context.h): every rank's job span in the
+        // job's one trace, rank 0's the one the others link to; the step
+        // spans started after it link to it.
+        lens::Telemetry* t = lens::get_telemetry();
+        PerTelemetry& state = per_telemetry();
+        if (t == nullptr || !state.tracer.enabled(lens::SpanGroup::kJob))
+          return std::make_unique<PySpan>(lens::Span());
+        lens::Span job = state.tracer.start_span(lens::SpanGroup::kJob, "megatron.job",
+                                                 lens::job_span_start(*t, rank));
+        PyObject *key = nullptr, *value = nullptr;
+        Py_ssize_t at = 0;
+        while (PyDict_Next(attributes.ptr(), &at, &key, &value)) set_py_attribute(job, key, value);
+        // Only a span that is exported: a link to a dropped one would dangle.
+        if (job.recording() && job.context().sampled()) state.job = job.context();
+        return std::make_unique<PySpan>(std::move(job));
+      },
+      py::arg("rank"), py::arg("attributes") = py::dict());
   m.def("set_pp_trace_carrier",
         [](const std::optional<PyCarrier>& c) { lens::set_pp_trace_carrier(unwrap(c)); });
   m.def("get_pp_trace_carrier", []() -> std::optional<PyCarrier> {

@@ -219,6 +219,7 @@ int run_lens(int argc, char** argv) {
             "note: %zu links point at ranks the export filter left out; they cannot be "
             "verified\n",
             r.unverifiable_links);
+      if (!r.start_order.empty()) std::printf("note: %s\n", r.start_order.c_str());
       std::printf("%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), r.files, r.steps,
                   r.spans,
                   r.violations.empty()

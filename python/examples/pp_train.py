@@ -9,6 +9,8 @@ the reference page's, in a few lines:
 
   * at start-up: lens.distributed.init (every rank checks that all have the
     same lens settings, and takes rank 0's run id);
+  * around the training loop: lens.distributed.job_span (every rank's
+    megatron.job in the job's one trace; each step span links to it);
   * before each step span: broadcast_trace_context from rank 0 (through
     step_trace_context, which with LENS_STEP_CONTEXT=derived derives the
     context instead, with no collective per step), then
@@ -131,6 +133,10 @@ def run_rank(args):
     losses = []
 
     traced = stages > 1 and lens.get_telemetry() is not None
+    # One job trace: every rank's megatron.job span in it; each step span
+    # links to its rank's (a no-op span without telemetry).
+    job = lens.distributed.job_span(rank, **{"dl.pipeline_parallel.size": stages,
+                                             "dl.num_microbatches": args.microbatches})
     for step in range(args.steps):
         # Clock samples (docs/clock-alignment.md): at the first step, then
         # when the schedule says, never per step.
@@ -144,6 +150,7 @@ def run_rank(args):
                 carrier = lens.distributed.step_trace_context(numbered, rank=rank, src_rank=0)
             except lens.StepCheckError as error:  # every rank raises it alike
                 print(f"pp_train: rank {rank}: {error}", file=sys.stderr, flush=True)
+                job.end()
                 lens.shutdown()
                 return 1
             lens.state.set_pp_trace_carrier(carrier)
@@ -223,6 +230,7 @@ def run_rank(args):
             return 1
     if traced:
         lens.distributed.sync_clocks()  # the closing sample, on every rank
+    job.end()
     stats = lens.distributed._lens.pipeline_stats()
     dist.barrier()
     lens.shutdown()

@@ -122,7 +122,10 @@ def broadcast_trace_context(rank, src_rank=0, group=None, step=None):
         _lens.write_failure_record(f"lens: rank {rank}", detail)
         raise
     received = bytes(tensor.cpu().tolist())
-    carrier = _lens.accept_carrier_frame(received, expected_step=step, reserved_here=source)
+    # The source's step span starts when it reserved the context, before
+    # this broadcast: the step's first span, which every link points back to.
+    carrier = _lens.accept_carrier_frame(received, expected_step=step, reserved_here=source,
+                                         reserved=local)
     # Pipeline scope with a step budget: every replica's source spends it
     # alike, its rate renewed at a step check every LENS_STEP_VERIFY_STEPS
     # steps (over the world group; records without a trace).
@@ -208,6 +211,21 @@ def clock_sync_due(step):
     at the steps global rank 0 chose from LENS_CLOCK_SYNC_STEPS / _SECONDS
     (the same answer on every rank)."""
     return _lens.clock_sync_due(int(step))
+
+
+def job_span(rank, **attributes):
+    """The rank's ``megatron.job`` span, started now: a lens.Span to end()
+    after the training loop. It is not made current (a step span joining
+    the step's trace is a root of it; a ``with`` block would make the
+    job the parent of the spans inside, as Python nesting does).
+
+    Every rank's job span is in the job's one trace, whose ids come from the
+    run key lens.distributed.init agreed: rank 0's is the one the others
+    link to, and every step span started while it is open links to its
+    rank's job span, so a viewer can go from any step to its job. ``rank``
+    is the global rank. A no-op span when the "job" group is off.
+    """
+    return _lens.start_job_span(int(rank), attributes)
 
 
 def create_linked_span(name, remote_carrier=None, **attributes):

@@ -47,7 +47,53 @@ bool within(const SpanRow& s, const SpanRow& ancestor, const PipelineView& view)
   return false;
 }
 
+std::string micros(std::int64_t ns) { return std::to_string(ns / 1000) + " us"; }
+
+bool in_schedule(SpanKind kind) {
+  return kind == SpanKind::kForward || kind == SpanKind::kBackward || kind == SpanKind::kP2p ||
+         kind == SpanKind::kLinked;
+}
+
+// The first few distinct link targets of a rank's step spans are counted:
+// the job span is one of them (every step links to it); the others (rank
+// 0's step span, in pipeline scope) change from step to step.
+constexpr std::size_t kCountedLinkTargets = 16;
+
 }  // namespace
+
+StartOrder StartOrder::of(const std::set<std::string>& hosts, const std::set<int>& ranks,
+                          const ClockAlignment& clock) {
+  StartOrder order;
+  const std::vector<int> sampled_list = clock.ranks();
+  const std::set<int> sampled(sampled_list.begin(), sampled_list.end());
+  const bool every_rank_sampled =
+      !clock.empty() && std::all_of(ranks.begin(), ranks.end(),
+                                    [&](int r) { return r == 0 || sampled.count(r) != 0; });
+  if (every_rank_sampled) {
+    order.clock = &clock;
+    order.tolerance_ns = kSameHostSlackNs + clock.max_uncertainty_ns();
+    order.how = "start times compared on rank 0's clock (the run's clock samples), within " +
+                micros(order.tolerance_ns);
+  } else if (hosts.size() <= 1) {
+    order.how = "start times compared on one host's clock, within " + micros(order.tolerance_ns);
+  } else {
+    order.judged = false;
+    order.how = "start times not compared: the ranks are on " + std::to_string(hosts.size()) +
+                " hosts, and not every rank has clock samples (LENS_CLOCK_SYNC)";
+  }
+  return order;
+}
+
+std::int64_t StartOrder::start_of(const SpanRow& span) const {
+  return span.start_ns + (clock ? clock->offset_at(span.rank, span.start_ns) : 0);
+}
+
+std::string RunChecker::start_order() const {
+  if (!ordered_seen_ && unordered_seen_)
+    return "start times not compared: the step contexts are derived or prefetched, which "
+           "does not order the ranks' steps";
+  return order_.how;
+}
 
 std::string format_violation(const Violation& v) {
   std::string where;
@@ -78,6 +124,7 @@ void RunChecker::check_spans(const Run& part, const PipelineView& view,
                                 ", which is not in the run",
                             span_label(s)});
       }
+      if (s.name == "megatron.job") job_of_rank_[s.rank] = {s.trace_id, s.span_id};
       auto t = s.attributes.find("nemo.span.truncated");
       if (t != s.attributes.end() && t->second == "true")
         found_.push_back({-1, s.rank,
@@ -88,8 +135,57 @@ void RunChecker::check_spans(const Run& part, const PipelineView& view,
   }
 }
 
+void RunChecker::check_start_order(const StepView& sv, const StepOnRank& source,
+                                   const std::vector<const StepOnRank*>& pipeline) {
+  const SpanRow& first = *source.step_span;
+  const std::int64_t first_start = order_.start_of(first);
+  for (const StepOnRank* sr : pipeline) {
+    if (sr == &source) continue;  // its spans are its step span's children: the parent check
+    const SpanRow* earliest = nullptr;
+    for (const SpanRow* s : sr->spans) {
+      const std::int64_t ahead = first_start - order_.start_of(*s);
+      if (kind_of(*s) == SpanKind::kLinked && ahead > order_.tolerance_ns)
+        found_.push_back({sv.step, sr->rank,
+                          "linked span starts " + micros(ahead) + " before the span it links to (" +
+                              span_label(first) + " of rank " + std::to_string(source.rank) + ")",
+                          span_label(*s)});
+      if (!earliest || s->start_ns < earliest->start_ns) earliest = s;
+    }
+    if (earliest == nullptr) continue;
+    const std::int64_t ahead = first_start - order_.start_of(*earliest);
+    if (ahead > order_.tolerance_ns)
+      found_.push_back({sv.step, sr->rank,
+                        "starts " + micros(ahead) + " before the source's step span (rank " +
+                            std::to_string(source.rank) +
+                            "'s): the source's step span opens first, before its broadcast",
+                        span_label(*earliest)});
+  }
+}
+
+void RunChecker::check_nesting(const StepView& sv, const StepOnRank& sr, const PipelineView& view) {
+  std::vector<const SpanRow*> around;
+  for (const SpanRow* s : sr.spans)
+    if (kind_of(*s) == SpanKind::kForwardBackward) around.push_back(s);
+  if (around.empty()) return;  // the forward_backward group is off: nothing to nest in
+  std::size_t outside = 0;
+  const SpanRow* first = nullptr;
+  for (const SpanRow* s : sr.spans) {
+    if (!in_schedule(kind_of(*s))) continue;
+    if (std::any_of(around.begin(), around.end(),
+                    [&](const SpanRow* fb) { return within(*s, *fb, view); }))
+      continue;
+    if (outside++ == 0) first = s;
+  }
+  if (outside > 0)
+    found_.push_back({sv.step, sr.rank,
+                      std::to_string(outside) +
+                          " schedule span(s) (microbatch, p2p, linked) not inside "
+                          "megatron.forward_backward, where the schedule runs",
+                      span_label(*first)});
+}
+
 void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool pipeline_scope,
-                            const std::map<int, std::pair<int, int>>& pipeline_of) {
+                            const std::map<int, std::pair<int, int>>& pipeline_of, bool ordered) {
   // The pipelines sharing a trace: every rank in world scope; each (dp, tp)
   // pipeline in pipeline scope.
   const auto pipeline = [&](int rank) {
@@ -148,6 +244,11 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
     }
     step_traces.insert(step_span.trace_id);
     stages_.push_back({sv.step, rank, sr.stage, span_label(step_span)});
+    ++steps_of_rank_[rank];
+    auto& targets = step_link_targets_[rank];
+    for (const auto& [t, sp] : step_span.links)
+      if (targets.count(sp) || targets.size() < kCountedLinkTargets) ++targets[sp];
+    check_nesting(sv, sr, view);
 
     std::size_t linked = 0;
     bool has_p2p = false;
@@ -208,6 +309,11 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
     // Judged at the end, when the number of stages is known for sure.
     if (sr.stage > 0) linked_.push_back({sv.step, rank, sr.stage, linked, has_p2p});
   }
+  if (ordered && order_.judged) {
+    std::map<std::pair<int, int>, std::vector<const StepOnRank*>> members;
+    for (const auto& [rank, sr] : sv.ranks) members[pipeline(rank)].push_back(&sr);
+    for (const auto& [p, src] : source) check_start_order(sv, *src, members[p]);
+  }
   for (const auto& trace : step_traces) {
     auto [it, fresh] = step_of_trace_.emplace(trace, sv.step);
     if (!fresh && it->second != sv.step)
@@ -215,6 +321,31 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
                         "trace id " + trace + " was already step " + std::to_string(it->second) +
                             "'s: two steps share one trace",
                         ""});
+  }
+}
+
+void RunChecker::check_job(std::vector<Violation>& out) {
+  if (job_of_rank_.empty()) return;
+  const auto zero = job_of_rank_.find(0);
+  const auto& [ref_rank, ref] = zero != job_of_rank_.end() ? *zero : *job_of_rank_.begin();
+  for (const auto& [rank, job] : job_of_rank_) {
+    const std::string label = "megatron.job " + job.second;
+    if (job.first != ref.first)
+      out.push_back({-1, rank,
+                     "megatron.job is in trace " + job.first + ", rank " +
+                         std::to_string(ref_rank) + "'s in " + ref.first +
+                         ": the job is not one trace",
+                     label});
+    const std::size_t steps = steps_of_rank_[rank];
+    const auto& targets = step_link_targets_[rank];
+    const auto linked = targets.find(job.second);
+    const std::size_t linking = linked != targets.end() ? linked->second : 0;
+    if (linking < steps)
+      out.push_back({-1, rank,
+                     std::to_string(steps - linking) + " of " + std::to_string(steps) +
+                         " step spans do not link to this rank's megatron.job span, so a viewer "
+                         "cannot go from those steps to the job",
+                     label});
   }
 }
 
@@ -230,12 +361,20 @@ void RunChecker::add(const Run& run, const PipelineView& view) {
   steps_ += view.steps.size();
 
   bool pipeline_scope = false;
+  // A broadcast orders every rank's step after the source's; a derived or
+  // prefetched context does not.
+  bool ordered = true;
   std::map<int, std::pair<int, int>> pipeline_of;  // rank -> (dp, tp)
   for (const auto& f : run.files) {
     pipeline_scope |= f.trace_scope == "pipeline";
     pipeline_of[f.rank] = {f.replica, f.tensor_rank};
+    const auto mode = f.resource.find("lens.step_context");
+    const auto prefetch = f.resource.find("lens.step_prefetch");
+    ordered &= (mode == f.resource.end() || mode->second == "broadcast") &&
+               (prefetch == f.resource.end() || prefetch->second != "true");
   }
-  for (const auto& sv : view.steps) check_step(sv, view, pipeline_scope, pipeline_of);
+  if (!view.steps.empty()) (ordered ? ordered_seen_ : unordered_seen_) = true;
+  for (const auto& sv : view.steps) check_step(sv, view, pipeline_scope, pipeline_of, ordered);
 }
 
 std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& find_spans) {
@@ -353,11 +492,20 @@ std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& fin
   for (const auto& [rank, counts] : linked_counts_)
     if (counts.size() > 1)
       out.push_back({-1, rank, "the number of linked spans changes from step to step", ""});
+  check_job(out);
   return out;
 }
 
 std::vector<Violation> check_run(const Run& run, const PipelineView& view) {
-  RunChecker checker;
+  std::set<std::string> hosts;
+  std::set<int> ranks;
+  for (const auto& f : run.files) {
+    ranks.insert(f.rank);
+    if (auto h = f.resource.find("host.name"); h != f.resource.end() && !h->second.empty())
+      hosts.insert(h->second);
+  }
+  const ClockAlignment no_samples;
+  RunChecker checker(StartOrder::of(hosts, ranks, no_samples));
   checker.add(run, view);
   Run files;
   files.dir = run.dir;
@@ -368,7 +516,20 @@ std::vector<Violation> check_run(const Run& run, const PipelineView& view) {
 
 CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& options) {
   CheckResult result;
-  RunChecker checker;
+  // Which clocks start times can be compared on: the files' hosts and
+  // ranks (from their first lines) and the run's clock samples.
+  std::set<std::string> hosts;
+  std::set<int> ranks;
+  for (const auto& path : run_files(dir)) {
+    RankFileReader reader(path);
+    if (!reader.next_line()) continue;
+    ranks.insert(reader.file().rank);
+    const auto& resource = reader.file().resource;
+    if (auto h = resource.find("host.name"); h != resource.end() && !h->second.empty())
+      hosts.insert(h->second);
+  }
+  const ClockAlignment clock = read_clock_alignment(dir);
+  RunChecker checker(StartOrder::of(hosts, ranks, clock));
   Run rest = stream_steps(
       dir,
       [&](StepWindow& w) {
@@ -388,6 +549,7 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
     });
   });
   result.steps = checker.steps();
+  result.start_order = checker.start_order();
   result.unverifiable_links = checker.unverifiable_links();
   return result;
 }

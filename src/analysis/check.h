@@ -18,7 +18,17 @@
 // - no span id twice in a trace; on one rank, no child starts before its
 //   parent; every link resolves to a span of the run, in the trace it names;
 // - one file per rank, one run id, a file for every rank (unless an export
-//   filter left ranks out); no span still open at shutdown.
+//   filter left ranks out); no span still open at shutdown;
+// - where a rank has megatron.forward_backward, the schedule's spans
+//   (microbatch forward/backward, p2p, linked) of its step are inside it;
+// - every rank's megatron.job span is in one trace, and every step span
+//   links to its rank's job span;
+// - with broadcast step contexts (not prefetched): the source's step span
+//   starts first, before every other span of its step on any rank of its
+//   pipeline, so every linked span starts after its link target. Start
+//   times of two ranks are compared within a tolerance (StartOrder): on one
+//   host's clock, or on rank 0's clock by the run's clock samples; ranks on
+//   several hosts without samples are not compared.
 // A link whose target's rank was left out by an export filter cannot be
 // verified: it is counted, not failed.
 #pragma once
@@ -30,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "clock_alignment.h"
 #include "pipeline_view.h"
 #include "step_stream.h"
 
@@ -42,10 +53,35 @@ struct Violation {
   std::string span;  // "name span-id" of the span at fault, or empty
 };
 
+// Whether, and within how much, start times of spans on different ranks
+// can be compared.
+struct StartOrder {
+  // Two processes on one host read one clock; their span clocks differ by
+  // the reading of their clock offsets (span_clock.h): microseconds.
+  static constexpr std::int64_t kSameHostSlackNs = 50'000;
+
+  bool judged = true;
+  std::int64_t tolerance_ns = kSameHostSlackNs;
+  // When set, start times are compared on rank 0's clock (must outlive the
+  // checker).
+  const ClockAlignment* clock = nullptr;
+  std::string how;  // in words: on which clock, or why not judged
+
+  // `hosts`: the files' host.name values (empty ones left out); `ranks`:
+  // the files' ranks; `clock`: the run's samples, used when every rank but
+  // 0 has some (then within their largest uncertainty more).
+  static StartOrder of(const std::set<std::string>& hosts, const std::set<int>& ranks,
+                       const ClockAlignment& clock);
+  // A span's start on the clock the comparison uses.
+  std::int64_t start_of(const SpanRow& span) const;
+};
+
 // Checks a run a part at a time: each step's window as it is read (or the
 // whole run at once), then what is left.
 class RunChecker {
  public:
+  explicit RunChecker(StartOrder order = {}) : order_(std::move(order)) {}
+
   // Checks the steps of `view`, built from `part`, and the links and
   // truncation of `part`'s spans.
   void add(const Run& part, const PipelineView& view);
@@ -59,6 +95,9 @@ class RunChecker {
   std::vector<Violation> finish(const Run& files, const FindSpans& find_spans);
 
   std::size_t steps() const { return steps_; }
+  // How start times were compared; "not judged" when every file's step
+  // contexts are derived or prefetched (nothing orders the ranks' steps).
+  std::string start_order() const;
   // Links that point at ranks an export filter left out (known after finish).
   std::size_t unverifiable_links() const { return unverifiable_; }
 
@@ -82,7 +121,11 @@ class RunChecker {
   void check_spans(const Run& part, const PipelineView& view,
                    const std::map<std::string, std::int64_t>& step_of_span);
   void check_step(const StepView& sv, const PipelineView& view, bool pipeline_scope,
-                  const std::map<int, std::pair<int, int>>& pipeline_of);
+                  const std::map<int, std::pair<int, int>>& pipeline_of, bool ordered);
+  void check_start_order(const StepView& sv, const StepOnRank& source,
+                         const std::vector<const StepOnRank*>& pipeline);
+  void check_nesting(const StepView& sv, const StepOnRank& sr, const PipelineView& view);
+  void check_job(std::vector<Violation>& out);
 
   std::vector<Violation> found_;
   std::vector<PendingLink> pending_;
@@ -96,6 +139,14 @@ class RunChecker {
   int virtual_stages_ = 1;
   std::size_t steps_ = 0;
   std::size_t unverifiable_ = 0;
+  StartOrder order_;
+  bool unordered_seen_ = false;  // some part's step contexts do not order the steps
+  bool ordered_seen_ = false;
+  // Each rank's megatron.job span (trace id, span id), and how many of its
+  // step spans link to each of the first targets their links name.
+  std::map<int, std::pair<std::string, std::string>> job_of_rank_;
+  std::map<int, std::map<std::string, std::size_t>> step_link_targets_;
+  std::map<int, std::size_t> steps_of_rank_;
 };
 
 // The whole run, in memory.
@@ -109,6 +160,7 @@ struct CheckResult {
   std::size_t steps = 0, spans = 0, files = 0;
   std::size_t unverifiable_links = 0;  // their targets' ranks were filtered out of the export
   bool pipeline_scope = false;         // some file says lens.trace_scope=pipeline
+  std::string start_order;             // how start times were compared (StartOrder)
 };
 CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& options = {});
 

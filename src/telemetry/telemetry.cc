@@ -56,6 +56,13 @@ Resource build_resource(const Config& c) {
   if (c.coordinates.tp >= 0)
     r.set("dl.tensor_parallel.rank", static_cast<std::int64_t>(c.coordinates.tp));
   r.set("lens.trace_scope", std::string(trace_scope_name(c.trace_scope)));
+  // How steps get their context: what lens check needs to know which
+  // orderings the run guarantees (a broadcast orders the ranks' steps; a
+  // derived or prefetched context does not).
+  r.set("lens.step_context", std::string(step_context_mode_name(c.step_context)));
+  if (c.step_prefetch && c.step_context == StepContextMode::kBroadcast &&
+      c.trace_scope == TraceScope::kWorld)
+    r.set("lens.step_prefetch", true);
   if (!c.export_filter.empty()) r.set("lens.export_filter", c.export_filter.to_string());
   return r;
 }

@@ -67,6 +67,8 @@ struct FakeRun {
   static std::string step_span_id(int step, int rank) {
     return hex_id(0x5000000 + step * 100 + rank, 16);
   }
+  static std::string job_trace() { return hex_id(0xf00, 32); }
+  static std::string job_span_id(int rank) { return hex_id(0x9000 + rank, 16); }
 
   void make() {
     by_rank.assign(ranks, {});
@@ -100,15 +102,14 @@ struct FakeRun {
         FakeSpan step_span{trace_of(step), step_id, "", "megatron.train_step", step_start, t};
         step_span.attributes.push_back(int_attr("dl.step", step));
         step_span.attributes.push_back(int_attr("dl.pipeline_parallel.rank", rank));
+        step_span.links.push_back({{"traceId", job_trace()}, {"spanId", job_span_id(rank)}});
         by_rank[rank].push_back(step_span);
         t += 50;
       }
-      FakeSpan job{hex_id(0xf00 + rank, 32),
-                   hex_id(0x9000 + rank, 16),
-                   "",
-                   "megatron.job",
-                   1'000'000'000,
-                   t};
+      // One job trace: every step span links to its rank's job span, the
+      // others' job spans to rank 0's.
+      FakeSpan job{job_trace(), job_span_id(rank), "", "megatron.job", 1'000'000'000, t};
+      if (rank != 0) job.links.push_back({{"traceId", job_trace()}, {"spanId", job_span_id(0)}});
       job.attributes.push_back(int_attr("dl.pipeline_parallel.size", ranks));
       job.attributes.push_back(int_attr("dl.num_microbatches", microbatches));
       by_rank[rank].push_back(job);
@@ -388,7 +389,7 @@ TEST_F(StepStream, ExportsWriteEverySpanAndEveryLink) {
   EXPECT_EQ(ends, links);
 
   const json jj = json::parse(jaeger.str());
-  EXPECT_EQ(jj["data"].size(), 5u + 3u);  // a trace per step, and each rank's job span
+  EXPECT_EQ(jj["data"].size(), 5u + 1u);  // a trace per step, and the job's
   std::size_t jaeger_spans = 0;
   for (const auto& t : jj["data"]) jaeger_spans += t["spans"].size();
   EXPECT_EQ(jaeger_spans, spans);

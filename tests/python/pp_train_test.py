@@ -125,6 +125,29 @@ class PythonPipelineTrace(unittest.TestCase):
             self.assertEqual(by_id[(r, parent["parentSpanId"])]["name"], "megatron.train_step")
 
 
+    def test_the_source_step_span_is_first_and_the_job_is_one_trace(self):
+        # One host, one clock: rank 0's step span starts no later than any
+        # span of its step on any rank (it opens before its broadcast).
+        step_trace = {s["traceId"]: s["attrs"]["dl.step"] for r, s in self.spans
+                      if s["name"] == "megatron.train_step"}
+        first = {s["traceId"]: int(s["startTimeUnixNano"]) for r, s in self.spans
+                 if s["name"] == "megatron.train_step" and r == 0}
+        self.assertEqual(len(first), STEPS)
+        for r, s in self.spans:
+            if s["traceId"] in first:
+                self.assertGreaterEqual(int(s["startTimeUnixNano"]), first[s["traceId"]],
+                                        f"rank {r} {s['name']} of step {step_trace[s['traceId']]}")
+        jobs = {r: s for r, s in self.spans if s["name"] == "megatron.job"}
+        self.assertEqual(sorted(jobs), list(range(WORLD)))
+        self.assertEqual(len({j["traceId"] for j in jobs.values()}), 1, "one job trace")
+        for r in range(1, WORLD):
+            self.assertEqual([l["spanId"] for l in jobs[r]["links"]], [jobs[0]["spanId"]])
+        for r, s in self.spans:
+            if s["name"] == "megatron.train_step":
+                self.assertIn(jobs[r]["spanId"], [l["spanId"] for l in s.get("links", [])],
+                              f"rank {r} step {s['attrs']['dl.step']} links to its job span")
+
+
 class PythonStartupCheck(unittest.TestCase):
     def test_mismatched_span_groups_fail_every_rank_naming_the_setting(self):
         directory = tempfile.mkdtemp(prefix="lens-py-pp-mismatch-")
