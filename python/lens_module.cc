@@ -706,7 +706,7 @@ PYBIND11_MODULE(_lens, m) {
                                           bytes.size()),
             expected_step);
         if (!c) return std::nullopt;
-        PyCarrier accepted{*c, reserved_here};
+        PyCarrier accepted{*c, reserved_here, std::nullopt};
         // The source's own reservation: its step span starts when it was made.
         if (reserved_here && reserved) accepted.reserved_at_unix_ns = reserved->reserved_at_unix_ns;
         return accepted;
@@ -738,7 +738,7 @@ PYBIND11_MODULE(_lens, m) {
   m.def("get_pp_trace_carrier", []() -> std::optional<PyCarrier> {
     auto c = lens::get_pp_trace_carrier();
     if (!c) return std::nullopt;
-    return PyCarrier{*c, false};
+    return PyCarrier{*c, false, std::nullopt};
   });
   m.def("pipeline_stats", [] {
     const lens::PipelineStats s = lens::pipeline_stats();
@@ -793,12 +793,17 @@ PYBIND11_MODULE(_lens, m) {
       py::arg("timeout") = 30.0);
   m.def(
       "shutdown",
-      [](double timeout) {
-        const auto ms = to_ms(timeout);
+      [](std::optional<double> timeout) {
+        // None: the configured bound (OTEL_BSP_EXPORT_TIMEOUT).
+        lens::Telemetry* t = lens::get_telemetry();
+        const auto ms = timeout ? to_ms(*timeout)
+                        : t && t->config().batch.export_timeout.count() > 0
+                            ? t->config().batch.export_timeout
+                            : std::chrono::milliseconds(30000);
         py::gil_scoped_release release;
         return lens::shutdown_telemetry(ms);
       },
-      py::arg("timeout") = 30.0);
+      py::arg("timeout") = py::none());
   m.def("stats", [] {
     py::dict d;
     lens::Telemetry* t = lens::get_telemetry();
@@ -806,10 +811,13 @@ PYBIND11_MODULE(_lens, m) {
     const lens::TelemetryStats s = t->stats();
     d["queued"] = s.processor.queued;
     d["exported"] = s.processor.exported;
+    d["spooled"] = s.processor.spooled;
     d["export_failed"] = s.processor.export_failed;
     d["dropped_queue_full"] = s.processor.dropped_queue_full;
     d["dropped_at_shutdown"] = s.processor.dropped_at_shutdown;
     d["truncated"] = s.spans_truncated;
+    // Where every span went, in the end-of-run report's words.
+    d["account"] = lens::SpanAccount::of(s).describe();
     return d;
   });
 }

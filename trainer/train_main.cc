@@ -168,7 +168,8 @@ int run_rank(const TrainOptions& o) {
   };
   p2p.on_failure(record_failure);
   ScheduleContext ctx{model,  &data,          &p2p,    &step_trace,
-                      tracer, o.microbatches, replica, stage == o.slow_stage ? o.slow_factor : 1.0};
+                      tracer, o.microbatches, replica, stage == o.slow_stage ? o.slow_factor : 1.0,
+                      {}};
   if (V > 1) ctx.chunks = chunks;
 
   RankReport report;
@@ -251,18 +252,16 @@ int run_rank(const TrainOptions& o) {
     report.trace_file = telemetry->trace_file();
     if (telemetry->config().exporter == "otlp")
       report.otlp_endpoint = telemetry->config().otlp.endpoint;
-    telemetry->shutdown(std::chrono::seconds(30));
+    // Within the configured bound (OTEL_BSP_EXPORT_TIMEOUT); what is not
+    // delivered by then goes to the spool, when one is set.
+    telemetry->shutdown();
     const auto all = telemetry->stats();
-    const auto& stats = all.processor;
-    report.spans_produced = stats.queued + stats.dropped_queue_full;
-    report.spans_exported = stats.exported;
-    report.queue_high_water = stats.queue_high_water;
-    report.spans_dropped =
-        stats.dropped_queue_full + stats.export_failed + stats.dropped_at_shutdown;
+    report.spans = SpanAccount::of(all);
+    report.queue_high_water = all.processor.queue_high_water;
     if (all.delivery) {
       report.otlp_requests = all.delivery->requests;
       report.otlp_retries = all.delivery->retries;
-      report.spans_spooled = all.delivery->spans_spooled;
+      report.backend_unhealthy = all.delivery->backend_unhealthy;
     }
   }
   // Every rank finishes its collectives before any tears its groups down.

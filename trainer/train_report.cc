@@ -29,13 +29,20 @@ void write_report(const RankReport& r, const std::string& path) {
             {"run_id", r.run_id},
             {"trace_file", r.trace_file},
             {"otlp_endpoint", r.otlp_endpoint},
-            {"spans_produced", r.spans_produced},
-            {"spans_exported", r.spans_exported},
+            {"spans_produced", r.spans.ended},
+            {"spans_exported", r.spans.exported},
+            {"spans_spooled", r.spans.spooled},
+            {"spool_path", r.spans.spool_path},
+            {"spans_dropped", r.spans.dropped()},
+            {"spans_dropped_queue_full", r.spans.dropped_queue_full},
+            {"spans_dropped_shutdown", r.spans.dropped_shutdown},
+            {"spans_dropped_export_error", r.spans.dropped_export_error},
+            {"spans_dropped_forked_child", r.spans.dropped_forked_child},
+            {"spans_truncated", r.spans.truncated},
             {"otlp_requests", r.otlp_requests},
             {"otlp_retries", r.otlp_retries},
-            {"spans_spooled", r.spans_spooled},
+            {"backend_unhealthy", r.backend_unhealthy},
             {"queue_high_water", r.queue_high_water},
-            {"spans_dropped", r.spans_dropped},
             {"broadcasts", r.broadcasts},
             {"derived_steps", r.derived_steps},
             {"step_checks", r.step_checks},
@@ -58,13 +65,20 @@ RankReport read_report(const std::string& path) {
   r.run_id = j.at("run_id");
   r.trace_file = j.at("trace_file");
   r.otlp_endpoint = j.value("otlp_endpoint", "");
-  r.spans_produced = j.value("spans_produced", std::uint64_t{0});
-  r.spans_exported = j.at("spans_exported");
-  r.otlp_requests = j.value("otlp_requests", std::uint64_t{0});
-  r.otlp_retries = j.value("otlp_retries", std::uint64_t{0});
-  r.spans_spooled = j.value("spans_spooled", std::uint64_t{0});
-  r.queue_high_water = j.value("queue_high_water", std::uint64_t{0});
-  r.spans_dropped = j.at("spans_dropped");
+  const auto count = [&](const char* key) { return j.value(key, std::uint64_t{0}); };
+  r.spans.ended = count("spans_produced");
+  r.spans.exported = j.at("spans_exported");
+  r.spans.spooled = count("spans_spooled");
+  r.spans.spool_path = j.value("spool_path", "");
+  r.spans.dropped_queue_full = count("spans_dropped_queue_full");
+  r.spans.dropped_shutdown = count("spans_dropped_shutdown");
+  r.spans.dropped_export_error = count("spans_dropped_export_error");
+  r.spans.dropped_forked_child = count("spans_dropped_forked_child");
+  r.spans.truncated = count("spans_truncated");
+  r.otlp_requests = count("otlp_requests");
+  r.otlp_retries = count("otlp_retries");
+  r.backend_unhealthy = count("backend_unhealthy");
+  r.queue_high_water = count("queue_high_water");
   r.broadcasts = j.at("broadcasts");
   r.derived_steps = j.value("derived_steps", std::uint64_t{0});
   r.step_checks = j.value("step_checks", std::uint64_t{0});
@@ -84,13 +98,18 @@ std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int 
   char line[512];
   const RankReport* last = nullptr;  // last stage of replica 0 reports the loss
   const RankReport* first = nullptr;
-  std::uint64_t spans = 0, dropped = 0;
+  SpanAccount spans;  // every rank's, summed
+  bool all_exported = true;
   for (const auto& r : ranks) {
     if (r.stage == pp - 1 && r.replica == 0) last = &r;
     if (r.rank == 0) first = &r;
-    spans += r.spans_exported;
-    dropped += r.spans_dropped;
+    spans.add(r.spans);
+    all_exported &= r.spans.exported == r.spans.ended;
   }
+  // The ranks' spool files sit side by side: name them together.
+  if (!spans.spool_path.empty())
+    spans.spool_path =
+        std::filesystem::path(spans.spool_path).parent_path().string() + "/spool-rank-*.otlp.jsonl";
   const std::size_t steps = first ? first->steps.size() : 0;
   std::snprintf(line, sizeof line,
                 "lens-train: %zu steps, pp=%d dp=%d microbatches=%d (%zu ranks)\n", steps, pp, dp,
@@ -115,10 +134,14 @@ std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int 
     std::snprintf(line, sizeof line, "  tracing       on, span groups %s, run id %s\n",
                   first->span_groups.c_str(), first->run_id.c_str());
     out << line;
-    std::snprintf(line, sizeof line,
-                  "  spans         %llu written (%llu dropped), %llu trace-context broadcasts per "
-                  "rank\n",
-                  static_cast<unsigned long long>(spans), static_cast<unsigned long long>(dropped),
+    out << "  spans         " << spans.describe() << "\n";
+    // Per rank, when some span was not exported: where each rank's went.
+    if (!all_exported)
+      for (const auto& r : ranks) {
+        std::snprintf(line, sizeof line, "    rank %-4d   ", r.rank);
+        out << line << r.spans.describe() << "\n";
+      }
+    std::snprintf(line, sizeof line, "  broadcasts    %llu trace-context broadcasts per rank\n",
                   static_cast<unsigned long long>(first->broadcasts));
     out << line;
     if (first->derived_steps > 0) {
@@ -131,6 +154,13 @@ std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int 
     }
     if (!first->otlp_endpoint.empty()) {
       out << "  traces        sent to " << first->otlp_endpoint << " (OTLP/HTTP)\n";
+      if (spans.spooled > 0) {
+        const std::string spool_dir =
+            std::filesystem::path(spans.spool_path).parent_path().string();
+        out << "  spool         what the backend did not take is in " << spool_dir
+            << "\n                build/bin/lens upload " << spool_dir << " --endpoint "
+            << first->otlp_endpoint << "  (once it answers)\n";
+      }
     } else if (!first->trace_file.empty()) {
       out << "  traces        " << dir
           << "/rank-*.otlp.jsonl (OTLP JSON lines, one file per rank)\n";

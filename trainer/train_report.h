@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "lens/telemetry.h"
+
 namespace lens::train {
 
 struct StepReport {
@@ -25,16 +27,16 @@ struct RankReport {
   bool tracing = false;
   std::string span_groups;
   std::string run_id;
-  std::string trace_file;            // when spans go to files
-  std::string otlp_endpoint;         // when spans go to an OTLP/HTTP endpoint
-  std::uint64_t spans_produced = 0;  // ended and sampled: offered to the processor
-  std::uint64_t spans_exported = 0;
-  std::uint64_t spans_dropped = 0;
+  std::string trace_file;     // when spans go to files
+  std::string otlp_endpoint;  // when spans go to an OTLP/HTTP endpoint
+  // Where every span this rank ended went (telemetry.h): exported, spooled,
+  // dropped by reason, truncated.
+  SpanAccount spans;
   // OTLP/HTTP export only: requests made (retries included), retries, and
-  // spans written to the spool after every attempt failed.
+  // how often the backend was found not answering.
   std::uint64_t otlp_requests = 0;
   std::uint64_t otlp_retries = 0;
-  std::uint64_t spans_spooled = 0;
+  std::uint64_t backend_unhealthy = 0;
   std::uint64_t queue_high_water = 0;  // most spans waiting for export at once
   std::uint64_t broadcasts = 0;        // trace-context broadcasts
   std::uint64_t derived_steps = 0;     // step contexts derived without a collective

@@ -18,9 +18,22 @@
 /// written there as an OTLP JSON line for `lens upload` to send later. Header values (tokens) are
 /// never logged.
 ///
+/// A backend that stops answering, with a spool: a request that times out
+/// is not retried, and a batch that fails for a transient reason (a
+/// timeout, a refused or reset connection, 429/5xx after its retries) marks
+/// the backend unhealthy. Until it answers again, batches go straight to
+/// the spool (nothing waits in memory for it), and every so often (the
+/// retry backoff, 0.5 s doubling to 8 s) one batch is sent as a probe, one
+/// attempt; the first probe answered makes it healthy again. Once a
+/// shutdown has begun (draining) an unhealthy backend is not probed; once
+/// it is past its deadline (interrupt) the request in progress is abandoned
+/// within ~50 ms and nothing more is sent: every batch then goes to the
+/// spool. Without a spool the first failure's warning says how to keep the
+/// spans.
+///
 /// Thread safety: export_spans is called by one thread at a time (the
-/// processor's); stats() and shutdown() may be called from any thread;
-/// shutdown cuts a pending backoff short.
+/// processor's); stats(), draining(), interrupt() and shutdown() may be
+/// called from any thread; interrupt cuts a request or backoff short.
 #pragma once
 
 #include <atomic>
@@ -49,13 +62,24 @@ struct OtlpSendResult {
   std::int64_t rejected = 0;
   std::string rejected_message;  ///< the receiver's partial-success error_message
   int attempts = 0;
-  std::string error;  ///< empty when delivered
+  std::string error;       ///< empty when delivered
+  bool transient = false;  ///< the last failure was one a retry could mend (the backend's state)
+  bool timed_out = false;  ///< the last attempt had no answer within the request timeout
+  bool stopped = false;    ///< `stop` ended it (an attempt abandoned, or no retry)
+};
+
+/// Limits of one send beyond the options'.
+struct OtlpSendPolicy {
+  int max_attempts = 0;             ///< 0: the options'
+  bool give_up_on_timeout = false;  ///< no retry after an attempt that timed out
 };
 
 /// Sends one encoded ExportTraceServiceRequest with the retry rules above.
-/// `stop` (may be null) cuts waiting short when it becomes true.
+/// `stop` (may be null) abandons the attempt in progress (within ~50 ms) and
+/// any retry when it becomes true.
 OtlpSendResult send_otlp_request(const OtlpHttpOptions& options, const std::string& body,
-                                 const std::atomic<bool>* stop = nullptr);
+                                 const std::atomic<bool>* stop = nullptr,
+                                 const OtlpSendPolicy& policy = {});
 
 class OtlpHttpExporter : public SpanExporter {
  public:
@@ -65,20 +89,34 @@ class OtlpHttpExporter : public SpanExporter {
   ExportResult export_spans(const Resource& resource,
                             std::span<const SpanRecord* const> spans) override;
   void shutdown(std::chrono::milliseconds timeout) override;
+  void draining() override;
   void interrupt() override;
 
   std::optional<DeliveryStats> delivery_stats() const override;
   OtlpHttpStats stats() const;
   const OtlpHttpOptions& options() const { return options_; }
+  /// True while the backend is taken as not answering (spool set only).
+  bool backend_unhealthy() const;
 
  private:
-  void spool(const Resource& resource, std::span<const SpanRecord* const> spans);
+  /// The batch to the spool: kSpooled, or kFailure when there is none or it
+  /// cannot be written.
+  ExportResult spool(const Resource& resource, std::span<const SpanRecord* const> spans);
+  void note_failure(const OtlpSendResult& r);
+  void note_answered();
 
   OtlpHttpOptions options_;
-  std::atomic<bool> stopping_{false};
+  std::atomic<bool> stopping_{false};  ///< interrupted: send nothing more
+  std::atomic<bool> draining_{false};  ///< a shutdown has begun
+  std::atomic<bool> probing_{false};   ///< the request in progress is a probe
   mutable std::mutex mu_;
   OtlpHttpStats stats_;
-  std::string body_;  ///< reused buffer
+  std::string body_;                    ///< reused buffer
+  std::atomic<bool> unhealthy_{false};  ///< the backend is taken as not answering
+  // The export thread's own: the next probe.
+  std::chrono::steady_clock::time_point next_probe_{};
+  std::chrono::milliseconds probe_delay_{0};
+  bool warned_without_spool_ = false;
 };
 
 }  // namespace lens

@@ -44,6 +44,30 @@ struct TelemetryStats {
   std::optional<DeliveryStats> delivery;
 };
 
+/// Where every span ended went, in the words of the end-of-run report:
+/// ended = exported + spooled + dropped(), once shut down.
+struct SpanAccount {
+  std::uint64_t ended = 0;
+  std::uint64_t exported = 0;  ///< delivered to the backend, or written to the trace file
+  std::uint64_t spooled = 0;   ///< kept in the spool, for `lens upload`
+  std::string spool_path;      ///< where (empty: no spool)
+  std::uint64_t dropped_queue_full = 0;
+  std::uint64_t dropped_shutdown = 0;      ///< not delivered by the shutdown's deadline
+  std::uint64_t dropped_export_error = 0;  ///< failed, and no spool kept them
+  std::uint64_t dropped_forked_child = 0;  ///< ended in a fork's child
+  std::uint64_t truncated = 0;             ///< of the ended, still open at shutdown
+
+  std::uint64_t dropped() const {
+    return dropped_queue_full + dropped_shutdown + dropped_export_error + dropped_forked_child;
+  }
+  /// Sums two accounts (the spool path kept when they agree).
+  void add(const SpanAccount& other);
+  /// "1258 spans: 0 exported, 1258 spooled (to DIR/spool-rank-0.otlp.jsonl),
+  /// 0 dropped (0 queue full, 0 shutdown, 0 export error), 3 truncated"
+  std::string describe() const;
+  static SpanAccount of(const TelemetryStats& stats);
+};
+
 class Telemetry {
  public:
   /// Builds telemetry from options over the environment. Returns nullptr when
@@ -75,9 +99,15 @@ class Telemetry {
   /// Exports everything ended so far. Returns false on timeout.
   bool flush(std::chrono::milliseconds timeout);
   /// Ends open spans (truncated), exports what is queued within the timeout
-  /// and stops the exporter. Prints dropped/failed counts to stderr if any.
-  /// Idempotent. Returns false if the timeout expired.
+  /// and stops the exporter; past the timeout the request in progress is
+  /// abandoned and what is left goes to the spool (LENS_SPOOL_DIR), if one
+  /// is set, within a second more, or is dropped and counted. When not
+  /// every span was exported, prints the account (SpanAccount::describe) to
+  /// stderr. Idempotent. Returns false if the timeout expired.
   bool shutdown(std::chrono::milliseconds timeout);
+  /// The same, within the configured bound: OTEL_BSP_EXPORT_TIMEOUT
+  /// (Config::batch.export_timeout, default 30 s).
+  bool shutdown();
 
   TelemetryStats stats() const;
 

@@ -114,8 +114,14 @@ def flush(timeout=30.0):
     return _lens.flush(timeout)
 
 
-def shutdown(timeout=30.0):
-    """Ends open spans (truncated), exports what is queued and stops export."""
+def shutdown(timeout=None):
+    """Ends open spans (truncated), exports what is queued and stops export.
+
+    Within ``timeout`` seconds (default: OTEL_BSP_EXPORT_TIMEOUT, 30 s);
+    past it, what is left goes to the spool (LENS_SPOOL_DIR) or is dropped
+    and counted. Each rank says on stderr where every span went when not
+    every one was exported (stats()["account"] says it too).
+    """
     try:
         return _lens.shutdown(timeout)
     finally:

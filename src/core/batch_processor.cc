@@ -12,6 +12,10 @@
 
 namespace lens {
 
+// How long a shutdown past its deadline waits for the exporter to abandon
+// its request and spool what is left.
+constexpr std::chrono::milliseconds kSpoolGrace{1000};
+
 // Two locks: `queue` (a spin lock) guards every field below it and is the
 // only lock the span hot path takes; `wait_mu` exists for the condition
 // variables. Whoever changes a field that a waiter's predicate reads takes
@@ -35,6 +39,7 @@ struct BatchProcessor::State {
   bool forked_child = false;  // a fork's child: no export thread here
   bool stop = false;
   bool thread_done = false;
+  bool past_deadline = false;      // shutdown ran out of time: failures are drops at shutdown
   std::uint64_t flush_target = 0;  // flush until `taken` reaches this
   std::uint64_t taken = 0;         // records taken out of the queue
   std::uint64_t handled = 0;       // records whose export call returned
@@ -105,7 +110,17 @@ void BatchProcessor::State::run() {
     detail::release_records(batch.data(), batch.size());
     locked([&] {
       handled += batch.size();
-      (result == ExportResult::kSuccess ? stats.exported : stats.export_failed) += batch.size();
+      switch (result) {
+        case ExportResult::kSuccess:
+          stats.exported += batch.size();
+          break;
+        case ExportResult::kSpooled:
+          stats.spooled += batch.size();
+          break;
+        case ExportResult::kFailure:
+          (past_deadline ? stats.dropped_at_shutdown : stats.export_failed) += batch.size();
+          break;
+      }
       return 0;
     });
     wake(done_cv);
@@ -219,6 +234,7 @@ bool BatchProcessor::shutdown(std::chrono::milliseconds timeout) {
     return was;
   });
   if (already) return s.locked([&] { return s.thread_done; });
+  s.exporter->draining();
   s.wake(s.work_cv);
   auto thread_done = [&](std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(s.wait_mu);
@@ -226,9 +242,13 @@ bool BatchProcessor::shutdown(std::chrono::milliseconds timeout) {
   };
   bool done = thread_done(timeout);
   if (!done) {
-    // Out of time: ask the exporter to stop retrying, and give it a moment.
+    // Out of time: the exporter abandons the request it waits on and sends
+    // nothing more; it spools what is left if it has a spool (the thread
+    // hands it the rest of the queue, at disk speed), else those spans are
+    // dropped at shutdown. It is given a moment for that.
+    s.locked([&] { return s.past_deadline = true; });
     s.exporter->interrupt();
-    done = thread_done(std::chrono::seconds(1));
+    done = thread_done(kSpoolGrace);
   }
   if (!done) {
     // The exporter is stuck. What is still queued will not go out in time:

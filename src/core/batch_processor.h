@@ -13,13 +13,18 @@
 /// until a span is queued, never spinning.
 ///
 /// Thread safety: enqueue, force_flush, stats and shutdown may be called from
-/// any thread. If shutdown's timeout expires while the exporter is still busy,
-/// the exporter is interrupted (SpanExporter::interrupt) and given one more
-/// second; if it is still busy then, the export thread is left to finish on
-/// its own (it keeps the exporter, and whatever `keep_alive` holds, alive);
-/// the spans it had not taken are then taken out of the queue and counted as
-/// dropped (never exported later), and the batch it is stuck in is counted
-/// when its export call returns, if it does.
+/// any thread. Shutdown tells the exporter it has begun
+/// (SpanExporter::draining) and exports what is queued. If its timeout
+/// expires while the exporter is still busy, the exporter is interrupted
+/// (SpanExporter::interrupt: it abandons its request and sends nothing
+/// more, spooling what it is handed if it has a spool) and given one more
+/// second, in which the thread hands it the rest of the queue; what fails
+/// from then on counts as dropped at shutdown. If it is still busy then,
+/// the export thread is left to finish on its own (it keeps the exporter,
+/// and whatever `keep_alive` holds, alive); the spans it had not taken are
+/// taken out of the queue and counted as dropped at shutdown (never
+/// exported later), and the batch it is stuck in is counted when its
+/// export call returns, if it does.
 #pragma once
 
 #include <chrono>

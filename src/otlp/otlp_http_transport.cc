@@ -60,12 +60,45 @@ bool retryable_curl(CURLcode rc) {
   }
 }
 
+// Runs one transfer on a multi handle, polling `stop` every 50 ms so that
+// a request to a backend that never answers can be abandoned at once (the
+// easy interface would block until the request timeout).
+CURLcode perform_stoppable(CURL* curl, const std::atomic<bool>* stop, bool& stopped) {
+  if (stop == nullptr) return curl_easy_perform(curl);
+  CURLM* multi = curl_multi_init();
+  if (multi == nullptr) return curl_easy_perform(curl);
+  curl_multi_add_handle(multi, curl);
+  CURLcode rc = CURLE_OK;
+  int running = 1;
+  for (;;) {
+    if (curl_multi_perform(multi, &running) != CURLM_OK) {
+      rc = CURLE_FAILED_INIT;
+      break;
+    }
+    if (running == 0) {
+      int left = 0;
+      while (CURLMsg* m = curl_multi_info_read(multi, &left))
+        if (m->msg == CURLMSG_DONE && m->easy_handle == curl) rc = m->data.result;
+      break;
+    }
+    if (stop->load()) {
+      stopped = true;
+      rc = CURLE_ABORTED_BY_CALLBACK;
+      break;
+    }
+    curl_multi_poll(multi, nullptr, 0, 50, nullptr);
+  }
+  curl_multi_remove_handle(multi, curl);
+  curl_multi_cleanup(multi);
+  return rc;
+}
+
 }  // namespace
 
 void init_otlp_http_transport() { global_init(); }
 
 OtlpSendResult send_otlp_request(const OtlpHttpOptions& o, const std::string& body,
-                                 const std::atomic<bool>* stop) {
+                                 const std::atomic<bool>* stop, const OtlpSendPolicy& policy) {
   global_init();
   OtlpSendResult result;
   std::string compressed;
@@ -91,7 +124,9 @@ OtlpSendResult send_otlp_request(const OtlpHttpOptions& o, const std::string& bo
 
   const auto deadline = std::chrono::steady_clock::now() + o.retry_deadline;
   thread_local std::mt19937_64 jitter(IdGenerator::next_u64());
-  for (int attempt = 1; attempt <= std::max(1, o.max_attempts); ++attempt) {
+  const int max_attempts =
+      std::max(1, policy.max_attempts > 0 ? policy.max_attempts : o.max_attempts);
+  for (int attempt = 1; attempt <= max_attempts; ++attempt) {
     result.attempts = attempt;
     Response response;
     curl_easy_reset(curl);
@@ -120,14 +155,22 @@ OtlpSendResult send_otlp_request(const OtlpHttpOptions& o, const std::string& bo
       curl_easy_setopt(curl, CURLOPT_SSLCERT, o.client_certificate.c_str());
       curl_easy_setopt(curl, CURLOPT_SSLKEY, o.client_key.c_str());
     }
-    const CURLcode rc = curl_easy_perform(curl);
+    bool stopped = false;
+    const CURLcode rc = perform_stoppable(curl, stop, stopped);
     long status = 0;
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
     result.http_status = status;
 
     bool retry = false;
+    result.timed_out = rc == CURLE_OPERATION_TIMEDOUT;
+    if (stopped) {
+      result.error = "the request to " + redacted_url(o.endpoint) + " was abandoned unanswered";
+      result.stopped = result.transient = true;
+      break;
+    }
     if (rc == CURLE_OK && status >= 200 && status < 300) {
       result.delivered = true;
+      result.transient = false;
       result.error.clear();
       detail::PartialSuccess partial = o.json ? detail::partial_success_from_json(response.body)
                                               : detail::partial_success_from_proto(response.body);
@@ -143,7 +186,10 @@ OtlpSendResult send_otlp_request(const OtlpHttpOptions& o, const std::string& bo
       result.error = "HTTP " + std::to_string(status) + " from " + redacted_url(o.endpoint);
       retry = detail::retryable_status(status);
     }
-    if (!retry || attempt == o.max_attempts || (stop && stop->load())) break;
+    result.transient = retry;
+    if (result.timed_out && policy.give_up_on_timeout) break;
+    if (stop && stop->load()) result.stopped = true;
+    if (!retry || attempt == max_attempts || result.stopped) break;
     // Exponential backoff with jitter in [0.5, 1.5); the server's Retry-After wins.
     std::uniform_real_distribution<double> spread(0.5, 1.5);
     std::chrono::milliseconds wait =
@@ -154,6 +200,10 @@ OtlpSendResult send_otlp_request(const OtlpHttpOptions& o, const std::string& bo
       break;
     }
     detail::interruptible_sleep(wait, stop);
+    if (stop && stop->load()) {
+      result.stopped = true;
+      break;
+    }
   }
   curl_slist_free_all(headers);
   curl_easy_cleanup(curl);

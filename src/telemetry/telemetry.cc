@@ -137,7 +137,7 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
 
 Telemetry::Telemetry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Telemetry::~Telemetry() { shutdown(impl_->config.batch.export_timeout); }
+Telemetry::~Telemetry() { shutdown(); }
 
 Tracer Telemetry::tracer(std::string_view name, std::string_view version) {
   std::lock_guard<std::mutex> lock(impl_->scopes_mu);
@@ -185,20 +185,56 @@ bool Telemetry::shutdown(std::chrono::milliseconds timeout) {
   if (impl_->core.processor->in_forked_child()) return true;
   impl_->core.truncate_open_spans();
   const bool in_time = impl_->core.processor->shutdown(timeout);
-  const TelemetryStats s = stats();
-  const auto& p = s.processor;
-  if (p.dropped_queue_full || p.export_failed || p.dropped_at_shutdown || s.spans_truncated) {
-    std::fprintf(stderr,
-                 "lens: shutdown: %llu spans exported, %llu dropped (queue full), %llu failed "
-                 "to export, %llu not exported before the shutdown timeout, %llu ended by "
-                 "shutdown (truncated)\n",
-                 static_cast<unsigned long long>(p.exported),
-                 static_cast<unsigned long long>(p.dropped_queue_full),
-                 static_cast<unsigned long long>(p.export_failed),
-                 static_cast<unsigned long long>(p.dropped_at_shutdown),
-                 static_cast<unsigned long long>(s.spans_truncated));
+  const SpanAccount account = SpanAccount::of(stats());
+  if (account.exported != account.ended || account.truncated > 0) {
+    const std::string who =
+        impl_->config.rank ? "rank " + std::to_string(*impl_->config.rank) + ": " : "";
+    std::fprintf(stderr, "lens: %sshutdown: %s\n", who.c_str(), account.describe().c_str());
   }
   return in_time;
+}
+
+bool Telemetry::shutdown() {
+  // 0 (no export deadline) still ends: a shutdown never waits unbounded.
+  const auto bound = impl_->config.batch.export_timeout;
+  return shutdown(bound.count() > 0 ? bound : std::chrono::milliseconds(30000));
+}
+
+void SpanAccount::add(const SpanAccount& o) {
+  ended += o.ended;
+  exported += o.exported;
+  spooled += o.spooled;
+  if (spool_path.empty()) spool_path = o.spool_path;
+  dropped_queue_full += o.dropped_queue_full;
+  dropped_shutdown += o.dropped_shutdown;
+  dropped_export_error += o.dropped_export_error;
+  dropped_forked_child += o.dropped_forked_child;
+  truncated += o.truncated;
+}
+
+std::string SpanAccount::describe() const {
+  const auto n = [](std::uint64_t v) { return std::to_string(v); };
+  std::string out = n(ended) + " spans: " + n(exported) + " exported, " + n(spooled) + " spooled";
+  if (!spool_path.empty()) out += " (to " + spool_path + ")";
+  out += ", " + n(dropped()) + " dropped (" + n(dropped_queue_full) + " queue full, " +
+         n(dropped_shutdown) + " shutdown, " + n(dropped_export_error) + " export error";
+  if (dropped_forked_child > 0) out += ", " + n(dropped_forked_child) + " in a forked child";
+  return out + "), " + n(truncated) + " truncated";
+}
+
+SpanAccount SpanAccount::of(const TelemetryStats& s) {
+  SpanAccount a;
+  const ProcessorStats& p = s.processor;
+  a.ended = p.ended();
+  a.exported = p.exported;
+  a.spooled = p.spooled;
+  a.dropped_queue_full = p.dropped_queue_full;
+  a.dropped_shutdown = p.dropped_at_shutdown;
+  a.dropped_export_error = p.export_failed;
+  a.dropped_forked_child = p.dropped_in_forked_child;
+  a.truncated = s.spans_truncated;
+  if (s.delivery) a.spool_path = s.delivery->spool_path;
+  return a;
 }
 
 std::vector<std::string> Telemetry::mark_open_spans(std::string_view event,

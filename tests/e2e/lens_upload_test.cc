@@ -9,6 +9,7 @@
 #include <regex>
 #include <set>
 
+#include "faulty_endpoint.h"
 #include "otlp_receiver.h"
 #include "run_command.h"
 
@@ -23,11 +24,17 @@ Result run(const std::string& command, const fs::path& dir) {
   return lens::testing::run_command(command, dir / "output.txt");
 }
 
+// The spans in the *.otlp.jsonl files under `dir` (or in the one file it names).
 std::size_t spans_in_files(const fs::path& dir) {
   std::size_t n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (!e.path().string().ends_with(".otlp.jsonl")) continue;
-    std::ifstream in(e.path());
+  std::vector<fs::path> files;
+  if (fs::is_regular_file(dir))
+    files.push_back(dir);
+  else
+    for (const auto& e : fs::recursive_directory_iterator(dir)) files.push_back(e.path());
+  for (const auto& path : files) {
+    if (!path.string().ends_with(".otlp.jsonl")) continue;
+    std::ifstream in(path);
     for (std::string line; std::getline(in, line);) {
       auto j = nlohmann::json::parse(line);
       for (const auto& rs : j["resourceSpans"])
@@ -155,6 +162,50 @@ TEST_F(Upload, AFileNamedTwiceIsSentOnce) {
   EXPECT_EQ(up.exit_code, 0) << up.output;
   EXPECT_EQ(receiver.accepted_spans(), in_files);
   EXPECT_NE(up.output.find(" 2 files,"), std::string::npos) << up.output;
+}
+
+TEST_F(Upload, ASilentBackendLosesNothingAndTheSpoolUploadsLater) {
+  lens::testing::FaultyEndpoint silent(lens::testing::Fault::kSilent);
+  fs::create_directories(dir_ / "reports");
+  // The launcher starts both ranks and prints the summary.
+  const auto start = std::chrono::steady_clock::now();
+  Result r =
+      run("env OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + silent.endpoint() +
+              " OTEL_EXPORTER_OTLP_TIMEOUT=1000 LENS_SPOOL_DIR=" + (dir_ / "spool").string() + " " +
+              std::string(LENS_TRAIN_BIN) +
+              " --pp 2 --microbatches 3 --steps 3 --layers 2 --hidden 16"
+              " --microbatch-size 4 --otel-enabled=true --otel-span-groups all",
+          dir_);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_LT(took, std::chrono::seconds(20)) << "a hung backend holds the exit for its timeout";
+  EXPECT_GT(silent.connections(), 0);
+  // The summary's words, per rank, match the spool's content.
+  const std::uint64_t spooled = spans_in_files(dir_ / "spool");
+  ASSERT_GT(spooled, 0u);
+  const std::regex rank_line(
+      R"(rank (\d) +(\d+) spans: (\d+) exported, (\d+) spooled \(to ([^)]+)\), (\d+) dropped)");
+  std::uint64_t said_spooled = 0;
+  int ranks = 0;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), rank_line), end; it != end; ++it) {
+    const std::uint64_t produced = std::stoull((*it)[2]), exported = std::stoull((*it)[3]),
+                        in_spool = std::stoull((*it)[4]), dropped = std::stoull((*it)[6]);
+    EXPECT_EQ(exported + in_spool + dropped, produced) << (*it)[0];
+    EXPECT_EQ(dropped, 0u) << (*it)[0];
+    EXPECT_EQ(spans_in_files((*it)[5].str()), in_spool) << (*it)[0];
+    said_spooled += in_spool;
+    ++ranks;
+  }
+  EXPECT_EQ(ranks, 2) << r.output;
+  EXPECT_EQ(said_spooled, spooled);
+  // Once a backend answers, the spool goes to it whole.
+  OtlpReceiver receiver;
+  receiver.start();
+  Result up = run(std::string(LENS_BIN) + " upload " + (dir_ / "spool").string() + " --endpoint " +
+                      receiver.endpoint(),
+                  dir_);
+  EXPECT_EQ(up.exit_code, 0) << up.output;
+  EXPECT_EQ(receiver.accepted_spans(), spooled);
 }
 
 TEST_F(Upload, UnreachableEndpointCountsFailedSpans) {
