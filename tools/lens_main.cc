@@ -220,6 +220,11 @@ int run_lens(int argc, char** argv) {
             "verified\n",
             r.unverifiable_links);
       if (!r.start_order.empty()) std::printf("note: %s\n", r.start_order.c_str());
+      if (r.stopped_spans > 0)
+        std::printf(
+            "note: the run was stopped by %s: %zu spans ended by it; %zu steps a rank was in "
+            "then are not held to every rank or to the schedule's counts\n",
+            r.stopped_by.c_str(), r.stopped_spans, r.interrupted_steps);
       std::printf("%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), r.files, r.steps,
                   r.spans,
                   r.violations.empty()

@@ -7,6 +7,10 @@
 // torchrun's variables set (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) it
 // runs as that one rank; rank 0 serves the rendezvous store unless
 // TORCHELASTIC_USE_AGENT_STORE=True (rendezvous_store, gloo_job.h).
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +25,7 @@
 #include "lens/startup_agreement.h"
 #include "lens/step_context.h"
 #include "lens/step_trace.h"
+#include "lens/termination.h"
 #include "local_launcher.h"
 #include "pipeline_schedule.h"
 #include "train_options.h"
@@ -69,9 +74,36 @@ void all_reduce_gradients(const std::vector<torch::Tensor>& parameters,
   }
 }
 
+// Ends the termination watch when the rank's telemetry goes.
+struct TerminationWatch {
+  explicit TerminationWatch(Telemetry* telemetry) {
+    TerminationOptions w;
+    w.then = OnTermination::kContinue;  // the rank finishes its step, then stops
+    w.telemetry = telemetry;
+    watch_termination(w);
+  }
+  ~TerminationWatch() { unwatch_termination(); }
+  TerminationWatch(const TerminationWatch&) = delete;
+  TerminationWatch& operator=(const TerminationWatch&) = delete;
+};
+
 int run_rank(const TrainOptions& o) {
   const int rank = env_int("RANK", 0);
   const int world = env_int("WORLD_SIZE", 1);
+  // A write to a socket whose peer is gone (the launcher's rendezvous
+  // store, a stopped rank) fails with EPIPE instead of killing the rank, as
+  // in a Python process: the rank can then stop as it should.
+  ::signal(SIGPIPE, SIG_IGN);
+  // A rank of lens-train's launcher stops when the launcher is gone,
+  // whatever ended it: the kernel then sends it SIGTERM, which stops it as
+  // a signal to the rank does. Started after the launcher went: no start.
+  if (const char* launcher = std::getenv(kLauncherPidVariable)) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != std::atoi(launcher)) {
+      std::fprintf(stderr, "lens-train: rank %d: its launcher is gone; not starting\n", rank);
+      return 128 + SIGTERM;
+    }
+  }
   if (world != o.pp * o.dp) {
     std::fprintf(stderr,
                  "lens-train: WORLD_SIZE=%d but --pp %d x --dp %d = %d; accepted: WORLD_SIZE "
@@ -125,6 +157,16 @@ int run_rank(const TrainOptions& o) {
     std::fprintf(stderr, "lens-train: rank %d: %s\n", rank, e.what());
     return 2;
   }
+  // SIGTERM or SIGINT: finish the step, end what is open (truncated), flush,
+  // say why, exit 128 + the signal. A second one ends the rank at once.
+  TerminationWatch termination(telemetry.get());
+  int completed = 0;  // steps done
+  const auto stop_line = [&](int signo, const std::string& detail) {
+    const std::string when =
+        completed > 0 ? "after step " + std::to_string(completed - 1) : "before its first step";
+    std::fprintf(stderr, "lens-train: rank %d: stopped by %s %s (%d steps done)%s\n", rank,
+                 signal_name(signo).c_str(), when.c_str(), completed, detail.c_str());
+  };
   StepTraceOptions sopts;
   sopts.pipeline_parallel_size = o.pp;
   sopts.pipeline_rank = stage;
@@ -189,10 +231,11 @@ int run_rank(const TrainOptions& o) {
       job.set_attribute("dl.num_microbatches", o.microbatches);
       job.set_attribute("dl.virtual_pipeline.size", V);
       for (int step = 0; step < o.steps; ++step) {
+        if (termination_signal() != 0) break;  // between steps: a clean stop
         const auto start = std::chrono::steady_clock::now();
         StepReport sr;
         sr.step = step;
-        {
+        try {
           const int skew = rank == o.test_step_skew_rank ? 1 : 0;
           StepScope step_scope(step_trace, static_cast<std::uint64_t>(step + skew));
           if (step_scope.carrier()) sr.trace_id = step_scope.carrier()->context.trace_id.to_hex();
@@ -226,20 +269,40 @@ int run_rank(const TrainOptions& o) {
             sr.loss = loss;
             step_scope.span().set_attribute("dl.loss", loss);
           }
+        } catch (...) {
+          // Stopping, and a peer stopped first (its transfers fail): what
+          // is open ends truncated, marked with the signal, before the
+          // unwinding ends it.
+          if (telemetry && termination_signal() != 0) telemetry->shutdown();
+          throw;
         }
+        ++completed;
         sr.milliseconds =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                 .count();
         report.steps.push_back(sr);
       }
-      step_trace.finish();
+      // Stopped: the closing clock sample is a collective the others may
+      // not reach.
+      if (termination_signal() == 0) step_trace.finish();
     }
   } catch (const std::exception& e) {
+    if (const int signo = termination_signal()) {
+      stop_line(signo, "; a peer stopped first (" + std::string(e.what()) + ")");
+      if (telemetry) telemetry->shutdown();
+      return 128 + signo;
+    }
     // The spans open at the failure carry a lens.failure event (see
     // report_failure); export what there is before leaving.
     std::fprintf(stderr, "lens-train: rank %d (stage %d): error: %s\n", rank, stage, e.what());
     if (telemetry) telemetry->shutdown(std::chrono::seconds(10));
     return 1;
+  }
+  if (const int signo = termination_signal()) {
+    // Between steps: nothing is open but the job span.
+    if (telemetry) telemetry->shutdown();
+    stop_line(signo, telemetry ? "; spans: " + SpanAccount::of(telemetry->stats()).describe() : "");
+    return 128 + signo;
   }
   const PipelineStats pipeline = pipeline_stats();
   report.broadcasts = pipeline.broadcasts;
@@ -306,6 +369,18 @@ int launch(const TrainOptions& o) {
   std::fprintf(stderr, "lens-train: starting %d ranks (pp=%d x dp=%d) on 127.0.0.1:%d\n",
                launch.world_size, o.pp, o.dp, launch.master_port);
   LaunchResult result = launch_local_ranks(launch);
+  if (result.stopped_by != 0) {
+    // Each rank said why and at which step it stopped; the launcher sums up.
+    std::string statuses;
+    for (std::size_t r = 0; r < result.rank_status.size(); ++r)
+      statuses +=
+          (r ? ", " : "") + std::to_string(r) + ": " + std::to_string(result.rank_status[r]);
+    std::fprintf(stderr, "lens-train: stopped by %s; rank exit statuses %s%s\n",
+                 signal_name(result.stopped_by).c_str(), statuses.c_str(),
+                 result.message.empty() ? "" : ("; " + result.message).c_str());
+    if (temporary) std::filesystem::remove_all(report_dir);
+    return 128 + result.stopped_by;
+  }
   if (result.exit_code != 0) {
     std::fprintf(stderr, "lens-train: failed: %s\n", result.message.c_str());
     return 1;

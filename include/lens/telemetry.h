@@ -39,6 +39,7 @@ inline constexpr std::string_view kLensVersion = LENS_VERSION_STRING;
 struct TelemetryStats {
   ProcessorStats processor;
   std::uint64_t spans_truncated = 0;  ///< open at shutdown, ended by it
+  int stop_signal = 0;                ///< note_stop_signal's, or 0
   /// The exporter's delivery counters (requests, retries, spooled, ...),
   /// when it delivers over a network (an OTLP endpoint).
   std::optional<DeliveryStats> delivery;
@@ -56,6 +57,7 @@ struct SpanAccount {
   std::uint64_t dropped_export_error = 0;  ///< failed, and no spool kept them
   std::uint64_t dropped_forked_child = 0;  ///< ended in a fork's child
   std::uint64_t truncated = 0;             ///< of the ended, still open at shutdown
+  std::string truncated_by;                ///< the signal that stopped the process ("SIGTERM")
 
   std::uint64_t dropped() const {
     return dropped_queue_full + dropped_shutdown + dropped_export_error + dropped_forked_child;
@@ -64,6 +66,7 @@ struct SpanAccount {
   void add(const SpanAccount& other);
   /// "1258 spans: 0 exported, 1258 spooled (to DIR/spool-rank-0.otlp.jsonl),
   /// 0 dropped (0 queue full, 0 shutdown, 0 export error), 3 truncated"
+  /// (", 3 truncated by SIGTERM" when a signal stopped the process)
   std::string describe() const;
   static SpanAccount of(const TelemetryStats& stats);
 };
@@ -108,6 +111,12 @@ class Telemetry {
   /// The same, within the configured bound: OTEL_BSP_EXPORT_TIMEOUT
   /// (Config::batch.export_timeout, default 30 s).
   bool shutdown();
+
+  /// Says the process is stopping on signal `signo` (SIGTERM, SIGINT): the
+  /// spans a following shutdown ends are marked lens.stopped_by (the
+  /// signal's name, e.g. SIGTERM) and
+  /// its account says they were ended by it. Async-signal-safe.
+  void note_stop_signal(int signo);
 
   TelemetryStats stats() const;
 

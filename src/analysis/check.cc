@@ -126,7 +126,12 @@ void RunChecker::check_spans(const Run& part, const PipelineView& view,
       }
       if (s.name == "megatron.job") job_of_rank_[s.rank] = {s.trace_id, s.span_id};
       auto t = s.attributes.find("nemo.span.truncated");
-      if (t != s.attributes.end() && t->second == "true")
+      // Ended by the signal that stopped the process (lens.stopped_by): the
+      // run was stopped on purpose, counted, not a fault.
+      if (t != s.attributes.end() && t->second == "true" && s.has("lens.stopped_by")) {
+        ++stopped_spans_;
+        stopped_by_ = s.attributes.at("lens.stopped_by");
+      } else if (t != s.attributes.end() && t->second == "true")
         found_.push_back({-1, s.rank,
                           s.name + " was still open when its process shut down "
                                    "(nemo.span.truncated)",
@@ -208,8 +213,14 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
   const auto global = sv.ranks.find(0);
   const StepOnRank* global_source = global != sv.ranks.end() ? &global->second : nullptr;
 
+  // A step some rank was in when a signal stopped it: its spans are
+  // checked, but not that every rank got to it or its schedule's counts.
+  const bool interrupted = std::any_of(sv.ranks.begin(), sv.ranks.end(), [](const auto& r) {
+    return r.second.step_span->has("lens.stopped_by");
+  });
+  if (interrupted) ++interrupted_steps_;
   for (int r : view.ranks)
-    if (!sv.ranks.count(r))
+    if (!sv.ranks.count(r) && !interrupted)
       found_.push_back({sv.step, r, "no megatron.train_step span for this step", ""});
 
   std::map<std::string, std::set<std::string>> ids_in_trace;
@@ -305,6 +316,7 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
                               " microbatches of a step",
                           span_label(*s)});
     }
+    if (interrupted) continue;
     linked_counts_[rank].insert(linked);
     // Judged at the end, when the number of stages is known for sure.
     if (sr.stage > 0) linked_.push_back({sv.step, rank, sr.stage, linked, has_p2p});
@@ -550,6 +562,9 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
   });
   result.steps = checker.steps();
   result.start_order = checker.start_order();
+  result.stopped_spans = checker.stopped_spans();
+  result.interrupted_steps = checker.interrupted_steps();
+  result.stopped_by = checker.stopped_by();
   result.unverifiable_links = checker.unverifiable_links();
   return result;
 }

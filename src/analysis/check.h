@@ -18,7 +18,9 @@
 // - no span id twice in a trace; on one rank, no child starts before its
 //   parent; every link resolves to a span of the run, in the trace it names;
 // - one file per rank, one run id, a file for every rank (unless an export
-//   filter left ranks out); no span still open at shutdown;
+//   filter left ranks out); no span still open at shutdown (but those a
+//   signal that stopped the process ended, lens.stopped_by: counted, and a
+//   step some rank was in then is not held to every rank or the counts);
 // - where a rank has megatron.forward_backward, the schedule's spans
 //   (microbatch forward/backward, p2p, linked) of its step are inside it;
 // - every rank's megatron.job span is in one trace, and every step span
@@ -98,6 +100,11 @@ class RunChecker {
   // How start times were compared; "not judged" when every file's step
   // contexts are derived or prefetched (nothing orders the ranks' steps).
   std::string start_order() const;
+  // Spans ended by the signal that stopped a process (lens.stopped_by),
+  // which signal, and the steps some rank was in when it stopped.
+  std::size_t stopped_spans() const { return stopped_spans_; }
+  const std::string& stopped_by() const { return stopped_by_; }
+  std::size_t interrupted_steps() const { return interrupted_steps_; }
   // Links that point at ranks an export filter left out (known after finish).
   std::size_t unverifiable_links() const { return unverifiable_; }
 
@@ -140,6 +147,8 @@ class RunChecker {
   std::size_t steps_ = 0;
   std::size_t unverifiable_ = 0;
   StartOrder order_;
+  std::size_t stopped_spans_ = 0, interrupted_steps_ = 0;
+  std::string stopped_by_;
   bool unordered_seen_ = false;  // some part's step contexts do not order the steps
   bool ordered_seen_ = false;
   // Each rank's megatron.job span (trace id, span id), and how many of its
@@ -161,6 +170,9 @@ struct CheckResult {
   std::size_t unverifiable_links = 0;  // their targets' ranks were filtered out of the export
   bool pipeline_scope = false;         // some file says lens.trace_scope=pipeline
   std::string start_order;             // how start times were compared (StartOrder)
+  std::size_t stopped_spans = 0;       // ended by the signal that stopped a process
+  std::size_t interrupted_steps = 0;   // some rank was in them when it stopped
+  std::string stopped_by;              // that signal ("SIGTERM")
 };
 CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& options = {});
 

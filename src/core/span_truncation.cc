@@ -8,7 +8,7 @@
 
 namespace lens::detail {
 
-std::uint64_t TelemetryCore::truncate_open_spans() {
+std::uint64_t TelemetryCore::truncate_open_spans(std::string_view stopped_by) {
   std::uint64_t count = 0;
   const std::int64_t now = steady_now_ns();
   std::lock_guard<SpinLock> lock(open_spans_lock());
@@ -26,6 +26,8 @@ std::uint64_t TelemetryCore::truncate_open_spans() {
     // The marker goes in even past the attribute limit: it is what tells a
     // reader that the span did not really end here.
     copy->attributes.push_back({"nemo.span.truncated", true});
+    if (!stopped_by.empty())
+      copy->attributes.push_back({"lens.stopped_by", std::string(stopped_by)});
     processor->enqueue(copy);
   }
   spans_truncated.fetch_add(count, std::memory_order_relaxed);

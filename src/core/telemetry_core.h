@@ -43,9 +43,10 @@ class TelemetryCore {
 
   // Links s into the open list and marks it as this core's. Takes the lock.
   void register_open(LiveSpan* s);
-  // Ends every open span: exports a copy marked nemo.span.truncated=true and
-  // detaches the original from this core. Returns how many.
-  std::uint64_t truncate_open_spans();
+  // Ends every open span: exports a copy marked nemo.span.truncated=true
+  // (and lens.stopped_by=`stopped_by`, the signal that stopped the process,
+  // when given) and detaches the original from this core. Returns how many.
+  std::uint64_t truncate_open_spans(std::string_view stopped_by = {});
   // Adds an event to every open span and returns one line per open span
   // (oldest first): "name [key=value ...]" with the dl.* attributes, then a
   // line naming the span that ended last. The events carry lens.detail and

@@ -11,6 +11,7 @@
 #include "lens/error.h"
 #include "lens/file_exporter.h"
 #include "lens/otlp_http_exporter.h"
+#include "lens/termination.h"
 #include "span_clock.h"
 #include "telemetry_core.h"
 
@@ -75,6 +76,7 @@ struct Telemetry::Impl {
     return next.fetch_add(1);
   }();
   Config config;
+  std::atomic<int> stop_signal{0};  // note_stop_signal's
   Resource resource;
   std::string trace_file;
   std::shared_ptr<SpanExporter> exporter;
@@ -183,7 +185,8 @@ bool Telemetry::shutdown(std::chrono::milliseconds timeout) {
   // A fork's child exports nothing (its spans open are the parent's too) and
   // does not wait for an export thread it does not have.
   if (impl_->core.processor->in_forked_child()) return true;
-  impl_->core.truncate_open_spans();
+  const int stop_signal = impl_->stop_signal.load();
+  impl_->core.truncate_open_spans(stop_signal ? signal_name(stop_signal) : std::string_view());
   const bool in_time = impl_->core.processor->shutdown(timeout);
   const SpanAccount account = SpanAccount::of(stats());
   if (account.exported != account.ended || account.truncated > 0) {
@@ -200,6 +203,8 @@ bool Telemetry::shutdown() {
   return shutdown(bound.count() > 0 ? bound : std::chrono::milliseconds(30000));
 }
 
+void Telemetry::note_stop_signal(int signo) { impl_->stop_signal.store(signo); }
+
 void SpanAccount::add(const SpanAccount& o) {
   ended += o.ended;
   exported += o.exported;
@@ -210,6 +215,7 @@ void SpanAccount::add(const SpanAccount& o) {
   dropped_export_error += o.dropped_export_error;
   dropped_forked_child += o.dropped_forked_child;
   truncated += o.truncated;
+  if (truncated_by.empty()) truncated_by = o.truncated_by;
 }
 
 std::string SpanAccount::describe() const {
@@ -219,7 +225,9 @@ std::string SpanAccount::describe() const {
   out += ", " + n(dropped()) + " dropped (" + n(dropped_queue_full) + " queue full, " +
          n(dropped_shutdown) + " shutdown, " + n(dropped_export_error) + " export error";
   if (dropped_forked_child > 0) out += ", " + n(dropped_forked_child) + " in a forked child";
-  return out + "), " + n(truncated) + " truncated";
+  out += "), " + n(truncated) + " truncated";
+  if (truncated > 0 && !truncated_by.empty()) out += " by " + truncated_by;
+  return out;
 }
 
 SpanAccount SpanAccount::of(const TelemetryStats& s) {
@@ -233,6 +241,7 @@ SpanAccount SpanAccount::of(const TelemetryStats& s) {
   a.dropped_export_error = p.export_failed;
   a.dropped_forked_child = p.dropped_in_forked_child;
   a.truncated = s.spans_truncated;
+  if (s.stop_signal != 0) a.truncated_by = signal_name(s.stop_signal);
   if (s.delivery) a.spool_path = s.delivery->spool_path;
   return a;
 }
@@ -254,6 +263,7 @@ TelemetryStats Telemetry::stats() const {
   TelemetryStats s;
   s.processor = impl_->core.processor->stats();
   s.spans_truncated = impl_->core.spans_truncated.load(std::memory_order_relaxed);
+  s.stop_signal = impl_->stop_signal.load();
   s.delivery = impl_->exporter->delivery_stats();
   return s;
 }

@@ -5,7 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -30,10 +33,43 @@ std::vector<std::string> child_environment(const LaunchOptions& o, int rank) {
   vars["MASTER_PORT"] = std::to_string(o.master_port);
   // The launcher serves the rendezvous store, as torchrun's agent does.
   vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  vars[kLauncherPidVariable] = std::to_string(::getpid());
   std::vector<std::string> out;
   for (const auto& [k, v] : vars) out.push_back(k + "=" + v);
   return out;
 }
+
+volatile std::sig_atomic_t g_signals = 0;  // how many stop signals arrived
+volatile std::sig_atomic_t g_last_signal = 0;
+
+void on_stop_signal(int signo) {
+  g_last_signal = signo;
+  g_signals = g_signals + 1;
+}
+
+// The launcher's SIGTERM and SIGINT handlers, for the length of a launch.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_signals = 0;
+    g_last_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGTERM, &sa, &term_);
+    ::sigaction(SIGINT, &sa, &int_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGTERM, &term_, nullptr);
+    ::sigaction(SIGINT, &int_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction term_ {
+  }, int_{};
+};
 
 int status_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -51,6 +87,13 @@ LaunchResult launch_local_ranks(const LaunchOptions& o) {
   for (const auto& a : o.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
 
+  const StopSignals stop_signals;
+  // Each rank in a process group of its own: a terminal's Ctrl-C reaches
+  // the launcher only, which forwards it once.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   int running = 0;
   for (int r = 0; r < o.world_size; ++r) {
     auto env = child_environment(o, r);
@@ -58,7 +101,7 @@ LaunchResult launch_local_ranks(const LaunchOptions& o) {
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
     pid_t pid = -1;
-    const int rc = posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data());
+    const int rc = posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
     if (rc != 0) {
       result.message =
           "cannot start rank " + std::to_string(r) + " (" + o.argv[0] + "): " + std::strerror(rc);
@@ -70,10 +113,28 @@ LaunchResult launch_local_ranks(const LaunchOptions& o) {
     ++running;
   }
 
+  posix_spawnattr_destroy(&attr);
   auto deadline = std::chrono::steady_clock::time_point::max();
   bool terminated = false;
+  int forwarded = 0;  // stop signals passed on to the ranks
   if (result.exit_code != 0) deadline = std::chrono::steady_clock::now();
   while (running > 0) {
+    if (g_signals > forwarded) {
+      forwarded = g_signals;
+      const int signo = g_last_signal;
+      // sigqueue: a rank tells a forwarded signal (SI_QUEUE) from the
+      // death signal it gets when the launcher goes (termination.h).
+      for (pid_t p : pids)
+        if (p > 0) sigqueue(p, signo, sigval{0});
+      if (result.stopped_by == 0) {
+        result.stopped_by = signo;
+        std::fprintf(stderr,
+                     "lens-train: %s: stopping the ranks (each finishes its step and flushes; "
+                     "a second signal ends them at once)\n",
+                     signo == SIGINT ? "SIGINT" : "SIGTERM");
+        deadline = std::min(deadline, std::chrono::steady_clock::now() + o.grace);
+      }
+    }
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
@@ -83,7 +144,9 @@ LaunchResult launch_local_ranks(const LaunchOptions& o) {
         --running;
         const int code = status_code(status);
         result.rank_status[static_cast<std::size_t>(r)] = code;
-        if (code != 0 && result.first_failed_rank < 0) {
+        // Stopping: a rank's exit by the signal's status is what was asked.
+        const bool stopped = result.stopped_by != 0 && code == 128 + result.stopped_by;
+        if (code != 0 && !stopped && result.first_failed_rank < 0) {
           result.first_failed_rank = r;
           result.exit_code = 1;
           result.message =

@@ -8,7 +8,17 @@
 /// still running are then terminated. The result names the first rank that
 /// failed, so a dead rank never leaves the job hanging.
 ///
+/// SIGTERM or SIGINT to the launcher is forwarded to every rank (each in a
+/// process group of its own, so Ctrl-C reaches a rank once, through the
+/// launcher), and the launcher waits for them: a rank finishes its step,
+/// flushes and exits 128 + the signal. A second signal is forwarded too
+/// (a rank then ends at once). Ranks still running `grace` after the
+/// first signal are killed. Each rank is told the launcher's pid
+/// (kLauncherPidVariable) and stops when the launcher is gone, whatever
+/// ended it (PR_SET_PDEATHSIG).
+///
 /// Thread safety: call from one thread; it blocks until every child is gone.
+/// It installs its own SIGTERM and SIGINT handlers for the call.
 #pragma once
 
 #include <chrono>
@@ -29,7 +39,11 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{30000};
 };
 
+/// The environment variable that carries the launcher's pid to each rank.
+inline constexpr const char* kLauncherPidVariable = "LENS_TRAIN_LAUNCHER_PID";
+
 struct LaunchResult {
+  int stopped_by = 0;            ///< the signal that stopped the job, or 0
   int exit_code = 0;             ///< 0 when every rank exited 0
   std::vector<int> rank_status;  ///< exit code, or 128 + signal
   int first_failed_rank = -1;
