@@ -29,6 +29,7 @@
 #include "lens/step_check.h"
 #include "lens/step_trace.h"
 #include "lens/telemetry.h"
+#include "lens/termination.h"
 #include "lens/trace_context.h"
 
 namespace py = pybind11;
@@ -804,6 +805,27 @@ PYBIND11_MODULE(_lens, m) {
         return lens::shutdown_telemetry(ms);
       },
       py::arg("timeout") = py::none());
+  m.def(
+      "watch_termination",
+      [](const std::string& then, const std::vector<int>& signals,
+         std::optional<double> shutdown_timeout) {
+        lens::TerminationOptions w;
+        if (then == "exit")
+          w.then = lens::OnTermination::kExit;
+        else if (then == "continue")
+          w.then = lens::OnTermination::kContinue;
+        else
+          throw py::value_error("lens: watch_termination(then=" + then +
+                                "): accepted: \"exit\" or \"continue\"");
+        w.signals = signals;
+        if (shutdown_timeout) w.shutdown_timeout = to_ms(*shutdown_timeout);
+        return lens::watch_termination(w);
+      },
+      py::arg("then") = "exit", py::arg("signals") = std::vector<int>{},
+      py::arg("shutdown_timeout") = py::none());
+  m.def("unwatch_termination", &lens::unwatch_termination);
+  m.def("termination_signal", &lens::termination_signal);
+  m.def("signal_name", &lens::signal_name, py::arg("signo"));
   m.def("stats", [] {
     py::dict d;
     lens::Telemetry* t = lens::get_telemetry();

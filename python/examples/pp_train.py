@@ -27,6 +27,7 @@ convenience, by --trace-dir (file export of the per_step,microbatch groups).
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -61,7 +62,22 @@ def launch(args):
             if at == str(rank):
                 key, _, value = assignment.partition("=")
                 env[key] = value
-        procs.append(subprocess.Popen([sys.executable, __file__] + sys.argv[1:], env=env))
+        # Each rank in a session of its own: a terminal's Ctrl-C reaches the
+        # launcher only, which passes it on once.
+        procs.append(subprocess.Popen([sys.executable, __file__] + sys.argv[1:], env=env,
+                                      start_new_session=True))
+    # SIGTERM (preemption) or SIGINT to the launcher goes to every rank, as
+    # torchrun's agent passes it on; the ranks finish their step and stop.
+    stopped_by = []
+
+    def forward(signo, frame):
+        stopped_by.append(signo)
+        for q in procs:
+            if q.poll() is None:
+                q.send_signal(signo)
+
+    for signo in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signo, forward)
     codes = []
     for p in procs:
         try:
@@ -71,6 +87,11 @@ def launch(args):
                 q.kill()
             print(f"pp_train: ranks did not finish within {args.timeout} s", file=sys.stderr)
             return 3
+    if stopped_by:
+        name = signal.Signals(stopped_by[0]).name
+        print(f"pp_train: stopped by {name}; rank exit statuses {codes}", file=sys.stderr,
+              flush=True)
+        return 128 + stopped_by[0]
     return max(abs(c) for c in codes)
 
 
@@ -137,90 +158,112 @@ def run_rank(args):
     # links to its rank's (a no-op span without telemetry).
     job = lens.distributed.job_span(rank, **{"dl.pipeline_parallel.size": stages,
                                              "dl.num_microbatches": args.microbatches})
-    for step in range(args.steps):
-        # Clock samples (docs/clock-alignment.md): at the first step, then
-        # when the schedule says, never per step.
-        if traced and lens.distributed.clock_sync_due(step):
-            lens.distributed.sync_clocks(step=step)
-        # The reference page's broadcast, just before the step span opens
-        # (with LENS_STEP_CONTEXT=derived: derived, no collective per step).
-        if traced:
-            numbered = step + (1 if rank == args.test_step_skew_rank else 0)  # TEST AID
-            try:
-                carrier = lens.distributed.step_trace_context(numbered, rank=rank, src_rank=0)
-            except lens.StepCheckError as error:  # every rank raises it alike
-                print(f"pp_train: rank {rank}: {error}", file=sys.stderr, flush=True)
-                job.end()
-                lens.shutdown()
-                return 1
-            lens.state.set_pp_trace_carrier(carrier)
+    # Preemption (SIGTERM) and Ctrl-C (SIGINT, given back its default
+    # action first so that the watch owns it): each rank finishes its step,
+    # ends what is open (truncated), flushes, says why, and exits 128 + the
+    # signal. A second signal ends it at once.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    lens.watch_termination(then="continue")
+    completed = 0
+    peer_note = ""
+    try:
+        for step in range(args.steps):
+            if lens.termination_signal():  # between steps: a clean stop
+                break
+            # Clock samples (docs/clock-alignment.md): at the first step, then
+            # when the schedule says, never per step.
+            if traced and lens.distributed.clock_sync_due(step):
+                lens.distributed.sync_clocks(step=step)
+            # The reference page's broadcast, just before the step span opens
+            # (with LENS_STEP_CONTEXT=derived: derived, no collective per step).
+            if traced:
+                numbered = step + (1 if rank == args.test_step_skew_rank else 0)  # TEST AID
+                try:
+                    carrier = lens.distributed.step_trace_context(numbered, rank=rank, src_rank=0)
+                except lens.StepCheckError as error:  # every rank raises it alike
+                    print(f"pp_train: rank {rank}: {error}", file=sys.stderr, flush=True)
+                    job.end()
+                    lens.shutdown()
+                    return 1
+                lens.state.set_pp_trace_carrier(carrier)
 
-        with lens.managed_span("megatron.train_step", group="step", **{
-                "dl.step": step, "dl.rank": rank, "dl.pipeline_parallel.rank": stage,
-                "dl.pipeline_parallel.size": stages, "dl.num_microbatches": args.microbatches}):
-            inputs = dataset  # the same microbatches every step: the loss goes down
-            saved = {}
-            pending_sends = []  # isend: a stage never blocks on its sends, as Megatron's batched p2p
-            step_loss = 0.0
-            optimizer.zero_grad()
-            # The schedule nests in forward_backward, as Megatron's does.
-            with lens.managed_span("megatron.forward_backward", group="forward_backward",
-                                   **{"dl.num_microbatches": args.microbatches}):
-                for kind, mb, phase in schedule_1f1b(stage, stages, args.microbatches):
-                    if kind == "F":
-                        if first:
-                            x = inputs[mb]
+            with lens.managed_span("megatron.train_step", group="step", **{
+                    "dl.step": step, "dl.rank": rank, "dl.pipeline_parallel.rank": stage,
+                    "dl.pipeline_parallel.size": stages, "dl.num_microbatches": args.microbatches}):
+                inputs = dataset  # the same microbatches every step: the loss goes down
+                saved = {}
+                pending_sends = []  # isend: a stage never blocks on its sends, as Megatron's batched p2p
+                step_loss = 0.0
+                optimizer.zero_grad()
+                # The schedule nests in forward_backward, as Megatron's does.
+                with lens.managed_span("megatron.forward_backward", group="forward_backward",
+                                       **{"dl.num_microbatches": args.microbatches}):
+                    for kind, mb, phase in schedule_1f1b(stage, stages, args.microbatches):
+                        if kind == "F":
+                            if first:
+                                x = inputs[mb]
+                            else:
+                                x = torch.empty(args.batch, hidden)
+                                link = None
+                                if phase in ("warmup", "pre-1f1b"):
+                                    link = lens.distributed.create_linked_span(
+                                        "megatron.pp.recv_forward.linked",
+                                        remote_carrier=lens.state.get_pp_trace_carrier(),
+                                        **{"dl.pipeline_parallel.rank": stage, "dl.microbatch_id": mb})
+                                with lens.managed_span("megatron.p2p.recv_forward", group="communication",
+                                                       **p2p_attributes("forward", stage - 1, received=mb)):
+                                    dist.recv(x, src=rank - 1, tag=P2P_TAG_FORWARD)
+                                if link is not None:
+                                    link.end()
+                                x.requires_grad_(True)
+                            with lens.managed_span("megatron.microbatch.forward", group="microbatch",
+                                                   **{"dl.microbatch_id": mb}):
+                                y = model(x)
+                                if last:
+                                    loss = torch.nn.functional.mse_loss(y, inputs[mb] @ target_map)
+                                    step_loss += loss.item() / args.microbatches
+                                    saved[mb] = (x, loss / args.microbatches)
+                                else:
+                                    saved[mb] = (x, y)
+                            if not last:
+                                with lens.managed_span("megatron.p2p.send_forward", group="communication",
+                                                       **p2p_attributes("forward", stage + 1, sent=mb)):
+                                    pending_sends.append(dist.isend(y.detach(), dst=rank + 1, tag=P2P_TAG_FORWARD))
                         else:
-                            x = torch.empty(args.batch, hidden)
-                            link = None
-                            if phase in ("warmup", "pre-1f1b"):
-                                link = lens.distributed.create_linked_span(
-                                    "megatron.pp.recv_forward.linked",
-                                    remote_carrier=lens.state.get_pp_trace_carrier(),
-                                    **{"dl.pipeline_parallel.rank": stage, "dl.microbatch_id": mb})
-                            with lens.managed_span("megatron.p2p.recv_forward", group="communication",
-                                                   **p2p_attributes("forward", stage - 1, received=mb)):
-                                dist.recv(x, src=rank - 1, tag=P2P_TAG_FORWARD)
-                            if link is not None:
-                                link.end()
-                            x.requires_grad_(True)
-                        with lens.managed_span("megatron.microbatch.forward", group="microbatch",
-                                               **{"dl.microbatch_id": mb}):
-                            y = model(x)
-                            if last:
-                                loss = torch.nn.functional.mse_loss(y, inputs[mb] @ target_map)
-                                step_loss += loss.item() / args.microbatches
-                                saved[mb] = (x, loss / args.microbatches)
-                            else:
-                                saved[mb] = (x, y)
-                        if not last:
-                            with lens.managed_span("megatron.p2p.send_forward", group="communication",
-                                                   **p2p_attributes("forward", stage + 1, sent=mb)):
-                                pending_sends.append(dist.isend(y.detach(), dst=rank + 1, tag=P2P_TAG_FORWARD))
-                    else:
-                        x, out = saved.pop(mb)
-                        grad = None
-                        if not last:
-                            grad = torch.empty_like(out)
-                            with lens.managed_span("megatron.p2p.recv_backward", group="communication",
-                                                   **p2p_attributes("backward", stage + 1, received=mb)):
-                                dist.recv(grad, src=rank + 1, tag=P2P_TAG_BACKWARD)
-                        with lens.managed_span("megatron.microbatch.backward", group="microbatch",
-                                               **{"dl.microbatch_id": mb}):
-                            if last:
-                                out.backward()
-                            else:
-                                out.backward(grad)
-                        if not first:
-                            with lens.managed_span("megatron.p2p.send_backward", group="communication",
-                                                   **p2p_attributes("backward", stage - 1, sent=mb)):
-                                pending_sends.append(dist.isend(x.grad, dst=rank - 1, tag=P2P_TAG_BACKWARD))
-                for work in pending_sends:
-                    work.wait()
-            with lens.managed_span("megatron.optimizer.step", group="optimizer"):
-                optimizer.step()
-            if last:
-                losses.append(step_loss)
+                            x, out = saved.pop(mb)
+                            grad = None
+                            if not last:
+                                grad = torch.empty_like(out)
+                                with lens.managed_span("megatron.p2p.recv_backward", group="communication",
+                                                       **p2p_attributes("backward", stage + 1, received=mb)):
+                                    dist.recv(grad, src=rank + 1, tag=P2P_TAG_BACKWARD)
+                            with lens.managed_span("megatron.microbatch.backward", group="microbatch",
+                                                   **{"dl.microbatch_id": mb}):
+                                if last:
+                                    out.backward()
+                                else:
+                                    out.backward(grad)
+                            if not first:
+                                with lens.managed_span("megatron.p2p.send_backward", group="communication",
+                                                       **p2p_attributes("backward", stage - 1, sent=mb)):
+                                    pending_sends.append(dist.isend(x.grad, dst=rank - 1, tag=P2P_TAG_BACKWARD))
+                    for work in pending_sends:
+                        work.wait()
+                with lens.managed_span("megatron.optimizer.step", group="optimizer"):
+                    optimizer.step()
+                if last:
+                    losses.append(step_loss)
+    except RuntimeError as error:  # a peer that stopped first: this rank's transfer fails
+        if not lens.termination_signal():
+            raise
+        peer_note = f"; a peer stopped first ({str(error).splitlines()[0]})"
+    if lens.termination_signal():
+        name = lens._lens.signal_name(lens.termination_signal())
+        when = f"after step {completed - 1}" if completed else "before its first step"
+        lens.shutdown()
+        print(f"pp_train: rank {rank}: stopped by {name} {when} ({completed} steps done){peer_note}",
+              file=sys.stderr, flush=True)
+        return 128 + lens.termination_signal()
 
     if last:
         print(f"pp_train: rank {rank}: loss {losses[0]:.4f} -> {losses[-1]:.4f} over {args.steps} steps",

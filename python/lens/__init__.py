@@ -128,6 +128,34 @@ def shutdown(timeout=None):
         refresh()
 
 
+def watch_termination(then="exit", signals=(), shutdown_timeout=None):
+    """Opt-in: SIGTERM and SIGINT (or ``signals``) become a flush of telemetry.
+
+    The C++ helper (lens/termination.h): its handler only records the signal
+    and wakes a thread of lens, which does the work, and chains to the
+    handler that was there (Python's own SIGINT handler still raises
+    KeyboardInterrupt). ``then="exit"``: for a signal left at its default
+    action, the thread shuts telemetry down (open spans end truncated,
+    marked lens.stopped_by) and the process ends as the signal would (exit
+    status 143 for SIGTERM). ``then="continue"``: it flushes, and the
+    program reads termination_signal() at a safe point, stops and shuts
+    down. A second signal ends the process at once. Install it after the
+    program's own signal.signal() calls (a later one replaces it). Returns
+    False if a watch is already installed.
+    """
+    return _lens.watch_termination(then, list(signals), shutdown_timeout)
+
+
+def unwatch_termination():
+    """Restores the signal handlers watch_termination replaced."""
+    _lens.unwatch_termination()
+
+
+def termination_signal():
+    """The first watched signal received (0: none): a step loop's stop test."""
+    return _lens.termination_signal()
+
+
 def current_span_context():
     """The current span's SpanContext on this thread, or None."""
     return _lens.current_span_context()

@@ -243,5 +243,55 @@ class PythonClockSync(unittest.TestCase):
         self.assertIn("clock: aligned to rank 0 by 8 samples of 4 ranks", summary.stdout)
 
 
+class PythonTermination(unittest.TestCase):
+    """SIGTERM to the launcher of a torch.distributed loop that uses
+    lens.watch_termination: every rank finishes its step, flushes and exits
+    143; the files end with whole lines and lens check passes."""
+
+    def test_sigterm_finishes_the_step_and_loses_nothing(self):
+        import signal
+        import time
+        directory = tempfile.mkdtemp(prefix="lens-py-term-")
+        env = dict(os.environ, OTEL_BSP_SCHEDULE_DELAY="200",
+                   MEGATRON_OTEL_SPAN_GROUPS="per_step,microbatch")
+        with open(os.path.join(directory, "out.txt"), "w") as out:
+            launcher = subprocess.Popen(
+                [sys.executable, PP_TRAIN, "--world", "2", "--steps", "100000", "--microbatches", "4",
+                 "--trace-dir", os.path.join(directory, "traces"), "--timeout", "120"],
+                env=env, stdout=out, stderr=subprocess.STDOUT)
+
+            def rank0_file():
+                for root, _, files in os.walk(os.path.join(directory, "traces")):
+                    if "rank-0.otlp.jsonl" in files:
+                        return os.path.join(root, "rank-0.otlp.jsonl")
+                return None
+
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                f = rank0_file()
+                if f and os.path.getsize(f) > 20000:
+                    break
+                time.sleep(0.1)
+            self.assertIsNotNone(rank0_file(), "the run never got under way")
+            launcher.send_signal(signal.SIGTERM)
+            sent = time.time()
+            code = launcher.wait(timeout=60)
+            took = time.time() - sent
+        with open(os.path.join(directory, "out.txt")) as f:
+            text = f.read()
+        self.assertEqual(code, 143, text)
+        self.assertLess(took, 30, text)
+        for rank in range(2):
+            self.assertRegex(text, rf"pp_train: rank {rank}: stopped by SIGTERM (after step \d+|before its first step)")
+        self.assertIn("pp_train: stopped by SIGTERM", text)
+        run_dir = os.path.dirname(rank0_file())
+        for name in os.listdir(run_dir):
+            with open(os.path.join(run_dir, name), "rb") as f:
+                data = f.read()
+            self.assertTrue(data.endswith(b"\n"), f"{name} ends in the middle of a line")
+        check = subprocess.run([LENS_BIN, "check", run_dir], capture_output=True, text=True)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1], verbosity=2)
