@@ -717,16 +717,18 @@ TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
     const lens::tools::SpanRow* source = steps.at(0);
     for (const auto& f : run.files)
       for (const auto& s : f.spans)
-        if (s.trace_id == source->trace_id)
+        if (s.trace_id == source->trace_id) {
           EXPECT_LE(source->start_ns, s.start_ns)
               << s.name << " on rank " << f.rank << " starts before the source's step span";
+        }
   }
   int nested = 0;
   for (const auto& f : run.files)
     for (const auto& s : f.spans) {
       for (const auto& [trace, target] : s.links)
-        if (by_id.count(target) && s.name == "megatron.pp.recv_forward.linked")
+        if (by_id.count(target) && s.name == "megatron.pp.recv_forward.linked") {
           EXPECT_GE(s.start_ns, by_id.at(target)->start_ns) << "rank " << f.rank;
+        }
       const bool schedule = s.name.rfind("megatron.microbatch.", 0) == 0 ||
                             s.name.rfind("megatron.p2p.", 0) == 0 ||
                             s.name == "megatron.pp.recv_forward.linked";
