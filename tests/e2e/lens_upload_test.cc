@@ -164,24 +164,24 @@ TEST_F(Upload, AFileNamedTwiceIsSentOnce) {
   EXPECT_NE(up.output.find(" 2 files,"), std::string::npos) << up.output;
 }
 
-TEST_F(Upload, ASilentBackendLosesNothingAndTheSpoolUploadsLater) {
-  lens::testing::FaultyEndpoint silent(lens::testing::Fault::kSilent);
-  fs::create_directories(dir_ / "reports");
-  // The launcher starts both ranks and prints the summary.
+// A 2-rank run against `endpoint` with a spool: every rank's summary line
+// says produced = exported + spooled + dropped with nothing dropped and
+// matches its spool file, the exit is not held long, and `lens upload`
+// then delivers the whole spool to a healthy receiver.
+void expect_nothing_lost(const std::string& endpoint, const fs::path& dir) {
   const auto start = std::chrono::steady_clock::now();
   Result r =
-      run("env OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + silent.endpoint() +
-              " OTEL_EXPORTER_OTLP_TIMEOUT=1000 LENS_SPOOL_DIR=" + (dir_ / "spool").string() + " " +
-              std::string(LENS_TRAIN_BIN) +
+      run("env OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + endpoint +
+              " OTEL_EXPORTER_OTLP_TIMEOUT=1000 OTEL_BSP_EXPORT_TIMEOUT=3000 LENS_SPOOL_DIR=" +
+              (dir / "spool").string() + " " + std::string(LENS_TRAIN_BIN) +
               " --pp 2 --microbatches 3 --steps 3 --layers 2 --hidden 16"
               " --microbatch-size 4 --otel-enabled=true --otel-span-groups all",
-          dir_);
+          dir);
   const auto took = std::chrono::steady_clock::now() - start;
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_LT(took, std::chrono::seconds(20)) << "a hung backend holds the exit for its timeout";
-  EXPECT_GT(silent.connections(), 0);
+  EXPECT_LT(took, std::chrono::seconds(20)) << "an unhealthy backend holds the exit for long";
   // The summary's words, per rank, match the spool's content.
-  const std::uint64_t spooled = spans_in_files(dir_ / "spool");
+  const std::uint64_t spooled = spans_in_files(dir / "spool");
   ASSERT_GT(spooled, 0u);
   const std::regex rank_line(
       R"(rank (\d) +(\d+) spans: (\d+) exported, (\d+) spooled \(to ([^)]+)\), (\d+) dropped)");
@@ -201,11 +201,27 @@ TEST_F(Upload, ASilentBackendLosesNothingAndTheSpoolUploadsLater) {
   // Once a backend answers, the spool goes to it whole.
   OtlpReceiver receiver;
   receiver.start();
-  Result up = run(std::string(LENS_BIN) + " upload " + (dir_ / "spool").string() + " --endpoint " +
+  Result up = run(std::string(LENS_BIN) + " upload " + (dir / "spool").string() + " --endpoint " +
                       receiver.endpoint(),
-                  dir_);
+                  dir);
   EXPECT_EQ(up.exit_code, 0) << up.output;
   EXPECT_EQ(receiver.accepted_spans(), spooled);
+}
+
+TEST_F(Upload, ASilentBackendLosesNothingAndTheSpoolUploadsLater) {
+  lens::testing::FaultyEndpoint silent(lens::testing::Fault::kSilent);
+  expect_nothing_lost(silent.endpoint(), dir_);
+  EXPECT_GT(silent.connections(), 0);
+}
+
+TEST_F(Upload, AResettingBackendLosesNothing) {
+  lens::testing::FaultyEndpoint reset(lens::testing::Fault::kReset);
+  expect_nothing_lost(reset.endpoint(), dir_);
+  EXPECT_GT(reset.connections(), 0);
+}
+
+TEST_F(Upload, ARefusingBackendLosesNothing) {
+  expect_nothing_lost(lens::testing::refused_endpoint(), dir_);
 }
 
 TEST_F(Upload, UnreachableEndpointCountsFailedSpans) {
