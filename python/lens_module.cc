@@ -379,11 +379,12 @@ std::unique_ptr<PySpan> start_span(std::string_view name, std::string_view group
                                    const py::dict& attributes, const py::handle& join_arg) {
   const PyCarrier* join = join_arg.is_none() ? nullptr : &join_arg.cast<const PyCarrier&>();
   const lens::SpanGroup g = group_from_name(group);
-  lens::Tracer& tracer = per_telemetry().tracer;
+  PerTelemetry& state = per_telemetry();
+  lens::Tracer& tracer = state.tracer;
   if (!tracer.enabled(g)) return std::make_unique<PySpan>(lens::Span());
   lens::StartOptions start;
-  if (g == lens::SpanGroup::kStep && per_telemetry().job)
-    start.links.push_back({*per_telemetry().job, {{"lens.link", std::string("job")}}});
+  if (g == lens::SpanGroup::kStep && state.job)
+    start.links.push_back({*state.job, {{"lens.link", std::string("job")}}});
   if (join) {
     // A step span joins the step's shared trace as a root span; the source
     // rank's takes the span id it broadcast, so the others' links resolve,

@@ -37,9 +37,6 @@ struct ProcessorStats {
   std::uint64_t queue_high_water = 0;  ///< most spans ever waiting in the queue at once
 
   std::uint64_t ended() const { return queued + dropped_queue_full + dropped_in_forked_child; }
-  std::uint64_t dropped() const {
-    return dropped_queue_full + dropped_at_shutdown + export_failed + dropped_in_forked_child;
-  }
 };
 
 }  // namespace lens

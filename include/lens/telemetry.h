@@ -141,7 +141,6 @@ class Telemetry {
  private:
   struct Impl;
   explicit Telemetry(std::unique_ptr<Impl> impl);
-  static int stop_signal_of(const Impl& impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -54,6 +54,13 @@ bool in_schedule(SpanKind kind) {
          kind == SpanKind::kLinked;
 }
 
+// What StartOrder::of needs of a file: its host (host.name) and rank.
+void note_host_and_rank(const RankFile& f, std::set<std::string>& hosts, std::set<int>& ranks) {
+  ranks.insert(f.rank);
+  if (auto h = f.resource.find("host.name"); h != f.resource.end() && !h->second.empty())
+    hosts.insert(h->second);
+}
+
 // The first few distinct link targets of a rank's step spans are counted:
 // the job span is one of them (every step links to it); the others (rank
 // 0's step span, in pipeline scope) change from step to step.
@@ -511,11 +518,7 @@ std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& fin
 std::vector<Violation> check_run(const Run& run, const PipelineView& view) {
   std::set<std::string> hosts;
   std::set<int> ranks;
-  for (const auto& f : run.files) {
-    ranks.insert(f.rank);
-    if (auto h = f.resource.find("host.name"); h != f.resource.end() && !h->second.empty())
-      hosts.insert(h->second);
-  }
+  for (const auto& f : run.files) note_host_and_rank(f, hosts, ranks);
   const ClockAlignment no_samples;
   RunChecker checker(StartOrder::of(hosts, ranks, no_samples));
   checker.add(run, view);
@@ -534,11 +537,7 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
   std::set<int> ranks;
   for (const auto& path : run_files(dir)) {
     RankFileReader reader(path);
-    if (!reader.next_line()) continue;
-    ranks.insert(reader.file().rank);
-    const auto& resource = reader.file().resource;
-    if (auto h = resource.find("host.name"); h != resource.end() && !h->second.empty())
-      hosts.insert(h->second);
+    if (reader.next_line()) note_host_and_rank(reader.file(), hosts, ranks);
   }
   const ClockAlignment clock = read_clock_alignment(dir);
   RunChecker checker(StartOrder::of(hosts, ranks, clock));

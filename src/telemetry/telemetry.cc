@@ -77,6 +77,14 @@ struct Telemetry::Impl {
   }();
   Config config;
   std::atomic<int> stop_signal{0};  // note_stop_signal's
+
+  // The watch's thread notes the signal on the telemetry; a program that
+  // saw it first (termination_signal) may shut down before that: the
+  // process received it all the same.
+  int stop_signal_received() const {
+    const int noted = stop_signal.load();
+    return noted != 0 ? noted : termination_signal();
+  }
   Resource resource;
   std::string trace_file;
   std::shared_ptr<SpanExporter> exporter;
@@ -185,7 +193,7 @@ bool Telemetry::shutdown(std::chrono::milliseconds timeout) {
   // A fork's child exports nothing (its spans open are the parent's too) and
   // does not wait for an export thread it does not have.
   if (impl_->core.processor->in_forked_child()) return true;
-  const int stop_signal = stop_signal_of(*impl_);
+  const int stop_signal = impl_->stop_signal_received();
   impl_->core.truncate_open_spans(stop_signal ? signal_name(stop_signal) : std::string_view());
   const bool in_time = impl_->core.processor->shutdown(timeout);
   const SpanAccount account = SpanAccount::of(stats());
@@ -204,14 +212,6 @@ bool Telemetry::shutdown() {
 }
 
 void Telemetry::note_stop_signal(int signo) { impl_->stop_signal.store(signo); }
-
-int Telemetry::stop_signal_of(const Impl& impl) {
-  // The watch's thread notes the signal on the telemetry; a program that
-  // saw it first (termination_signal) may shut down before that: the
-  // process received it all the same.
-  const int noted = impl.stop_signal.load();
-  return noted != 0 ? noted : termination_signal();
-}
 
 void SpanAccount::add(const SpanAccount& o) {
   ended += o.ended;
@@ -271,7 +271,7 @@ TelemetryStats Telemetry::stats() const {
   TelemetryStats s;
   s.processor = impl_->core.processor->stats();
   s.spans_truncated = impl_->core.spans_truncated.load(std::memory_order_relaxed);
-  s.stop_signal = stop_signal_of(*impl_);
+  s.stop_signal = impl_->stop_signal_received();
   s.delivery = impl_->exporter->delivery_stats();
   return s;
 }

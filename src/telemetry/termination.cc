@@ -23,7 +23,7 @@ struct Watch {
   int signals[kMaxSignals] = {};
   struct sigaction previous[kMaxSignals] = {};
   int count = 0;
-  int pipe_read = -1, pipe_write = -1;
+  int pipe_write = -1;  // the handler's end; the thread owns the other
   OnTermination then = OnTermination::kExit;
   Telemetry* telemetry = nullptr;
   std::chrono::milliseconds shutdown_timeout{0};
@@ -79,27 +79,19 @@ void on_signal(int signo, siginfo_t* info, void* context) {
   errno = saved_errno;
 }
 
-// Whether the application had a handler of its own for `signo`: then it,
-// not lens, decides when the process ends.
-bool chained_to_a_function(int signo) {
+// Whether `signo` was at its default action before the watch: only then
+// does lens end the process (an application's handler, or SIG_IGN, decides
+// otherwise). sa_handler and sa_sigaction share their storage: SIG_DFL is
+// the null handler either way.
+bool previous_was_default(int signo) {
   const int slot = slot_of(signo);
-  if (slot < 0) return false;
-  const struct sigaction& prev = g_watch.previous[slot];
-  if (prev.sa_flags & SA_SIGINFO) return prev.sa_sigaction != nullptr;
-  return prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN;
-}
-
-bool default_was_ignore(int signo) {
-  const int slot = slot_of(signo);
-  return slot >= 0 && !(g_watch.previous[slot].sa_flags & SA_SIGINFO) &&
-         g_watch.previous[slot].sa_handler == SIG_IGN;
+  return slot >= 0 && g_watch.previous[slot].sa_handler == SIG_DFL;
 }
 
 void handle(int signo) {
   Telemetry* t = g_watch.telemetry != nullptr ? g_watch.telemetry : get_telemetry();
   if (t != nullptr) t->note_stop_signal(signo);
-  const bool exit = g_watch.then == OnTermination::kExit && !chained_to_a_function(signo) &&
-                    !default_was_ignore(signo);
+  const bool exit = g_watch.then == OnTermination::kExit && previous_was_default(signo);
   const std::string name = signal_name(signo);
   if (!exit) {  // the application stops, and says so
     if (t != nullptr) t->flush(std::chrono::seconds(5));
@@ -173,7 +165,6 @@ bool watch_termination(const TerminationOptions& options) {
     g_installed = false;
     return false;
   }
-  g_watch.pipe_read = fds[0];
   g_watch.pipe_write = fds[1];
   g_signal = 0;
   for (int signo : signals) {

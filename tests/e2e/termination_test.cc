@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 #include <set>
@@ -25,6 +24,7 @@
 #include <vector>
 
 #include "run_command.h"
+#include "trace_files.h"
 
 extern char** environ;
 
@@ -179,19 +179,8 @@ class Termination : public ::testing::Test {
       ASSERT_FALSE(text.empty()) << file;
       EXPECT_EQ(text.back(), '\n') << file << " ends in the middle of a line";
       std::set<std::int64_t> steps;
-      std::size_t from = 0;
-      while (from < text.size()) {
-        const std::size_t to = text.find('\n', from);
-        const auto j = nlohmann::json::parse(text.substr(from, to - from));
-        for (const auto& rs : j["resourceSpans"])
-          for (const auto& ss : rs["scopeSpans"])
-            for (const auto& s : ss["spans"])
-              if (s["name"] == "megatron.train_step")
-                for (const auto& a : s["attributes"])
-                  if (a["key"] == "dl.step")
-                    steps.insert(std::stoll(a["value"]["intValue"].get<std::string>()));
-        from = to + 1;
-      }
+      for (const auto& span : lens::testing::read_run(file))
+        if (span.name == "megatron.train_step") steps.insert(span.int_attr("dl.step"));
       ASSERT_FALSE(steps.empty()) << file;
       // Steps 0..n, none missing: each step started has its span.
       EXPECT_EQ(*steps.rbegin() + 1, static_cast<std::int64_t>(steps.size())) << file;

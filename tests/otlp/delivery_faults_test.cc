@@ -7,14 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "faulty_endpoint.h"
 #include "lens/otlp_http_exporter.h"
 #include "lens/telemetry.h"
 #include "otlp_receiver.h"
 #include "test_env.h"
+#include "trace_files.h"
 
 namespace lens {
 namespace {
@@ -73,17 +72,6 @@ struct Traced {
   SpanAccount account() const { return SpanAccount::of(telemetry->stats()); }
 };
 
-std::size_t spans_in(const fs::path& file) {
-  std::ifstream in(file);
-  std::size_t n = 0;
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    for (const auto& rs : j["resourceSpans"])
-      for (const auto& ss : rs["scopeSpans"]) n += ss["spans"].size();
-  }
-  return n;
-}
-
 class DeliveryFaults : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -108,7 +96,7 @@ class DeliveryFaults : public ::testing::Test {
     const SpanAccount a = run.account();
     expect_accounted(run, a);
     EXPECT_EQ(a.dropped(), 0u) << a.describe();
-    EXPECT_EQ(spans_in(spool_), a.spooled) << a.describe();
+    EXPECT_EQ(testing::read_run(spool_).size(), a.spooled) << a.describe();
     EXPECT_EQ(a.spool_path, spool_.string());
   }
 
