@@ -101,6 +101,9 @@ class Span {
   void set_attribute(std::string_view key, const char* value) {
     if (live_) set_string(key, value);
   }
+  void set_attribute(std::string_view key, const std::string& value) {
+    if (live_) set_string(key, value);
+  }
   void set_attribute(std::string_view key, AttributeValue value) {
     if (live_) set_value(key, std::move(value));
   }

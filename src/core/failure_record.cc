@@ -21,7 +21,7 @@ std::vector<std::string> TelemetryCore::mark_open_spans(std::string_view event,
   }
   for (LiveSpan* s = open_head.next; s != &open_head; s = s->next) {
     std::string line = s->name;
-    for (const auto& a : s->attributes) {
+    for (const auto& a : s->used_attributes()) {
       if (!a.key.starts_with("dl.")) continue;
       if (const auto* i = std::get_if<std::int64_t>(&a.value))
         line += " " + a.key + "=" + std::to_string(*i);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "lens/span_record.h"
 
@@ -25,16 +26,34 @@ struct LiveSpan : SpanRecord {
   std::int64_t start_steady_ns = 0;
   // The test aid's drift of the span's clock (span_clock.h), 0 unless set.
   double clock_drift = 0;
-  // Attributes of earlier uses of this record, kept so their strings' heap
-  // buffers are reused instead of freed and allocated again.
+  // attributes[0, attributes_used) are the span's; the slots past them are
+  // attributes of an earlier use of this record, kept in place so that a
+  // new attribute reuses their strings' heap buffers without moving them
+  // (settle_attributes() puts them aside before anyone reads the record).
+  std::uint32_t attributes_used = 0;
+  // Slots put aside by settle_attributes, for the attributes of a later use.
   Attributes spare_attributes;
 
-  // An attribute slot for a new key, reusing a spare one when there is one.
+  // An attribute slot for a new key: a kept slot reused in place, else a
+  // spare one, else a new one. Its key and value are the caller's to set.
   Attribute& new_attribute() {
+    if (attributes_used < attributes.size()) return attributes[attributes_used++];
+    ++attributes_used;
     if (spare_attributes.empty()) return attributes.emplace_back();
     Attribute& a = attributes.emplace_back(std::move(spare_attributes.back()));
     spare_attributes.pop_back();
     return a;
+  }
+  // The span's own attributes (the first attributes_used).
+  std::span<Attribute> used_attributes() { return {attributes.data(), attributes_used}; }
+  // Makes `attributes` hold exactly the span's own attributes, the kept
+  // slots past them set aside: done when the span ends, before the record
+  // is handed on or copied.
+  void settle_attributes() {
+    while (attributes.size() > attributes_used) {
+      spare_attributes.push_back(std::move(attributes.back()));
+      attributes.pop_back();
+    }
   }
 
   // Clears the record for reuse, keeping container capacity.

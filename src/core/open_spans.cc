@@ -45,6 +45,7 @@ void finish_span(LiveSpan* s) {
       // export thread's wake-up (a mutex and a notify) waits until the lock
       // is released; it holds the processor's state, not the core.
       if (s->context.sampled()) {
+        s->settle_attributes();
         core->processor->enqueue(s, wake);
         queued = true;
       }

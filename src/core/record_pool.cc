@@ -54,8 +54,7 @@ void LiveSpan::reset() {
   parent_span_id = SpanId();
   parent_remote = false;
   name.clear();
-  for (auto& a : attributes) spare_attributes.push_back(std::move(a));
-  attributes.clear();
+  attributes_used = 0;  // the slots stay, to be reused in place
   dropped_attributes_count = 0;
   events.clear();
   dropped_events_count = 0;

@@ -12,10 +12,10 @@ namespace {
 
 // The slot for key: the existing attribute, a new one, or nullptr (dropped).
 Attribute* attribute_slot(LiveSpan* s, std::string_view key) {
-  for (auto& a : s->attributes)
+  for (auto& a : s->used_attributes())
     if (a.key == key) return &a;
   if (s->core == nullptr) return nullptr;
-  if (s->attributes.size() >= s->core->limits.attribute_count) {
+  if (s->attributes_used >= s->core->limits.attribute_count) {
     ++s->dropped_attributes_count;
     return nullptr;
   }

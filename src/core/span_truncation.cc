@@ -21,6 +21,7 @@ std::uint64_t TelemetryCore::truncate_open_spans(std::string_view stopped_by) {
     // The handle still owns the original (its owner frees it); a copy goes out.
     LiveSpan* copy = acquire_record();
     static_cast<SpanRecord&>(*copy) = static_cast<const SpanRecord&>(*s);
+    copy->attributes.resize(s->attributes_used);  // not the original's kept slots
     copy->end_time_unix_ns =
         s->start_time_unix_ns + skewed_elapsed(now - s->start_steady_ns, s->clock_drift);
     // The marker goes in even past the attribute limit: it is what tells a
@@ -28,6 +29,7 @@ std::uint64_t TelemetryCore::truncate_open_spans(std::string_view stopped_by) {
     copy->attributes.push_back({"nemo.span.truncated", true});
     if (!stopped_by.empty())
       copy->attributes.push_back({"lens.stopped_by", std::string(stopped_by)});
+    copy->attributes_used = static_cast<std::uint32_t>(copy->attributes.size());
     processor->enqueue(copy);
   }
   spans_truncated.fetch_add(count, std::memory_order_relaxed);

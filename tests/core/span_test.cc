@@ -297,6 +297,58 @@ TEST(Span, RecycledRecordsStartClean) {
   }
 }
 
+// A recycled record keeps its earlier attributes' slots to reuse in place:
+// none of them may show in a later span that sets fewer, other or
+// differently typed attributes, nor in the copy shutdown makes of an open
+// span, nor count against the attribute limit.
+TEST(Span, ReusedAttributeSlotsNeverShow) {
+  TelemetryOptions opts;
+  SpanLimits limits;
+  limits.attribute_count = 2;
+  opts.span_limits = limits;
+  MemoryTelemetry mt(opts);
+  Tracer tracer = mt.telemetry->tracer();
+  constexpr int kSpans = 600;  // more than the thread's record cache, so records come back
+  for (int i = 0; i < kSpans; ++i) {
+    Span s = tracer.start_span(SpanGroup::kJob, "s" + std::to_string(i % 3));
+    if (i % 3 == 0) {
+      s.set_attribute("dl.long_key_for_a_heap_buffer.a", i);
+      s.set_attribute("dl.long_key_for_a_heap_buffer.b", std::string(40, 'x'));
+      s.set_attribute("dl.over_the_limit", 1);  // dropped
+    } else if (i % 3 == 1) {
+      s.set_attribute("dl.long_key_for_a_heap_buffer.b", i);  // was a string in the slot
+    }
+    if (i % 100 == 99) mt.telemetry->flush(std::chrono::seconds(5));
+  }
+  Span open = tracer.start_span(SpanGroup::kJob, "open");
+  open.set_attribute("dl.only", true);
+  auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), static_cast<std::size_t>(kSpans));
+  for (const auto& r : spans) {
+    if (r.name == "s0") {
+      ASSERT_EQ(r.attributes.size(), 2u);
+      EXPECT_EQ(r.attributes[0].key, "dl.long_key_for_a_heap_buffer.a");
+      EXPECT_EQ(std::get<std::string>(r.attributes[1].value), std::string(40, 'x'));
+      EXPECT_EQ(r.dropped_attributes_count, 1u);
+    } else if (r.name == "s1") {
+      ASSERT_EQ(r.attributes.size(), 1u);
+      EXPECT_EQ(r.attributes[0].key, "dl.long_key_for_a_heap_buffer.b");
+      EXPECT_TRUE(std::holds_alternative<std::int64_t>(r.attributes[0].value));
+      EXPECT_EQ(r.dropped_attributes_count, 0u);
+    } else {
+      EXPECT_TRUE(r.attributes.empty()) << r.attributes[0].key;
+      EXPECT_EQ(r.dropped_attributes_count, 0u);
+    }
+  }
+  ASSERT_TRUE(mt.telemetry->shutdown(std::chrono::seconds(10)));
+  const auto all = mt.exporter->spans();
+  const SpanRecord* truncated = find(all, "open");
+  ASSERT_NE(truncated, nullptr);
+  ASSERT_EQ(truncated->attributes.size(), 2u);
+  EXPECT_EQ(truncated->attributes[0].key, "dl.only");
+  EXPECT_EQ(truncated->attributes[1].key, "nemo.span.truncated");
+}
+
 TEST(Span, ManyThreadsRecordConcurrently) {
   TelemetryOptions opts;
   opts.max_queue_size = 1 << 16;
