@@ -26,6 +26,9 @@ class TelemetryCore;
 struct GroupSwitches {
   std::atomic<std::uint32_t> bits{0};
 };
+/// What a default-constructed Tracer reads: every group off. (A pointer that
+/// is never null keeps the disabled check to one load and one test.)
+inline constinit const GroupSwitches kNoGroups{};
 }  // namespace detail
 
 class Tracer {
@@ -33,18 +36,21 @@ class Tracer {
   Tracer() = default;
 
   bool enabled(SpanGroup group) const noexcept {
-    return switches_ != nullptr &&
-           ((switches_->bits.load(std::memory_order_relaxed) >> static_cast<unsigned>(group)) &
+    return ((switches_->bits.load(std::memory_order_relaxed) >> static_cast<unsigned>(group)) &
             1u) != 0;
   }
 
-  /// Starts a span in `group`; an empty Span if the group is disabled.
+  /// Starts a span in `group`; an empty Span if the group is disabled. The
+  /// disabled case is laid out as the straight path: a recorded span costs
+  /// a hundred times one jump more.
   Span start_span(SpanGroup group, std::string_view name) const {
-    if (!enabled(group)) return Span();
+    if (!enabled(group)) [[likely]]
+      return Span();
     return Span(start_recording(group, name, nullptr));
   }
   Span start_span(SpanGroup group, std::string_view name, const StartOptions& options) const {
-    if (!enabled(group)) return Span();
+    if (!enabled(group)) [[likely]]
+      return Span();
     return Span(start_recording(group, name, &options));
   }
 
@@ -52,7 +58,7 @@ class Tracer {
   /// whatever the span groups, on every rank that records spans at all (none
   /// on a rank the export filter leaves out). Recorded under the `job` group.
   Span start_lens_span(std::string_view name, const StartOptions& options) const {
-    if (switches_ == nullptr || switches_->bits.load(std::memory_order_relaxed) == 0) return Span();
+    if (switches_->bits.load(std::memory_order_relaxed) == 0) return Span();
     return Span(start_recording(SpanGroup::kJob, name, &options));
   }
 
@@ -68,7 +74,7 @@ class Tracer {
                                     const StartOptions* options) const;
 
   detail::TelemetryCore* core_ = nullptr;
-  const detail::GroupSwitches* switches_ = nullptr;
+  const detail::GroupSwitches* switches_ = &detail::kNoGroups;
   const InstrumentationScope* scope_ = nullptr;
 };
 
