@@ -74,9 +74,8 @@ void Span::add_link(const SpanContext& context, Attributes attributes) {
     ++live_->dropped_links_count;
     return;
   }
-  SpanLink& l = live_->links.emplace_back();
-  l.context = context;
-  l.attributes = std::move(attributes);
+  // Built from its parts (a value-initialised link would be zeroed first).
+  SpanLink& l = live_->links.emplace_back(context, std::move(attributes));
   detail::limit_attributes(l.attributes, limits.attribute_per_link_count,
                            l.dropped_attributes_count);
 }
