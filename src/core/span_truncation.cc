@@ -29,7 +29,6 @@ std::uint64_t TelemetryCore::truncate_open_spans(std::string_view stopped_by) {
     copy->attributes.push_back({"nemo.span.truncated", true});
     if (!stopped_by.empty())
       copy->attributes.push_back({"lens.stopped_by", std::string(stopped_by)});
-    copy->attributes_used = static_cast<std::uint32_t>(copy->attributes.size());
     processor->enqueue(copy);
   }
   spans_truncated.fetch_add(count, std::memory_order_relaxed);
