@@ -1,9 +1,10 @@
 // Span timestamps. Internal header.
 //
 // A span reads only the monotonic clock; its Unix time is that reading plus a
-// process-wide offset (system clock minus monotonic clock) refreshed by the
-// export thread. Start time is therefore system time, and a span's duration
-// is a monotonic difference that never goes backwards.
+// process-wide offset (system clock minus monotonic clock), read at start and
+// re-read by the export thread to follow steps of the system clock. Start
+// time is therefore system time, and a span's duration is a monotonic
+// difference that never goes backwards.
 #pragma once
 
 #include <atomic>
@@ -32,7 +33,29 @@ inline std::int64_t unix_ns_from_steady(std::int64_t steady_ns) {
   return steady_ns + g_clock_offset_ns.load(std::memory_order_relaxed);
 }
 
-// Re-reads both clocks; called off the hot path (export thread, init).
+// One reading of the system clock against the monotonic clock: the offset
+// and the width of the monotonic bracket around the system read (the
+// reading is within half of it of the true offset).
+struct ClockOffsetReading {
+  std::int64_t offset_ns = 0;
+  std::int64_t bracket_ns = 0;
+};
+
+// The tightest of a few bracketed reads.
+ClockOffsetReading read_clock_offset();
+
+// Both clocks advance at one rate (NTP slews them alike), so their
+// difference moves only when the system clock is stepped. A reading that
+// differs from the current one by no more than this plus both readings'
+// noise is the same offset read again.
+inline constexpr std::int64_t kClockStepNs = 1'000'000;
+bool clock_was_stepped(const ClockOffsetReading& current, const ClockOffsetReading& next);
+
+// Re-reads both clocks and follows a step of the system clock; called off
+// the hot path (export thread, init). The offset changes only on a step:
+// re-reading it on a busy host would otherwise move every later span of the
+// process by the read's noise (hundreds of microseconds when preempted),
+// and the clock samples taken before (clock_sync.h) would no longer hold.
 void refresh_clock_offset();
 
 // A skew of one telemetry's span clock against the system clock: the test
