@@ -3,7 +3,8 @@
 // groups, each with broadcast step contexts (one broadcast per step, the
 // reference page's) and with derived ones (LENS_STEP_CONTEXT=derived: no
 // per-step collective), run alternately in one session; prints each mode's
-// median step time and the ratios to untraced.
+// median step time and the ratios to untraced, beside the ratio of a second
+// untraced run (what the machine's noise alone gives).
 //
 //   lens_trainer_overhead [rounds] [steps]   (run from the build directory's bin/)
 //
@@ -68,6 +69,10 @@ int main(int argc, char** argv) {
     std::vector<double> round_median;  // this mode's median step, per round
   } modes[] = {
       {"untraced", "MEGATRON_OTEL_ENABLED=0", "", {}, {}},
+      // The same untraced run again: its ratio is the machine's own noise
+      // between two runs of one configuration, against which the traced
+      // modes' ratios are read.
+      {"untraced, again", "MEGATRON_OTEL_ENABLED=0", "", {}, {}},
       {"broadcast, default groups",
        "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
        "--step-context broadcast",
