@@ -11,7 +11,7 @@
 namespace lens::detail {
 namespace {
 
-TEST(SpanClock, AReadingIsTheTightestOfItsBrackets) {
+TEST(SpanClock, AReadingPutsTheMonotonicClockOnUnixTime) {
   const ClockOffsetReading r = read_clock_offset();
   EXPECT_GE(r.bracket_ns, 0);
   // The offset is the system clock's reading of the monotonic one's "now".
