@@ -4,7 +4,9 @@
 // reference page's) and with derived ones (LENS_STEP_CONTEXT=derived: no
 // per-step collective), run alternately in one session; prints each mode's
 // median step time and the ratios to untraced, beside the ratio of a second
-// untraced run (what the machine's noise alone gives).
+// untraced run (what the machine's noise alone gives), and how long rank 0
+// took to open a step (the step protocol on the source's training thread:
+// a figure in microseconds that the machine's noise does not drown).
 //
 //   lens_trainer_overhead [rounds] [steps]   (run from the build directory's bin/)
 //
@@ -24,8 +26,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<double> run(const std::string& trainer, const std::string& env,
-                        const std::string& flags, int steps, const fs::path& dir) {
+// A run's counted steps: each step's time, both ranks, and how long rank
+// 0's steps took to open (the step protocol on the source's training
+// thread, microseconds).
+struct Steps {
+  std::vector<double> ms;
+  std::vector<double> source_open_us;
+};
+
+Steps run(const std::string& trainer, const std::string& env, const std::string& flags, int steps,
+          const fs::path& dir) {
   fs::remove_all(dir);
   fs::create_directories(dir / "reports");
   const std::string cmd = "env " + env + " " + trainer +
@@ -38,14 +48,21 @@ std::vector<double> run(const std::string& trainer, const std::string& env,
     std::fprintf(stderr, "lens-train failed; see %s\n", (dir / "out.txt").c_str());
     std::exit(1);
   }
-  std::vector<double> ms;
+  Steps out;
   for (int rank = 0; rank < 2; ++rank) {
     auto report = lens::train::read_report(
         (dir / "reports" / ("rank-" + std::to_string(rank) + ".json")).string());
-    for (std::size_t i = 3; i < report.steps.size(); ++i)
-      ms.push_back(report.steps[i].milliseconds);
+    for (std::size_t i = 3; i < report.steps.size(); ++i) {
+      out.ms.push_back(report.steps[i].milliseconds);
+      if (rank == 0) out.source_open_us.push_back(report.steps[i].open_microseconds);
+    }
   }
-  return ms;
+  return out;
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
 }
 
 double median(std::vector<double> v) {
@@ -65,32 +82,37 @@ int main(int argc, char** argv) {
     const char* name;
     const char* env;
     const char* flags;
-    std::vector<double> ms;            // every counted step of every round
-    std::vector<double> round_median;  // this mode's median step, per round
+    std::vector<double> ms;              // every counted step of every round
+    std::vector<double> round_median;    // this mode's median step, per round
+    std::vector<double> source_open_us;  // every counted step's opening on rank 0
   } modes[] = {
-      {"untraced", "MEGATRON_OTEL_ENABLED=0", "", {}, {}},
+      {"untraced", "MEGATRON_OTEL_ENABLED=0", "", {}, {}, {}},
       // The same untraced run again: its ratio is the machine's own noise
       // between two runs of one configuration, against which the traced
       // modes' ratios are read.
-      {"untraced, again", "MEGATRON_OTEL_ENABLED=0", "", {}, {}},
+      {"untraced, again", "MEGATRON_OTEL_ENABLED=0", "", {}, {}, {}},
       {"broadcast, default groups",
        "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
        "--step-context broadcast",
+       {},
        {},
        {}},
       {"broadcast, all groups",
        "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
        "--step-context broadcast",
        {},
+       {},
        {}},
       {"derived, default groups",
        "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
        "--step-context derived",
        {},
+       {},
        {}},
       {"derived, all groups",
        "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
        "--step-context derived",
+       {},
        {},
        {}},
   };
@@ -98,9 +120,11 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) {
     for (int k = 0; k < kModes; ++k) {
       Mode& m = modes[(r + k) % kModes];  // rotate which mode runs first
-      auto ms = run(trainer, m.env, m.flags, steps, dir);
-      m.round_median.push_back(median(ms));
-      m.ms.insert(m.ms.end(), ms.begin(), ms.end());
+      const Steps got = run(trainer, m.env, m.flags, steps, dir);
+      m.round_median.push_back(median(got.ms));
+      m.ms.insert(m.ms.end(), got.ms.begin(), got.ms.end());
+      m.source_open_us.insert(m.source_open_us.end(), got.source_open_us.begin(),
+                              got.source_open_us.end());
     }
   }
   // Two figures per mode: the ratio of medians over all steps, and the
@@ -113,9 +137,10 @@ int main(int argc, char** argv) {
     std::sort(ratios.begin(), ratios.end());
     std::printf(
         "%-26s median step %7.2f ms over %zu steps   ratio to untraced %.3f   "
-        "per-round ratio median %.3f (min %.3f, max %.3f)\n",
+        "per-round ratio median %.3f (min %.3f, max %.3f)   step opening on rank 0: "
+        "p50 %.1f us, p90 %.1f us\n",
         m.name, median(m.ms), m.ms.size(), median(m.ms) / base, median(ratios), ratios.front(),
-        ratios.back());
+        ratios.back(), median(m.source_open_us), percentile(m.source_open_us, 0.9));
   }
   fs::remove_all(dir);
   return 0;

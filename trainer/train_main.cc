@@ -241,6 +241,9 @@ int run_rank(const TrainOptions& o) {
         try {
           const int skew = rank == o.test_step_skew_rank ? 1 : 0;
           StepScope step_scope(step_trace, static_cast<std::uint64_t>(step + skew));
+          sr.open_microseconds =
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                  .count();
           if (step_scope.carrier()) sr.trace_id = step_scope.carrier()->context.trace_id.to_hex();
           optimizer.zero_grad();
           double loss;

@@ -19,6 +19,7 @@ void write_report(const RankReport& r, const std::string& path) {
     steps.push_back({{"step", s.step},
                      {"loss", s.loss ? json(*s.loss) : json(nullptr)},
                      {"milliseconds", s.milliseconds},
+                     {"open_microseconds", s.open_microseconds},
                      {"trace_id", s.trace_id}});
   }
   json j = {{"rank", r.rank},
@@ -87,6 +88,7 @@ RankReport read_report(const std::string& path) {
     sr.step = s.at("step");
     if (!s.at("loss").is_null()) sr.loss = s.at("loss").get<double>();
     sr.milliseconds = s.at("milliseconds");
+    sr.open_microseconds = s.value("open_microseconds", 0.0);
     sr.trace_id = s.at("trace_id");
     r.steps.push_back(sr);
   }

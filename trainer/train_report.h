@@ -17,6 +17,10 @@ struct StepReport {
   std::int64_t step = 0;
   std::optional<double> loss;  // on the last stage
   double milliseconds = 0;
+  // How long the step's opening took on the training thread: the step
+  // protocol (the context's broadcast or derivation, any step check or
+  // clock sample due) and the step span's start.
+  double open_microseconds = 0;
   std::string trace_id;  // of the step's broadcast context; empty without one
 };
 
