@@ -14,10 +14,12 @@ namespace {
 TEST(SpanClock, AReadingPutsTheMonotonicClockOnUnixTime) {
   const ClockOffsetReading r = read_clock_offset();
   EXPECT_GE(r.bracket_ns, 0);
-  // The offset is the system clock's reading of the monotonic one's "now".
+  // The offset is the system clock's reading of the monotonic one's "now"
+  // (within a second: a test thread may be preempted between two reads,
+  // while a wrong sign or unit is off by decades).
   const std::int64_t now_unix = system_now_ns();
   const std::int64_t from_offset = steady_now_ns() + r.offset_ns;
-  EXPECT_LT(std::llabs(from_offset - now_unix), 50'000'000) << "offset " << r.offset_ns;
+  EXPECT_LT(std::llabs(from_offset - now_unix), 1'000'000'000) << "offset " << r.offset_ns;
 }
 
 TEST(SpanClock, OnlyAStepBeyondBothReadingsNoiseCountsAsAStep) {
