@@ -82,39 +82,23 @@ int main(int argc, char** argv) {
     const char* name;
     const char* env;
     const char* flags;
-    std::vector<double> ms;              // every counted step of every round
-    std::vector<double> round_median;    // this mode's median step, per round
-    std::vector<double> source_open_us;  // every counted step's opening on rank 0
+    std::vector<double> ms{};              // every counted step of every round
+    std::vector<double> round_median{};    // this mode's median step, per round
+    std::vector<double> source_open_us{};  // every counted step's opening on rank 0
   } modes[] = {
-      {"untraced", "MEGATRON_OTEL_ENABLED=0", "", {}, {}, {}},
+      {"untraced", "MEGATRON_OTEL_ENABLED=0", ""},
       // The same untraced run again: its ratio is the machine's own noise
       // between two runs of one configuration, against which the traced
       // modes' ratios are read.
-      {"untraced, again", "MEGATRON_OTEL_ENABLED=0", "", {}, {}, {}},
-      {"broadcast, default groups",
-       "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
-       "--step-context broadcast",
-       {},
-       {},
-       {}},
-      {"broadcast, all groups",
-       "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
-       "--step-context broadcast",
-       {},
-       {},
-       {}},
-      {"derived, default groups",
-       "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
-       "--step-context derived",
-       {},
-       {},
-       {}},
-      {"derived, all groups",
-       "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
-       "--step-context derived",
-       {},
-       {},
-       {}},
+      {"untraced, again", "MEGATRON_OTEL_ENABLED=0", ""},
+      {"broadcast, default groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
+       "--step-context broadcast"},
+      {"broadcast, all groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
+       "--step-context broadcast"},
+      {"derived, default groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
+       "--step-context derived"},
+      {"derived, all groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
+       "--step-context derived"},
   };
   constexpr int kModes = sizeof(modes) / sizeof(modes[0]);
   for (int r = 0; r < rounds; ++r) {
