@@ -3,6 +3,7 @@
 // trace and the log say what the rank was in.
 #include <mutex>
 
+#include "open_span_access.h"
 #include "span_clock.h"
 #include "telemetry_core.h"
 
@@ -19,7 +20,14 @@ std::vector<std::string> TelemetryCore::mark_open_spans(std::string_view event,
     last_ended +=
         " (ended " + std::to_string((now - last_ended_steady_ns) / 1000000) + " ms before)";
   }
-  for (LiveSpan* s = open_head.next; s != &open_head; s = s->next) {
+  // Their owners may be changing them on other threads: each is frozen
+  // before it is read or given its event.
+  const FrozenOpenSpans frozen(open_head, kForeignAccessPatience);
+  for (const auto& [s, readable] : frozen.spans()) {
+    if (!readable) {
+      lines.push_back("(a span its thread was changing, not read)");
+      continue;
+    }
     std::string line = s->name;
     for (const auto& a : s->used_attributes()) {
       if (!a.key.starts_with("dl.")) continue;

@@ -5,6 +5,7 @@
 // span in steady state allocates nothing: vectors keep their capacity.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 
@@ -33,6 +34,10 @@ struct LiveSpan : SpanRecord {
   std::uint32_t attributes_used = 0;
   // Slots put aside by settle_attributes, for the attributes of a later use.
   Attributes spare_attributes;
+  // The handshake that lets another thread read the open record while its
+  // owner may be changing it (open_span_access.h).
+  std::atomic<bool> busy{false};    // the owner is changing the record
+  std::atomic<bool> frozen{false};  // another thread holds the record
 
   // An attribute slot for a new key: a kept slot reused in place, else a
   // spare one, else a new one. Its key and value are the caller's to set.

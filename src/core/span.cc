@@ -3,6 +3,7 @@
 #include "lens/span.h"
 
 #include "live_span.h"
+#include "open_span_access.h"
 #include "span_clock.h"
 #include "telemetry_core.h"
 
@@ -30,15 +31,19 @@ Attribute* attribute_slot(LiveSpan* s, std::string_view key) {
 SpanContext Span::context() const { return live_ ? live_->context : SpanContext(); }
 
 void Span::set_bool(std::string_view key, bool value) {
+  detail::OwnerChange change(live_);
   if (auto* a = detail::attribute_slot(live_, key)) a->value = value;
 }
 void Span::set_int(std::string_view key, std::int64_t value) {
+  detail::OwnerChange change(live_);
   if (auto* a = detail::attribute_slot(live_, key)) a->value = value;
 }
 void Span::set_double(std::string_view key, double value) {
+  detail::OwnerChange change(live_);
   if (auto* a = detail::attribute_slot(live_, key)) a->value = value;
 }
 void Span::set_string(std::string_view key, std::string_view value) {
+  detail::OwnerChange change(live_);
   auto* a = detail::attribute_slot(live_, key);
   if (a == nullptr) return;
   if (auto* str = std::get_if<std::string>(&a->value))
@@ -47,11 +52,14 @@ void Span::set_string(std::string_view key, std::string_view value) {
     a->value = std::string(value);
 }
 void Span::set_value(std::string_view key, AttributeValue value) {
+  detail::OwnerChange change(live_);
   if (auto* a = detail::attribute_slot(live_, key)) a->value = std::move(value);
 }
 
 void Span::add_event(std::string_view name, Attributes attributes) {
-  if (!live_ || live_->core == nullptr) return;
+  if (!live_) return;
+  detail::OwnerChange change(live_);
+  if (live_->core == nullptr) return;
   const auto& limits = live_->core->limits;
   if (live_->events.size() >= limits.event_count) {
     ++live_->dropped_events_count;
@@ -68,7 +76,9 @@ void Span::add_event(std::string_view name, Attributes attributes) {
 }
 
 void Span::add_link(const SpanContext& context, Attributes attributes) {
-  if (!live_ || live_->core == nullptr || !context.valid()) return;
+  if (!live_ || !context.valid()) return;
+  detail::OwnerChange change(live_);
+  if (live_->core == nullptr) return;
   const auto& limits = live_->core->limits;
   if (live_->links.size() >= limits.link_count) {
     ++live_->dropped_links_count;
@@ -82,6 +92,7 @@ void Span::add_link(const SpanContext& context, Attributes attributes) {
 
 void Span::set_status(StatusCode code, std::string_view message) {
   if (!live_) return;
+  detail::OwnerChange change(live_);
   // OTel: Ok is final; Unset never overrides; the message only goes with Error.
   if (live_->status_code == StatusCode::kOk || code == StatusCode::kUnset) return;
   live_->status_code = code;
@@ -89,7 +100,9 @@ void Span::set_status(StatusCode code, std::string_view message) {
 }
 
 void Span::update_name(std::string_view name) {
-  if (live_) live_->name.assign(name);
+  if (!live_) return;
+  detail::OwnerChange change(live_);
+  live_->name.assign(name);
 }
 
 void Span::end_recording() { detail::finish_span(std::exchange(live_, nullptr)); }

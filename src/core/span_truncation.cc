@@ -2,6 +2,7 @@
 // ended there and exported marked nemo.span.truncated=true.
 #include <mutex>
 
+#include "open_span_access.h"
 #include "open_spans.h"
 #include "span_clock.h"
 #include "telemetry_core.h"
@@ -12,12 +13,15 @@ std::uint64_t TelemetryCore::truncate_open_spans(std::string_view stopped_by) {
   std::uint64_t count = 0;
   const std::int64_t now = steady_now_ns();
   std::lock_guard<SpinLock> lock(open_spans_lock());
-  while (open_head.next != &open_head) {
-    LiveSpan* s = open_head.next;
+  // Their owners may be changing them on other threads (a termination
+  // watch shuts down while training runs): each is frozen before it is read.
+  const FrozenOpenSpans frozen(open_head, kForeignAccessPatience);
+  for (const auto& [s, readable] : frozen.spans()) {
     unlink_open(s);
     s->core = nullptr;
     ++count;
-    if (!s->context.sampled()) continue;
+    // Unreadable: its owner is stuck inside a change; it ends unexported.
+    if (!readable || !s->context.sampled()) continue;
     // The handle still owns the original (its owner frees it); a copy goes out.
     LiveSpan* copy = acquire_record();
     static_cast<SpanRecord&>(*copy) = static_cast<const SpanRecord&>(*s);

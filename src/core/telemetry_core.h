@@ -12,6 +12,7 @@
 #include "lens/span_record.h"
 #include "lens/tracer.h"
 #include "live_span.h"
+#include "open_span_access.h"
 #include "span_clock.h"
 #include "spin_lock.h"
 
@@ -26,7 +27,10 @@ SpinLock& open_spans_lock();
 
 class TelemetryCore {
  public:
-  TelemetryCore() { open_head.prev = open_head.next = &open_head; }
+  TelemetryCore() {
+    open_head.prev = open_head.next = &open_head;
+    enable_asymmetric_fence();
+  }
 
   GroupSwitches switches;
   SpanLimits limits;
