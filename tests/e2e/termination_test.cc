@@ -271,6 +271,8 @@ TEST_F(Termination, NoRankOutlivesAKilledLauncher) {
     EXPECT_TRUE(std::regex_search(
         out, std::regex("lens-train: rank " + std::to_string(r) + ": stopped by SIGTERM")))
         << out;
+  // A rank whose peers stopped first is stopping too: no failure record.
+  EXPECT_EQ(out.find(" was in: "), std::string::npos) << out;
   const auto c = check();
   EXPECT_EQ(c.exit_code, 0) << c.output;
 }
