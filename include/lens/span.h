@@ -13,8 +13,10 @@
 /// Thread safety: a Span is used by one thread at a time (it may move between
 /// threads). Spans still open when their Telemetry shuts down are ended by the
 /// shutdown and exported with nemo.span.truncated=true; the handle then only
-/// releases its memory. Do not mutate a span on one thread while another
-/// thread shuts its Telemetry down.
+/// releases its memory. Their owners may go on changing them while another
+/// thread shuts the Telemetry down or writes a failure record: those read
+/// each open span while its owner is kept out (a change waits for that
+/// read, which takes microseconds).
 #pragma once
 
 #include <cstdint>

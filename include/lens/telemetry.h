@@ -134,8 +134,10 @@ class Telemetry {
   /// peer): adds an event named `event` with attribute lens.detail=`detail` to
   /// every span still open, and returns one line per open span, oldest first
   /// ("megatron.train_step dl.step=12 ... (open 3051 ms)"), for the log. A
-  /// following shutdown() exports them, truncated. Call it from the thread
-  /// that hit the failure, while no other thread mutates spans.
+  /// following shutdown() exports them, truncated. Other threads may go on
+  /// changing their spans meanwhile: each open span is read while its owner
+  /// is kept out (a span whose owner stays inside a change for 200 ms is
+  /// skipped, with a line saying so).
   std::vector<std::string> mark_open_spans(std::string_view event, std::string_view detail);
 
  private:
