@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include "spin_lock.h"
+
 namespace lens::detail {
 
 std::atomic<bool> g_foreign_side_fences_all{false};
@@ -32,8 +34,7 @@ void foreign_fence() {
   if (!g_foreign_side_fences_all.load(std::memory_order_relaxed)) return;
   if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
   // A fork's child may not inherit the registration: register again.
-  if (errno == EPERM && register_membarrier() &&
-      membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+  if (errno == EPERM && register_membarrier() && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
     return;
   // No membarrier after all: owners use full fences from now on. One that
   // read the flag before this store may still be in its handshake with
@@ -42,16 +43,6 @@ void foreign_fence() {
   g_foreign_side_fences_all.store(false, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   std::this_thread::sleep_for(std::chrono::milliseconds(1));
-}
-
-void pause_briefly(int& spins) {
-  if (++spins > 64) {
-    std::this_thread::yield();
-  } else {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
 }
 
 }  // namespace
@@ -65,7 +56,7 @@ void enable_asymmetric_fence() {
 
 void OwnerChange::wait_while_frozen() const {
   int spins = 0;
-  while (s_->frozen.load(std::memory_order_acquire)) pause_briefly(spins);
+  while (s_->frozen.load(std::memory_order_acquire)) wait_turn(spins);
 }
 
 FrozenOpenSpans::FrozenOpenSpans(LiveSpan& open_head, std::chrono::milliseconds patience) {
@@ -80,7 +71,7 @@ FrozenOpenSpans::FrozenOpenSpans(LiveSpan& open_head, std::chrono::milliseconds 
   for (auto& e : spans_) {
     while (e.span->busy.load(std::memory_order_acquire)) {
       if (std::chrono::steady_clock::now() >= deadline) break;
-      pause_briefly(spins);
+      wait_turn(spins);
     }
     e.readable = !e.span->busy.load(std::memory_order_acquire);
   }

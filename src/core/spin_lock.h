@@ -9,20 +9,25 @@
 
 namespace lens::detail {
 
+// One turn of a wait for another thread: a pause instruction for the first
+// 64 turns (the other thread is likely running, a few instructions from
+// done), then a yield of the processor.
+inline void wait_turn(int& spins) noexcept {
+  if (++spins > 64) {
+    std::this_thread::yield();
+  } else {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
 class SpinLock {
  public:
   void lock() noexcept {
     int spins = 0;
     while (locked_.exchange(true, std::memory_order_acquire)) {
-      while (locked_.load(std::memory_order_relaxed)) {
-        if (++spins > 64) {
-          std::this_thread::yield();
-        } else {
-#if defined(__x86_64__)
-          __builtin_ia32_pause();
-#endif
-        }
-      }
+      while (locked_.load(std::memory_order_relaxed)) wait_turn(spins);
     }
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }

@@ -1,5 +1,7 @@
 // The handshake that lets another thread read an open span's record while
 // its owner may be changing it (src/core/open_span_access.h).
+#include "open_span_access.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,7 +9,6 @@
 #include <thread>
 
 #include "live_span.h"
-#include "open_span_access.h"
 
 namespace lens::detail {
 namespace {
