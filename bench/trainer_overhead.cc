@@ -62,13 +62,11 @@ Steps run(const std::string& trainer, const std::string& env, const std::string&
 
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+  if (v.empty()) return 0;
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))];
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+double median(const std::vector<double>& v) { return percentile(v, 0.5); }
 
 }  // namespace
 

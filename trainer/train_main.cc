@@ -205,9 +205,8 @@ int run_rank(const TrainOptions& o) {
   // diverged can be found, as one would with PyTorch's flight recorder.
   // The same for the data-parallel gradient all-reduce (see below).
   const auto record_failure = [&](const std::string& what) {
-    // Stopping on a signal: a peer that stopped first is expected, and the
-    // stop line says so.
-    if (termination_signal() != 0) return;
+    // (Nothing once this rank is stopping on a signal: a peer that stopped
+    // first is expected, and the stop line says so.)
     if (telemetry)
       write_failure_record(*telemetry, "lens-train: rank " + std::to_string(rank), what);
   };

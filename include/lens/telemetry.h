@@ -149,6 +149,8 @@ class Telemetry {
 /// The failure record a rank leaves when a collective or transfer fails:
 /// mark_open_spans("lens.failure", detail), then on stderr one line per open
 /// span, "<who> was in: <span>", and "<who>: last span ended: <span>".
+/// Nothing in a process that received a termination signal
+/// (termination_signal()): its peers failing then is its own stop.
 void write_failure_record(Telemetry& telemetry, std::string_view who, std::string_view detail);
 
 /// Creates the process-wide telemetry (replacing any earlier one, which is

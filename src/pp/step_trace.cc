@@ -9,7 +9,6 @@
 #include "lens/linked_span.h"
 #include "lens/step_check.h"
 #include "lens/step_context.h"
-#include "lens/termination.h"
 
 namespace lens {
 
@@ -93,9 +92,6 @@ void StepTrace::finish() {
 }
 
 void StepTrace::record_failure(const CommError& e) {
-  // Stopping on a signal, this rank sees its peers stop too: the error is
-  // the stop's, not a failure. Shutdown marks what is open with the signal.
-  if (termination_signal() != 0) return;
   // The job is broken: leave a record on what is open (e.g. the job span)
   // and in the log, so the rank that diverged can be found.
   write_failure_record(*telemetry_, "lens: rank " + std::to_string(global_rank_), e.what());

@@ -260,6 +260,10 @@ std::vector<std::string> Telemetry::mark_open_spans(std::string_view event,
 }
 
 void write_failure_record(Telemetry& telemetry, std::string_view who, std::string_view detail) {
+  // Stopping on a signal, a process sees its peers stop too (a transfer or
+  // collective fails): that is the stop, not a failure. Shutdown marks what
+  // is open with the signal, and the program's stop line says the rest.
+  if (termination_signal() != 0) return;
   const std::string prefix(who);
   for (const auto& line : telemetry.mark_open_spans("lens.failure", detail)) {
     const char* joint = line.starts_with("last span ended") ? ":" : " was in:";
