@@ -91,13 +91,19 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
     const StepAnalysis a = analyze_step(*sv, stages, o.replica_of);
     for (const auto& w : a.waits) {
       if (!lane_y.count(w.rank)) continue;
+      const bool late_sender = w.kind == WaitInterval::Kind::kLateSender;
+      const bool late_receiver = w.kind == WaitInterval::Kind::kLateReceiver;
       waits += fmt::format(
           "<rect class=\"{}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\"><title>{} "
           "{:.3f} ms (stage {}, step {})</title></rect>\n",
-          w.late_sender ? "wait-late-sender" : "wait-transfer", x_of(w.start_ns),
-          lane_y[w.rank] + lane_row(SpanKind::kForward) * kRowHeight,
+          late_sender     ? "wait-late-sender"
+          : late_receiver ? "wait-late-receiver"
+                          : "wait-transfer",
+          x_of(w.start_ns), lane_y[w.rank] + lane_row(SpanKind::kForward) * kRowHeight,
           std::max(1.0, (w.end_ns - w.start_ns) * scale), kRowHeight - 3,
-          w.late_sender ? "waiting for the neighbour's compute" : "transfer",
+          late_sender     ? "late sender: the receive waited for the send to begin"
+          : late_receiver ? "late receiver: the send waited for the receive to be posted"
+                          : "transfer",
           (w.end_ns - w.start_ns) / 1e6, w.stage, sv->step);
     }
     for (const auto& seg : a.critical_path) {
@@ -190,7 +196,7 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
  .link { fill: none; stroke: #8e44ad; stroke-width: 1.2; opacity: 0.8; }
  .critical { fill: none; stroke: #d62728; stroke-width: 1.6; pointer-events: none; }
  .critical.transfer { stroke-dasharray: 3 2; }
- .wait-late-sender { fill: #f4c7c3; } .wait-transfer { fill: #fde9c4; }
+ .wait-late-sender { fill: #f4c7c3; } .wait-late-receiver { fill: #d6c8f0; } .wait-transfer { fill: #fde9c4; }
  .tick { stroke: #e0e0e0; } .axis { font-size: 10px; fill: #666; }
  #detail { position: fixed; bottom: 8px; left: 16px; background: #fff; border: 1px solid #ccc;
            padding: 4px 8px; min-height: 1em; }
@@ -233,7 +239,7 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
   document.body.setAttribute('data-ready', 'lanes=' + document.querySelectorAll('g.lane').length +
       ' links=' + document.querySelectorAll('path.link').length + ' spans=' + spans.length +
       ' critical=' + document.querySelectorAll('rect.critical').length +
-      ' waits=' + document.querySelectorAll('rect.wait-late-sender, rect.wait-transfer').length +
+      ' waits=' + document.querySelectorAll('rect.wait-late-sender, rect.wait-late-receiver, rect.wait-transfer').length +
       ' chunks=' + new Set(Array.prototype.map.call(document.querySelectorAll('rect[data-chunk]'),
                                                     function (r) { return r.getAttribute('data-chunk'); })).size);
 })();

@@ -44,7 +44,7 @@ class Stage {
       output = loss;
     }
     in_flight_.push_back({input, output});
-    stretch(start, ctx_.slow_factor);
+    stretch(start, step_ >= ctx_.slow_from_step ? ctx_.slow_factor : 1.0);
     return output;
   }
 
@@ -59,7 +59,7 @@ class Stage {
     } else {
       f.output.backward(output_grad);
     }
-    stretch(start, ctx_.slow_factor);
+    stretch(start, step_ >= ctx_.slow_from_step ? ctx_.slow_factor : 1.0);
     return ctx_.p2p->first_stage() ? torch::Tensor() : f.input.grad();
   }
 
@@ -186,7 +186,7 @@ class Chunks {
       output = loss;
     }
     in_flight_[static_cast<std::size_t>(v)].push_back({input, output});
-    stretch(start, ctx_.slow_factor);
+    stretch(start, step_ >= ctx_.slow_from_step ? ctx_.slow_factor : 1.0);
     span.end();
     if (!last_chunk(v)) ctx_.p2p->send_chunk(true, output, next_stage(), microbatch, v);
   }
@@ -205,7 +205,7 @@ class Chunks {
       f.output.backward();
     else
       f.output.backward(output_grad);
-    stretch(start, ctx_.slow_factor);
+    stretch(start, step_ >= ctx_.slow_from_step ? ctx_.slow_factor : 1.0);
     span.end();
     if (!first_chunk(v))
       ctx_.p2p->send_chunk(false, f.input.grad(), previous_stage(), microbatch, v);

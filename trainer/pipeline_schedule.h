@@ -42,8 +42,10 @@ struct ScheduleContext {
   int replica;  // data-parallel rank
   // Fault injection (--slow-stage, --slow-factor): this stage's forward and
   // backward take `slow_factor` times as long (the compute, then a wait of
-  // (factor - 1) times what it took). 1: not slowed.
+  // (factor - 1) times what it took), from step `slow_from_step` on. 1:
+  // not slowed.
   double slow_factor = 1;
+  std::int64_t slow_from_step = 0;
   // The interleaved schedule's chunks, V of them (chunks[0] is `model`);
   // empty for the non-interleaved schedule.
   std::vector<StageModel> chunks;

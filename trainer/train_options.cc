@@ -56,6 +56,14 @@ TrainOptions parse_train_options(int argc, char** argv) {
       ->check(CLI::Range(0, 63));
   app.add_option("--slow-factor", o.slow_factor, "how much slower --slow-stage computes")
       ->check(CLI::Range(1.0, 100.0));
+  app.add_option("--slow-replica", o.slow_replica,
+                 "fault injection: slow --slow-stage only in this data-parallel replica (one "
+                 "slow rank); default: in every replica")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--slow-from-step", o.slow_from_step,
+                 "fault injection: --slow-stage is slow from this step on (a slowdown that begins "
+                 "mid-run); default 0")
+      ->check(CLI::Range(0, 1 << 30));
   app.add_option("--test-clock-offsets-us", o.test_clock_offsets_us,
                  "TEST AID: one clock offset per rank, in µs, injected into each rank's span "
                  "clock (comma-separated, rank 0 first)")
@@ -92,6 +100,12 @@ TrainOptions parse_train_options(int argc, char** argv) {
     std::fprintf(stderr,
                  "lens-train: --slow-stage %d is not a stage of --pp %d; accepted: 0 to %d\n",
                  o.slow_stage, o.pp, o.pp - 1);
+    std::exit(2);
+  }
+  if (o.slow_replica >= o.dp) {
+    std::fprintf(stderr,
+                 "lens-train: --slow-replica %d is not a replica of --dp %d; accepted: 0 to %d\n",
+                 o.slow_replica, o.dp, o.dp - 1);
     std::exit(2);
   }
   if (o.test_step_skew_rank >= o.pp * o.dp) {

@@ -4,6 +4,7 @@
 // Thread safety: a value type.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,8 @@ struct TrainOptions {
   // times as slowly, on every replica.
   int slow_stage = -1;
   double slow_factor = 1;
+  int slow_replica = -1;        // -1: every replica; else only this one (one slow rank)
+  std::int64_t slow_from_step = 0;  // the slowdown begins at this step
   std::vector<double> test_clock_offsets_us;
   std::vector<double> test_clock_drift_ppm;
   // Where each rank writes its JSON report (set by the local launcher).

@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "step_replay.h"
 
 namespace lens::tools {
 namespace {
@@ -16,6 +19,8 @@ double percentile(std::vector<double> v, double p) {
   const auto k = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
   return v[std::min(v.size() - 1, k == 0 ? 0 : k - 1)];
 }
+
+double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
 
 }  // namespace
 
@@ -31,6 +36,7 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
     stages_ = std::max(stages_, stages);
     microbatches_ = std::max(microbatches_, a.microbatches);
     virtual_stages_ = std::max(virtual_stages_, view.virtual_stages);
+    impossible_edges_ += a.impossible_edges;
     double bubble_sum = 0;
     int bubble_stages = 0;
     for (const auto& f : a.stages_figures)
@@ -47,21 +53,45 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
     for (const auto& f : a.stages_figures) {
       if (f.microbatches == 0) continue;
       Series& s = series_[{f.replica, f.stage}];
+      const double cost = f.compute_ms / f.microbatches;
       s.rank = f.rank;
       s.replica = f.replica;
       s.steps.push_back(a.step);
-      s.per_microbatch.push_back(f.compute_ms / f.microbatches);
+      s.per_microbatch.push_back(cost);
       s.compute.push_back(f.compute_ms);
       s.critical_share.push_back(f.critical_share);
+      s.step.push_back(f.step_ms);
+      s.step_time.push_back(a.step_ms);
       s.late_sender.push_back(f.late_sender_ms);
       s.transfer.push_back(f.transfer_ms);
       s.late_receiver.push_back(f.late_receiver_ms);
+      s.rest.push_back(f.rest_ms);
+      s.unmatched += f.unmatched_transfers;
       s.idle.push_back(f.idle_ms);
       s.warmup.push_back(f.warmup_idle_ms);
       s.cooldown.push_back(f.cooldown_idle_ms);
       s.imbalance.push_back(f.imbalance_idle_ms);
       s.transfer_idle.push_back(f.transfer_idle_ms);
       s.schedule_idle.push_back(f.schedule_idle_ms);
+      s.slack.push_back(f.slack_ms);
+      s.gain_at_median.push_back(f.gain_at_median_ms);
+      // The step with this rank at what it should cost: its baseline (the
+      // median of its first steps, of those seen so far while they are
+      // being seen) or its peers' median this step, the lower.
+      const std::size_t b = std::min(kBaselineSteps, s.per_microbatch.size());
+      double expected = median({s.per_microbatch.begin(), s.per_microbatch.begin() + static_cast<long>(b)});
+      std::vector<double> peers;
+      for (const auto& p : a.stages_figures)
+        if (p.stage == f.stage && p.replica != f.replica && p.microbatches > 0)
+          peers.push_back(p.compute_ms / p.microbatches);
+      if (!peers.empty()) expected = std::min(expected, median(peers));
+      double gain = 0;
+      const auto g = a.graphs.find(f.replica);
+      if (g != a.graphs.end() && cost > expected && expected > 0)
+        gain = static_cast<double>(replay_end(g->second, {{f.stage, expected / cost}}) -
+                                   replay_end(g->second, {})) /
+               1e6;
+      s.gain_at_baseline.push_back(gain);
     }
     // Relative scores compare with the step's fastest stage: finish().
   }
@@ -72,6 +102,7 @@ Analysis AnalysisBuilder::finish() {
   out.stages = stages_;
   out.microbatches = microbatches_;
   out.virtual_stages = virtual_stages_;
+  out.impossible_edges = impossible_edges_;
   if (!bubble_.empty()) out.bubble_p50 = percentile(bubble_, 0.5);
   out.theoretical_bubble = theoretical_bubble(stages_, microbatches_, virtual_stages_);
   out.steps = steps_;
@@ -81,6 +112,10 @@ Analysis AnalysisBuilder::finish() {
   out.critical_compute_p50_ms = percentile(critical_compute_ms_, 0.5);
   out.critical_transfer_p50_ms = percentile(critical_transfer_ms_, 0.5);
   out.critical_all_reduce_p50_ms = percentile(critical_all_reduce_ms_, 0.5);
+  std::vector<RankSeries> ranks;
+  for (const auto& [key, s] : series_)
+    ranks.push_back({s.rank, key.second, key.first, s.steps, s.per_microbatch});
+  const Verdicts verdicts = judge_stages(ranks);
   // Per step and replica, the fastest stage's compute per microbatch.
   std::map<std::pair<int, std::int64_t>, double> fastest;  // (replica, step)
   for (const auto& [key, s] : series_)
@@ -89,46 +124,80 @@ Analysis AnalysisBuilder::finish() {
       auto it = fastest.find(k);
       if (it == fastest.end() || s.per_microbatch[i] < it->second) fastest[k] = s.per_microbatch[i];
     }
+  std::size_t index = 0;
+  std::map<int, const Series*> series_of_rank;
   for (const auto& [key, s] : series_) {
+    series_of_rank[s.rank] = &s;
     StageAnalysis st;
     st.replica = key.first;
     st.stage = key.second;
     st.rank = s.rank;
     st.steps = s.steps.size();
     st.compute_per_microbatch_ms = percentile(s.per_microbatch, 0.5);
-    std::vector<double> relative;
+    st.baseline_per_microbatch_ms = verdicts.baseline_ms[index];
+    st.baseline_relative = verdicts.baseline_relative[index];
+    ++index;
+    std::vector<double> relative, individual;
     for (std::size_t i = 0; i < s.steps.size(); ++i) {
       const double best = fastest[{s.replica, s.steps[i]}];
-      const double r = best > 0 ? s.per_microbatch[i] / best : 1;
-      relative.push_back(r);
-      if (st.slow_since < 0 && r >= kStragglerThreshold) st.slow_since = s.steps[i];
+      relative.push_back(best > 0 ? s.per_microbatch[i] / best : 1);
+      individual.push_back(st.baseline_per_microbatch_ms > 0
+                               ? s.per_microbatch[i] / st.baseline_per_microbatch_ms
+                               : 1);
     }
     st.relative = percentile(relative, 0.5);
-    const double own_best = *std::min_element(s.compute.begin(), s.compute.end());
-    std::vector<double> individual;
-    for (double c : s.compute) individual.push_back(own_best > 0 ? c / own_best : 1);
     st.individual = percentile(individual, 0.95);
     st.critical_share_p50 = percentile(s.critical_share, 0.5);
     st.critical_share_p95 = percentile(s.critical_share, 0.95);
+    st.step_p50_ms = percentile(s.step, 0.5);
+    st.compute_p50_ms = percentile(s.compute, 0.5);
     st.late_sender_p50_ms = percentile(s.late_sender, 0.5);
     st.late_sender_p95_ms = percentile(s.late_sender, 0.95);
     st.transfer_p50_ms = percentile(s.transfer, 0.5);
     st.late_receiver_p50_ms = percentile(s.late_receiver, 0.5);
+    st.rest_p50_ms = percentile(s.rest, 0.5);
+    st.unmatched_transfers = s.unmatched;
     st.idle_p50_ms = percentile(s.idle, 0.5);
     st.warmup_idle_p50_ms = percentile(s.warmup, 0.5);
     st.cooldown_idle_p50_ms = percentile(s.cooldown, 0.5);
     st.imbalance_idle_p50_ms = percentile(s.imbalance, 0.5);
     st.transfer_idle_p50_ms = percentile(s.transfer_idle, 0.5);
     st.schedule_idle_p50_ms = percentile(s.schedule_idle, 0.5);
+    st.slack_p50_ms = percentile(s.slack, 0.5);
+    st.gain_at_baseline_p50_ms = percentile(s.gain_at_baseline, 0.5);
+    st.gain_at_median_p50_ms = percentile(s.gain_at_median, 0.5);
     if (st.relative > out.slowest_relative) {
       out.slowest_relative = st.relative;
       out.slowest_stage = st.stage;
-      if (st.relative >= kStragglerThreshold) {
-        out.straggler_stage = st.stage;
-        out.straggler_rank = st.rank;
-      }
     }
     out.stages_analysis.push_back(st);
+  }
+  // What fixing each verdict would gain: the p50 of the replayed change
+  // over the steps it concerns, against those steps' step time.
+  const auto share = [](double gain, double step) { return step > 0 ? gain / step : 0.0; };
+  for (const Straggler& who : verdicts.stragglers) {
+    StragglerReport r{who};
+    const Series& s = *series_of_rank.at(who.rank);
+    std::vector<double> gains, steps, shares;
+    for (std::size_t i = 0; i < s.steps.size(); ++i)
+      if (s.steps[i] >= who.since_step) {
+        gains.push_back(s.gain_at_baseline[i]);
+        steps.push_back(s.step_time[i]);
+        shares.push_back(s.critical_share[i]);
+      }
+    r.gain_ms = median(gains);
+    r.gain_share = share(r.gain_ms, median(steps));
+    r.critical_share_p50 = median(shares);
+    out.stragglers.push_back(r);
+  }
+  for (const Imbalance& what : verdicts.imbalance) {
+    ImbalanceReport r{what};
+    std::vector<double> gains;
+    for (const auto& st : out.stages_analysis)
+      if (st.stage == what.stage) gains.push_back(st.gain_at_median_p50_ms);
+    r.gain_ms = median(gains);
+    r.gain_share = share(r.gain_ms, out.step_p50_ms);
+    out.imbalance.push_back(r);
   }
   return out;
 }
@@ -144,24 +213,52 @@ Analysis analyze_dir(const std::filesystem::path& dir, const StreamOptions& opti
   return builder.finish();
 }
 
+std::string format_verdicts(const Analysis& a) {
+  std::string out;
+  for (const auto& r : a.stragglers) {
+    const Straggler& w = r.who;
+    out += fmt::format(
+        "straggler: rank {} (stage {}, replica {}): {:.2f}x {} since step {}, {:.0f}% of the "
+        "critical path; at its expected cost the step would change by {:+.2f} ms ({:+.0f}%)\n",
+        w.rank, w.stage, w.replica, w.ratio,
+        w.against == Straggler::Against::kPeers ? "the same stage's cost in the other replicas"
+                                                : "its own baseline (against how the others moved)",
+        w.since_step, 100 * r.critical_share_p50, r.gain_ms, 100 * r.gain_share);
+  }
+  if (a.stragglers.empty())
+    out += fmt::format(
+        "straggler: none (no rank {:.1f}x slower than its own baseline or its peers for {} steps "
+        "in a row)\n",
+        kStragglerThreshold, kConsecutiveSteps);
+  for (const auto& r : a.imbalance) {
+    std::string ranks;
+    for (int rank : r.what.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank);
+    out += fmt::format(
+        "imbalance: stage {} (rank{} {}): {:.2f}x the fastest stage's compute per microbatch from "
+        "the first steps, in every replica: it does more work (move a layer off it); at the "
+        "median stage's cost the step would change by {:+.2f} ms ({:+.0f}%)\n",
+        r.what.stage, r.what.ranks.size() > 1 ? "s" : "", ranks, r.what.ratio, r.gain_ms,
+        100 * r.gain_share);
+  }
+  if (a.imbalance.empty())
+    out += fmt::format("imbalance: none (no stage {:.2f}x the fastest from the first steps)\n",
+                       kImbalanceThreshold);
+  return out;
+}
+
 std::string format_table(const Analysis& a) {
   std::string out;
-  char line[400];
   if (a.virtual_stages > 1)
-    std::snprintf(line, sizeof line,
-                  "pipeline: %d stages of %d chunks (interleaved), %d microbatches per step, %zu "
-                  "steps analysed\n",
-                  a.stages, a.virtual_stages, a.microbatches, a.steps);
+    out += fmt::format(
+        "pipeline: {} stages of {} chunks (interleaved), {} microbatches per step, {} steps "
+        "analysed\n",
+        a.stages, a.virtual_stages, a.microbatches, a.steps);
   else
-    std::snprintf(line, sizeof line,
-                  "pipeline: %d stages, %d microbatches per step, %zu steps analysed\n", a.stages,
-                  a.microbatches, a.steps);
-  out += line;
-  if (a.bubble_p50 >= 0) {
-    std::snprintf(line, sizeof line, "bubble: measured p50 %.3f, theoretical %s = %.3f\n",
-                  a.bubble_p50, theoretical_bubble_formula(a.virtual_stages), a.theoretical_bubble);
-    out += line;
-  }
+    out += fmt::format("pipeline: {} stages, {} microbatches per step, {} steps analysed\n",
+                       a.stages, a.microbatches, a.steps);
+  if (a.bubble_p50 >= 0)
+    out += fmt::format("bubble: measured p50 {:.3f}, theoretical {} = {:.3f}\n", a.bubble_p50,
+                       theoretical_bubble_formula(a.virtual_stages), a.theoretical_bubble);
   if (a.steps == 0) {
     out +=
         "no step to analyse: record the step, forward_backward and microbatch span groups "
@@ -169,44 +266,35 @@ std::string format_table(const Analysis& a) {
     out += a.clock.describe() + "\n";
     return out;
   }
-  std::snprintf(line, sizeof line,
-                "step: p50 %.2f ms, p95 %.2f ms; critical path p50 %.2f ms: %.2f compute, %.2f "
-                "transfers, %.2f data-parallel all-reduce, the rest the stages' own time between "
-                "computes (p2p calls)\n",
-                a.step_p50_ms, a.step_p95_ms, a.critical_path_p50_ms, a.critical_compute_p50_ms,
-                a.critical_transfer_p50_ms, a.critical_all_reduce_p50_ms);
-  out += line;
-  std::snprintf(line, sizeof line, "%5s %4s %4s %10s %8s %8s %9s %9s %9s %9s %9s %9s %9s\n",
-                "stage", "rank", "dp", "ms/mb", "relative", "crit p50", "late-snd", "transfer",
-                "late-rcv", "idle", "warmup", "cooldown", "imbalance");
-  out += line;
-  for (const auto& s : a.stages_analysis) {
-    std::snprintf(line, sizeof line,
-                  "%5d %4d %4d %10.3f %7.2fx %7.0f%% %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n",
-                  s.stage, s.rank, s.replica, s.compute_per_microbatch_ms, s.relative,
-                  100 * s.critical_share_p50, s.late_sender_p50_ms, s.transfer_p50_ms,
-                  s.late_receiver_p50_ms, s.idle_p50_ms, s.warmup_idle_p50_ms,
-                  s.cooldown_idle_p50_ms, s.imbalance_idle_p50_ms);
-    out += line;
-  }
-  out += "(ms per step, p50 over steps; ms/mb: forward+backward per microbatch)\n";
-  if (a.straggler_stage >= 0) {
-    const StageAnalysis* s = nullptr;
-    for (const auto& st : a.stages_analysis)
-      if (st.stage == a.straggler_stage && st.rank == a.straggler_rank) s = &st;
-    std::snprintf(line, sizeof line,
-                  "straggler: stage %d (rank %d): %.2fx the fastest stage's compute per "
-                  "microbatch, %.0f%% of the critical path, since step %lld\n",
-                  a.straggler_stage, a.straggler_rank, s ? s->relative : 0,
-                  s ? 100 * s->critical_share_p50 : 0,
-                  static_cast<long long>(s ? s->slow_since : -1));
-  } else {
-    std::snprintf(line, sizeof line,
-                  "straggler: none (slowest stage %d at %.2fx the fastest; threshold %.1fx)\n",
-                  a.slowest_stage, a.slowest_relative, kStragglerThreshold);
-  }
-  out += line;
+  out += fmt::format(
+      "step: p50 {:.2f} ms, p95 {:.2f} ms; critical path p50 {:.2f} ms: {:.2f} compute, {:.2f} "
+      "transfers (a compute's end to the receive's end), {:.2f} data-parallel all-reduce, the "
+      "rest the stages' own time between computes\n",
+      a.step_p50_ms, a.step_p95_ms, a.critical_path_p50_ms, a.critical_compute_p50_ms,
+      a.critical_transfer_p50_ms, a.critical_all_reduce_p50_ms);
+  out += fmt::format("{:>5} {:>4} {:>3} {:>8} {:>8} {:>5} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | "
+                     "{:>8} {:>8} {:>8}\n",
+                     "stage", "rank", "dp", "ms/mb", "relative", "crit", "step", "compute",
+                     "late-snd", "late-rcv", "transfer", "rest", "idle", "slack", "imbal");
+  for (const auto& s : a.stages_analysis)
+    out += fmt::format(
+        "{:>5} {:>4} {:>3} {:>8.3f} {:>7.2f}x {:>4.0f}% | {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} "
+        "{:>8.2f} {:>8.2f} | {:>8.2f} {:>8.2f} {:>8.2f}\n",
+        s.stage, s.rank, s.replica, s.compute_per_microbatch_ms, s.relative,
+        100 * s.critical_share_p50, s.step_p50_ms, s.compute_p50_ms, s.late_sender_p50_ms,
+        s.late_receiver_p50_ms, s.transfer_p50_ms, s.rest_p50_ms, s.idle_p50_ms, s.slack_p50_ms,
+        s.imbalance_idle_p50_ms);
+  out +=
+      "(ms per step, p50 over steps; ms/mb: forward+backward per microbatch; each step's step = "
+      "compute + late-snd + late-rcv + transfer + rest exactly; slack: compute the stage could add "
+      "before the step lengthens)\n";
+  out += format_verdicts(a);
   out += a.clock.describe() + "\n";
+  if (a.impossible_edges > 0)
+    out += fmt::format(
+        "clock error: {} computes began before the neighbour's compute they need had ended, "
+        "after alignment: the clocks disagree beyond their samples' uncertainty\n",
+        a.impossible_edges);
   return out;
 }
 
@@ -218,21 +306,47 @@ std::string format_json(const Analysis& a) {
                       {"replica", s.replica},
                       {"steps", s.steps},
                       {"compute_per_microbatch_ms", s.compute_per_microbatch_ms},
+                      {"baseline_per_microbatch_ms", s.baseline_per_microbatch_ms},
                       {"relative", s.relative},
+                      {"baseline_relative", s.baseline_relative},
                       {"individual_p95", s.individual},
-                      {"slow_since_step", s.slow_since},
                       {"critical_share_p50", s.critical_share_p50},
                       {"critical_share_p95", s.critical_share_p95},
+                      {"step_p50_ms", s.step_p50_ms},
+                      {"compute_p50_ms", s.compute_p50_ms},
                       {"late_sender_p50_ms", s.late_sender_p50_ms},
                       {"late_sender_p95_ms", s.late_sender_p95_ms},
-                      {"transfer_p50_ms", s.transfer_p50_ms},
                       {"late_receiver_p50_ms", s.late_receiver_p50_ms},
+                      {"transfer_p50_ms", s.transfer_p50_ms},
+                      {"rest_p50_ms", s.rest_p50_ms},
+                      {"unmatched_transfers", s.unmatched_transfers},
                       {"idle_p50_ms", s.idle_p50_ms},
                       {"warmup_idle_p50_ms", s.warmup_idle_p50_ms},
                       {"cooldown_idle_p50_ms", s.cooldown_idle_p50_ms},
                       {"imbalance_idle_p50_ms", s.imbalance_idle_p50_ms},
                       {"transfer_idle_p50_ms", s.transfer_idle_p50_ms},
-                      {"schedule_idle_p50_ms", s.schedule_idle_p50_ms}});
+                      {"schedule_idle_p50_ms", s.schedule_idle_p50_ms},
+                      {"slack_p50_ms", s.slack_p50_ms},
+                      {"gain_at_baseline_p50_ms", s.gain_at_baseline_p50_ms},
+                      {"gain_at_median_p50_ms", s.gain_at_median_p50_ms}});
+  nlohmann::json stragglers = nlohmann::json::array();
+  for (const auto& r : a.stragglers)
+    stragglers.push_back({{"rank", r.who.rank},
+                          {"stage", r.who.stage},
+                          {"replica", r.who.replica},
+                          {"since_step", r.who.since_step},
+                          {"ratio", r.who.ratio},
+                          {"against", against_name(r.who.against)},
+                          {"critical_share_p50", r.critical_share_p50},
+                          {"gain_ms", r.gain_ms},
+                          {"gain_share", r.gain_share}});
+  nlohmann::json imbalance = nlohmann::json::array();
+  for (const auto& r : a.imbalance)
+    imbalance.push_back({{"stage", r.what.stage},
+                         {"ranks", r.what.ranks},
+                         {"ratio", r.what.ratio},
+                         {"gain_ms", r.gain_ms},
+                         {"gain_share", r.gain_share}});
   nlohmann::json j = {
       {"pipeline_stages", a.stages},
       {"microbatches", a.microbatches},
@@ -248,25 +362,26 @@ std::string format_json(const Analysis& a) {
       {"critical_transfer_p50_ms", a.critical_transfer_p50_ms},
       {"critical_all_reduce_p50_ms", a.critical_all_reduce_p50_ms},
       {"straggler_threshold", kStragglerThreshold},
-      {"straggler", a.straggler_stage >= 0
-                        ? nlohmann::json{{"stage", a.straggler_stage}, {"rank", a.straggler_rank}}
-                        : nlohmann::json(nullptr)},
+      {"imbalance_threshold", kImbalanceThreshold},
+      {"stragglers", stragglers},
+      {"imbalance", imbalance},
       {"slowest_stage", a.slowest_stage},
       {"slowest_relative", a.slowest_relative},
-      {"clock", {{"aligned", a.clock.aligned}, {"receives_moved", a.clock.moves.moved}}},
+      {"clock",
+       {{"aligned", a.clock.aligned},
+        {"receives_moved", a.clock.moves.moved},
+        {"impossible_edges", a.impossible_edges}}},
       {"stages", stages}};
   return j.dump(1) + "\n";
 }
 
 std::string format_diff(const Analysis& a, const Analysis& b) {
   std::string out;
-  char line[320];
-  std::snprintf(line, sizeof line, "step p50: %.2f -> %.2f ms (%+.1f%%)\n", a.step_p50_ms,
-                b.step_p50_ms, a.step_p50_ms > 0 ? 100 * (b.step_p50_ms / a.step_p50_ms - 1) : 0.0);
-  out += line;
-  std::snprintf(line, sizeof line, "%5s %4s %21s %8s %19s %21s\n", "stage", "dp", "ms/mb A -> B",
-                "ratio", "crit share A -> B", "late-snd ms A -> B");
-  out += line;
+  out += fmt::format("step p50: {:.2f} -> {:.2f} ms ({:+.1f}%)\n", a.step_p50_ms, b.step_p50_ms,
+                     a.step_p50_ms > 0 ? 100 * (b.step_p50_ms / a.step_p50_ms - 1) : 0.0);
+  out += fmt::format("{:>5} {:>4} {:>21} {:>8} {:>19} {:>21} {:>19}\n", "stage", "dp",
+                     "ms/mb A -> B", "ratio", "crit share A -> B", "late-snd ms A -> B",
+                     "slack ms A -> B");
   int changed_stage = -1;
   double changed_ratio = 1;
   for (const auto& sb : b.stages_analysis) {
@@ -281,18 +396,17 @@ std::string format_diff(const Analysis& a, const Analysis& b) {
       changed_ratio = ratio;
       changed_stage = sb.stage;
     }
-    std::snprintf(line, sizeof line,
-                  "%5d %4d %9.3f -> %8.3f %7.2fx %7.0f%% -> %6.0f%% %9.2f -> %8.2f\n", sb.stage,
-                  sb.replica, sa->compute_per_microbatch_ms, sb.compute_per_microbatch_ms, ratio,
-                  100 * sa->critical_share_p50, 100 * sb.critical_share_p50, sa->late_sender_p50_ms,
-                  sb.late_sender_p50_ms);
-    out += line;
+    out += fmt::format(
+        "{:>5} {:>4} {:>9.3f} -> {:>8.3f} {:>7.2f}x {:>7.0f}% -> {:>6.0f}% {:>9.2f} -> {:>8.2f} "
+        "{:>8.2f} -> {:>7.2f}\n",
+        sb.stage, sb.replica, sa->compute_per_microbatch_ms, sb.compute_per_microbatch_ms, ratio,
+        100 * sa->critical_share_p50, 100 * sb.critical_share_p50, sa->late_sender_p50_ms,
+        sb.late_sender_p50_ms, sa->slack_p50_ms, sb.slack_p50_ms);
   }
-  if (changed_stage >= 0) {
-    std::snprintf(line, sizeof line, "most changed: stage %d (compute per microbatch %.2fx)\n",
-                  changed_stage, changed_ratio);
-    out += line;
-  }
+  if (changed_stage >= 0)
+    out += fmt::format("most changed: stage {} (compute per microbatch {:.2f}x)\n", changed_stage,
+                       changed_ratio);
+  out += "run B:\n" + format_verdicts(b);
   return out;
 }
 

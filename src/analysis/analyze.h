@@ -13,27 +13,46 @@
 #include <vector>
 
 #include "clock_alignment.h"
+#include "stage_verdicts.h"
 #include "step_analysis.h"
 #include "step_stream.h"
 
 namespace lens::tools {
 
-// A stage is named a straggler when its compute per microbatch is at least
-// this many times the fastest stage's (median over steps).
-inline constexpr double kStragglerThreshold = 1.5;
-
 struct StageAnalysis {
   int stage = -1, rank = -1, replica = 0;
   std::size_t steps = 0;
   double compute_per_microbatch_ms = 0;  // median over steps
+  double baseline_per_microbatch_ms = 0;  // median over its first kBaselineSteps steps
   double relative = 0;  // compute per microbatch / the fastest stage's (median of per-step ratios)
-  double individual = 0;         // p95 over steps of compute / this rank's own best step
-  std::int64_t slow_since = -1;  // first step with relative >= kStragglerThreshold, or -1
+  double baseline_relative = 0;  // the same over its first steps (imbalance)
+  double individual = 0;         // p95 over steps of compute per microbatch / its baseline
   double critical_share_p50 = 0, critical_share_p95 = 0;
-  double late_sender_p50_ms = 0, late_sender_p95_ms = 0;
-  double transfer_p50_ms = 0, late_receiver_p50_ms = 0;
+  // The columns of its step (p50 over steps each, so they add up only
+  // roughly; per step they add up exactly).
+  double step_p50_ms = 0, compute_p50_ms = 0;
+  double late_sender_p50_ms = 0, late_sender_p95_ms = 0, late_receiver_p50_ms = 0;
+  double transfer_p50_ms = 0, rest_p50_ms = 0;
+  int unmatched_transfers = 0;  // over every step
   double idle_p50_ms = 0, warmup_idle_p50_ms = 0, cooldown_idle_p50_ms = 0;
   double imbalance_idle_p50_ms = 0, transfer_idle_p50_ms = 0, schedule_idle_p50_ms = 0;
+  // What-ifs, p50 over steps (step_replay.h): how much more compute per
+  // step it could take before the step lengthens; the step's change with
+  // it at its expected cost (its baseline, or its peers' if lower), and at
+  // the replica's median stage's cost (ms, negative = shorter).
+  double slack_p50_ms = 0, gain_at_baseline_p50_ms = 0, gain_at_median_p50_ms = 0;
+};
+
+// A named straggler, with what fixing it would gain.
+struct StragglerReport {
+  Straggler who;
+  double critical_share_p50 = 0;
+  double gain_ms = 0, gain_share = 0;  // p50 over its slow steps; share of the step time
+};
+
+struct ImbalanceReport {
+  Imbalance what;
+  double gain_ms = 0, gain_share = 0;  // with the stage at the median stage's cost
 };
 
 struct Analysis {
@@ -46,11 +65,15 @@ struct Analysis {
   double step_p50_ms = 0, step_p95_ms = 0;
   double critical_path_p50_ms = 0, critical_compute_p50_ms = 0, critical_transfer_p50_ms = 0,
          critical_all_reduce_p50_ms = 0;
-  std::vector<StageAnalysis> stages_analysis;     // by replica, then stage
-  int straggler_stage = -1, straggler_rank = -1;  // -1: none above the threshold
-  // The slowest stage's relative score, straggler or not.
+  std::vector<StageAnalysis> stages_analysis;  // by replica, then stage
+  std::vector<StragglerReport> stragglers;
+  std::vector<ImbalanceReport> imbalance;
+  // The slowest stage's relative score, whatever the verdict.
   int slowest_stage = -1;
   double slowest_relative = 0;
+  // Computes that began before the neighbour's compute they need ended,
+  // over every step (step_graph.h): clock errors alignment did not remove.
+  int impossible_edges = 0;
   ClockReport clock;
 };
 
@@ -63,13 +86,16 @@ class AnalysisBuilder {
   struct Series {
     int rank = -1, replica = 0;
     std::vector<std::int64_t> steps;
-    std::vector<double> per_microbatch, compute, critical_share, late_sender, transfer,
-        late_receiver, idle, warmup, cooldown, imbalance, transfer_idle, schedule_idle;
+    std::vector<double> per_microbatch, compute, critical_share, step, late_sender, transfer,
+        late_receiver, rest, idle, warmup, cooldown, imbalance, transfer_idle, schedule_idle,
+        slack, gain_at_baseline, gain_at_median;
+    std::vector<double> step_time;  // the step's time (the longest step span), for shares
+    int unmatched = 0;
   };
   std::map<std::pair<int, int>, Series> series_;  // (replica, stage)
   std::vector<double> step_ms_, critical_ms_, critical_compute_ms_, critical_transfer_ms_,
       critical_all_reduce_ms_, bubble_;
-  int stages_ = 0, microbatches_ = 0, virtual_stages_ = 1;
+  int stages_ = 0, microbatches_ = 0, virtual_stages_ = 1, impossible_edges_ = 0;
   std::size_t steps_ = 0;
 };
 

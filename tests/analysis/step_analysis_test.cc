@@ -5,11 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "analyze.h"
+#include "step_replay.h"
 
 namespace lens::tools {
 namespace {
@@ -22,13 +25,24 @@ struct Compute {
   int chunk = -1;  // dl.virtual_pipeline.rank; -1: not said
 };
 
-std::int64_t ns(double ms) { return static_cast<std::int64_t>(ms * 1e6); }
+// A p2p span on `stage`: its name says what it receives and sends
+// (megatron.p2p.recv_forward, send_backward, send_forward_recv_backward).
+struct Transfer {
+  int stage;
+  std::string name;
+  int peer;  // the peer's stage
+  int received = -1, sent = -1;  // microbatch ids
+  double start_ms, end_ms;
+};
+
+std::int64_t ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
 
 // A run of one step: per stage a rank (rank = stage + stages * replica),
 // its step and forward_backward spans over `windows[stage]`, and the
 // compute spans.
 Run make_step(int stages, const std::vector<std::pair<double, double>>& windows,
-              const std::vector<Compute>& compute, std::int64_t step = 7, int replica = 0) {
+              const std::vector<Compute>& compute, std::int64_t step = 7, int replica = 0,
+              const std::vector<Transfer>& transfers = {}) {
   Run run;
   for (int s = 0; s < stages; ++s) {
     RankFile f;
@@ -58,6 +72,14 @@ Run make_step(int stages, const std::vector<std::pair<double, double>>& windows,
       if (c.chunk >= 0) r.attributes["dl.virtual_pipeline.rank"] = std::to_string(c.chunk);
       f.spans.push_back(r);
     }
+    for (const auto& t : transfers) {
+      if (t.stage != s) continue;
+      SpanRow r = span("megatron.p2p." + t.name, t.start_ms, t.end_ms);
+      r.attributes["dl.pipeline_parallel.peer_rank"] = std::to_string(t.peer);
+      if (t.received >= 0) r.attributes["dl.microbatch_id.received"] = std::to_string(t.received);
+      if (t.sent >= 0) r.attributes["dl.microbatch_id.sent"] = std::to_string(t.sent);
+      f.spans.push_back(r);
+    }
     run.files.push_back(std::move(f));
   }
   return run;
@@ -79,6 +101,19 @@ const StageFigures& stage(const StepAnalysis& a, int s) {
 
 constexpr bool F = false, B = true;
 
+// P = 3, M = 1: stage 1 takes `slow` ms per pass, the others 1 ms.
+Run three_stages(double slow, std::int64_t step = 7, int replica = 0) {
+  return make_step(3, {{0, 4 + 2 * slow}, {0, 3 + 2 * slow}, {0, 2 + slow}},
+                   {{0, F, 0, 0, 1},
+                    {1, F, 0, 1, 1 + slow},
+                    {2, F, 0, 1 + slow, 2 + slow},
+                    {2, B, 0, 2 + slow, 3 + slow},
+                    {1, B, 0, 3 + slow, 3 + 2 * slow},
+                    {0, B, 0, 3 + 2 * slow, 4 + 2 * slow}},
+                   step, replica);
+}
+
+
 TEST(StepAnalysis, OneMicrobatchOnTwoStagesIsOneChain) {
   // F0 on 0, F0 on 1, B0 on 1, B0 on 0, back to back (no transfer time).
   const tools::Run run = make_step(
@@ -93,18 +128,18 @@ TEST(StepAnalysis, OneMicrobatchOnTwoStagesIsOneChain) {
   EXPECT_EQ(a.critical_path[3].kind, PathSegment::Kind::kBackward);
   EXPECT_DOUBLE_EQ(stage(a, 0).critical_share, 0.5);
   EXPECT_DOUBLE_EQ(stage(a, 1).critical_share, 0.5);
-  // Stage 1 waits 1 ms for stage 0's forward; stage 0 waits 3 ms for the
-  // gradient (stage 1's forward and backward).
-  EXPECT_DOUBLE_EQ(stage(a, 1).late_sender_ms, 1);
-  EXPECT_DOUBLE_EQ(stage(a, 0).late_sender_ms, 3);
+  // Without transfer spans no wait is measured: the time between computes
+  // is the rest of each step.
+  EXPECT_DOUBLE_EQ(stage(a, 1).late_sender_ms, 0);
   EXPECT_DOUBLE_EQ(stage(a, 0).transfer_ms, 0);
+  EXPECT_DOUBLE_EQ(stage(a, 0).rest_ms, 6 - 3);
   // Idle 3 ms on each: stage 1 1 ms before and 2 ms after its compute;
   // stage 0 3 ms between, waiting on its neighbour.
   EXPECT_DOUBLE_EQ(stage(a, 1).idle_ms, 3);
   EXPECT_DOUBLE_EQ(stage(a, 1).warmup_idle_ms, 1);
   EXPECT_DOUBLE_EQ(stage(a, 1).cooldown_idle_ms, 2);
   EXPECT_DOUBLE_EQ(stage(a, 0).idle_ms, 3);
-  EXPECT_DOUBLE_EQ(stage(a, 0).imbalance_idle_ms, 3);
+  EXPECT_DOUBLE_EQ(stage(a, 0).transfer_idle_ms, 3);
   EXPECT_DOUBLE_EQ(stage(a, 0).schedule_idle_ms, 3);  // (P-1)(f+b) = 1 x (1+2)
 }
 
@@ -129,12 +164,6 @@ TEST(StepAnalysis, InterleavedChunksChainThroughTheLastAndFirstStages) {
   for (std::size_t i = 0; i < stages.size(); ++i)
     EXPECT_EQ(a.critical_path[i].stage, stages[i]) << "segment " << i;
   EXPECT_EQ(a.microbatches, 1) << "forwards per chunk";
-  // Stage 0 waits 1 ms for stage 1's chunk 0 forward (the wrap), 2 ms for
-  // the gradient of chunk 1 (stage 1's chunk 1 forward and backward) and 1
-  // ms for chunk 0's; stage 1 waits 1 ms before each chunk's forward and 1
-  // ms for chunk 0's gradient from stage 0's chunk 1 (the wrap back).
-  EXPECT_DOUBLE_EQ(stage(a, 0).late_sender_ms, 1 + 2 + 1);
-  EXPECT_DOUBLE_EQ(stage(a, 1).late_sender_ms, 1 + 1 + 1);
 }
 
 TEST(StepAnalysis, SpansThatMakeTheGraphGoRoundEndTheWalkInsteadOfLooping) {
@@ -146,48 +175,110 @@ TEST(StepAnalysis, SpansThatMakeTheGraphGoRoundEndTheWalkInsteadOfLooping) {
   EXPECT_LE(a.critical_path.size(), 4u + 4u) << "each compute once, with its transfers";
 }
 
-TEST(StepAnalysis, TwoMicrobatchesWithTransfersFollowTheGradient) {
-  // 1F1B, P = 2, M = 2, forward and backward 1 ms, every transfer 0.5 ms
-  // (worked out in docs/analysis.md).
-  const tools::Run run = make_step(2, {{0, 7}, {0, 5.5}},
-                                   {{0, F, 0, 0, 1},
-                                    {0, F, 1, 1, 2},
-                                    {1, F, 0, 1.5, 2.5},
-                                    {1, B, 0, 2.5, 3.5},
-                                    {1, F, 1, 3.5, 4.5},
-                                    {1, B, 1, 4.5, 5.5},
-                                    {0, B, 0, 4, 5},
-                                    {0, B, 1, 6, 7}});
+TEST(StepAnalysis, WaitsAreMeasuredFromTheTransferSpansAndAddUpToTheStep) {
+  // P = 2, M = 1 (docs/analysis.md's example). Stage 1 posts its receive at
+  // 0; stage 0 sends at 1 after its forward; the activation arrives at 1.8.
+  // Stage 0 posts the gradient's receive at 1.5; stage 1 sends it at 4.6;
+  // it arrives at 5.
+  const tools::Run run =
+      make_step(2, {{0, 6.5}, {0, 5}},
+                {{0, F, 0, 0, 1}, {1, F, 0, 2, 3}, {1, B, 0, 3, 4.5}, {0, B, 0, 5, 6}}, 7, 0,
+                {{0, "send_forward", 1, -1, 0, 1, 1.5},
+                 {0, "recv_backward", 1, 0, -1, 1.5, 5},
+                 {1, "recv_forward", 0, 0, -1, 0, 1.8},
+                 {1, "send_backward", 0, -1, 0, 4.6, 4.9}});
   const StepAnalysis a = analyze(run, 2);
-  EXPECT_DOUBLE_EQ(a.critical_path_ms, 7);
-  EXPECT_DOUBLE_EQ(a.critical_transfer_ms, 1);
-  // F0@0, transfer, F0@1, B0@1, F1@1, B1@1, transfer, B1@0.
-  std::vector<std::tuple<PathSegment::Kind, int, std::int64_t>> want = {
-      {PathSegment::Kind::kForward, 0, 0},  {PathSegment::Kind::kTransfer, 1, 0},
-      {PathSegment::Kind::kForward, 1, 0},  {PathSegment::Kind::kBackward, 1, 0},
-      {PathSegment::Kind::kForward, 1, 1},  {PathSegment::Kind::kBackward, 1, 1},
-      {PathSegment::Kind::kTransfer, 0, 1}, {PathSegment::Kind::kBackward, 0, 1}};
-  ASSERT_EQ(a.critical_path.size(), want.size());
-  for (std::size_t i = 0; i < want.size(); ++i)
-    EXPECT_EQ(
-        std::tie(a.critical_path[i].kind, a.critical_path[i].stage, a.critical_path[i].microbatch),
-        want[i])
-        << "segment " << i;
-  EXPECT_NEAR(stage(a, 0).critical_share, 2.0 / 7, 1e-12);
-  EXPECT_NEAR(stage(a, 1).critical_share, 4.0 / 7, 1e-12);
-  EXPECT_DOUBLE_EQ(stage(a, 1).late_sender_ms, 1);
-  EXPECT_DOUBLE_EQ(stage(a, 1).transfer_ms, 0.5);
-  EXPECT_DOUBLE_EQ(stage(a, 0).late_sender_ms, 2);
-  EXPECT_DOUBLE_EQ(stage(a, 0).transfer_ms, 1);
-  // Stage 0's second forward waited 1.5 ms at stage 1 for it to be free.
-  EXPECT_DOUBLE_EQ(stage(a, 0).late_receiver_ms, 1.5);
-  EXPECT_DOUBLE_EQ(stage(a, 1).late_receiver_ms, 0);
-  EXPECT_DOUBLE_EQ(stage(a, 0).idle_ms, 3);
-  EXPECT_DOUBLE_EQ(stage(a, 0).imbalance_idle_ms, 2);
-  EXPECT_DOUBLE_EQ(stage(a, 0).transfer_idle_ms, 1);
-  EXPECT_DOUBLE_EQ(stage(a, 1).warmup_idle_ms, 1.5);
-  EXPECT_DOUBLE_EQ(stage(a, 1).cooldown_idle_ms, 1.5);
-  EXPECT_DOUBLE_EQ(stage(a, 1).schedule_idle_ms, 2);
+  ASSERT_TRUE(a.complete);
+  // Stage 0: late sender 3.1 (4.6 - 1.5), transfers 0.5 + 0.4, rest 0.5.
+  const StageFigures& s0 = stage(a, 0);
+  EXPECT_NEAR(s0.late_sender_ms, 3.1, 1e-9);
+  EXPECT_NEAR(s0.late_receiver_ms, 0, 1e-9);
+  EXPECT_NEAR(s0.transfer_ms, 0.9, 1e-9);
+  EXPECT_NEAR(s0.rest_ms, 0.5, 1e-9);
+  // Stage 1: late sender 1 (1 - 0), transfers 0.8 + 0.3, rest 0.4.
+  const StageFigures& s1 = stage(a, 1);
+  EXPECT_NEAR(s1.late_sender_ms, 1, 1e-9);
+  EXPECT_NEAR(s1.transfer_ms, 1.1, 1e-9);
+  EXPECT_NEAR(s1.rest_ms, 0.4, 1e-9);
+  for (const auto& f : a.stages_figures)
+    EXPECT_NEAR(f.compute_ms + f.late_sender_ms + f.late_receiver_ms + f.transfer_ms + f.rest_ms,
+                f.step_ms, 1e-9)
+        << "stage " << f.stage;
+  // The path takes each transfer to the receive's end: F0@0, 1 -> 1.8,
+  // F0@1, B0@1, 4.5 -> 5, B0@0.
+  ASSERT_EQ(a.critical_path.size(), 6u);
+  EXPECT_EQ(a.critical_path[1].kind, PathSegment::Kind::kTransfer);
+  EXPECT_NEAR(a.critical_path[1].end_ms, 1.8, 1e-9);
+  EXPECT_EQ(a.critical_path[4].kind, PathSegment::Kind::kTransfer);
+  EXPECT_NEAR(a.critical_path[4].start_ms, 4.5, 1e-9);
+  EXPECT_NEAR(a.critical_path[4].end_ms, 5, 1e-9);
+  EXPECT_NEAR(a.critical_transfer_ms, 0.8 + 0.5, 1e-9);
+  EXPECT_NEAR(a.critical_compute_ms, 4.5, 1e-9);
+  EXPECT_EQ(a.impossible_edges, 0);
+  // Replayed with stage 1 twice as slow: F0@1 2 -> 4, B0@1 4 -> 7, the
+  // gradient arrives 0.5 later at 7.5, B0@0 ends at 8.5: 2.5 ms later.
+  const StepGraph& g = a.graphs.at(0);
+  EXPECT_EQ(replay_end(g, {}), ns(6));
+  EXPECT_EQ(replay_end(g, {{1, 2.0}}) - replay_end(g, {}), ns(2.5));
+  // Both stages are on the path: neither has slack.
+  EXPECT_NEAR(s0.slack_ms, 0, 1e-3);
+  EXPECT_NEAR(s1.slack_ms, 0, 1e-3);
+}
+
+TEST(StepAnalysis, ALateReceiverIsASendBlockedUntilTheReceiveWasPosted) {
+  // Stage 1 is busy with microbatch 0 until 3.5; stage 0's send of
+  // microbatch 1 begins at 2.2 and blocks until stage 1 posts its receive.
+  const tools::Run run =
+      make_step(2, {{0, 4}, {0, 6.3}}, {{0, F, 0, 0, 1}, {0, F, 1, 1.2, 2.2}, {1, F, 0, 1.3, 3.5},
+                                        {1, F, 1, 4.1, 6.3}},
+                7, 0,
+                {{0, "send_forward", 1, -1, 0, 1, 1.2},
+                 {0, "send_forward", 1, -1, 1, 2.2, 4},
+                 {1, "recv_forward", 0, 0, -1, 0, 1.3},
+                 {1, "recv_forward", 0, 1, -1, 3.5, 4.1}});
+  const StepAnalysis a = analyze(run, 2);
+  EXPECT_NEAR(stage(a, 0).late_receiver_ms, 1.3, 1e-9);  // 3.5 - 2.2
+  EXPECT_NEAR(stage(a, 0).transfer_ms, 0.2 + 0.5, 1e-9);
+  EXPECT_NEAR(stage(a, 0).late_sender_ms, 0, 1e-9);
+  EXPECT_NEAR(stage(a, 1).late_sender_ms, 1, 1e-9);  // microbatch 0: sent at 1, posted at 0
+  EXPECT_NEAR(stage(a, 1).late_receiver_ms, 0, 1e-9);
+  EXPECT_NEAR(stage(a, 1).transfer_ms, 0.3 + 0.6, 1e-9);
+  for (const auto& f : a.stages_figures)
+    EXPECT_NEAR(f.compute_ms + f.late_sender_ms + f.late_receiver_ms + f.transfer_ms + f.rest_ms,
+                f.step_ms, 1e-9);
+}
+
+TEST(StepAnalysis, ACombinedSendAndReceiveCountsItsWaitOnce) {
+  // Stage 0's send_forward_recv_backward [1, 6]: its receive waits for the
+  // gradient sent at 5.5 (4.5 ms); its send also waited, for the receive
+  // posted at 3, but within that same wait: nothing more.
+  const tools::Run run =
+      make_step(2, {{0, 7}, {3, 5.8}},
+                {{0, F, 0, 0, 1}, {1, F, 0, 3.5, 4.5}, {1, B, 0, 4.5, 5.5}, {0, B, 0, 6, 7}}, 7, 0,
+                {{0, "send_forward_recv_backward", 1, 0, 0, 1, 6},
+                 {1, "recv_forward", 0, 0, -1, 3, 3.5},
+                 {1, "send_backward", 0, -1, 0, 5.5, 5.8}});
+  const StepAnalysis a = analyze(run, 2);
+  EXPECT_NEAR(stage(a, 0).late_sender_ms, 4.5, 1e-9);
+  EXPECT_NEAR(stage(a, 0).late_receiver_ms, 0, 1e-9);
+  EXPECT_NEAR(stage(a, 0).transfer_ms, 0.5, 1e-9);
+  EXPECT_NEAR(stage(a, 1).transfer_ms, 0.5 + 0.3, 1e-9);
+}
+
+TEST(StepAnalysis, AFasterReplicaHasSlackUpToTheStepsEnd) {
+  // Replica 0 ends at 10 (stage 1 at 3 ms a pass); replica 1 at 6. Each of
+  // replica 1's stages could add 4 ms of compute before ending at 10 (its
+  // stage 0 has 2 ms: x3; its stage 1 2 ms: x3).
+  tools::Run run = three_stages(3, 7, 0);
+  tools::Run fast = three_stages(1, 7, 1);
+  for (auto& f : fast.files) run.files.push_back(std::move(f));
+  const StepAnalysis a = analyze(run, 3);
+  EXPECT_EQ(a.critical_replica, 0);
+  for (const auto& f : a.stages_figures)
+    if (f.replica == 1)
+      EXPECT_NEAR(f.slack_ms, 4, 1e-3) << "stage " << f.stage;
+    else
+      EXPECT_NEAR(f.slack_ms, 0, 1e-3) << "stage " << f.stage;
 }
 
 TEST(StepAnalysis, FewerMicrobatchesThanStagesIsOneChainThroughEveryStage) {
@@ -202,45 +293,128 @@ TEST(StepAnalysis, FewerMicrobatchesThanStagesIsOneChainThroughEveryStage) {
   EXPECT_DOUBLE_EQ(a.critical_path_ms, 6);
   EXPECT_EQ(a.critical_path.size(), 6u);
   for (int s = 0; s < 3; ++s) EXPECT_NEAR(stage(a, s).critical_share, 1.0 / 3, 1e-12);
-  EXPECT_DOUBLE_EQ(stage(a, 2).late_sender_ms, 2);  // waited for two forwards
 }
 
-TEST(StepAnalysis, ASlowStageOwnsThePathAndIsTheStraggler) {
-  // P = 3, M = 1: stage 1 takes 3 ms per pass, the others 1 ms.
-  auto run_with = [](double slow) {
-    return make_step(3, {{0, 4 + 2 * slow}, {0, 3 + 2 * slow}, {0, 2 + slow}},
-                     {{0, F, 0, 0, 1},
-                      {1, F, 0, 1, 1 + slow},
-                      {2, F, 0, 1 + slow, 2 + slow},
-                      {2, B, 0, 2 + slow, 3 + slow},
-                      {1, B, 0, 3 + slow, 3 + 2 * slow},
-                      {0, B, 0, 3 + 2 * slow, 4 + 2 * slow}});
-  };
-  const StepAnalysis a = analyze(run_with(3), 3);
-  EXPECT_NEAR(stage(a, 1).critical_share, 6.0 / 10, 1e-12);
+const Straggler* straggler(const Analysis& a, int rank) {
+  for (const auto& r : a.stragglers)
+    if (r.who.rank == rank) return &r.who;
+  return nullptr;
+}
+
+TEST(StepAnalysis, AStageSlowFromTheStartIsImbalanceNotAStraggler) {
+  EXPECT_NEAR(stage(analyze(three_stages(3), 3), 1).critical_share, 6.0 / 10, 1e-12);
   AnalysisBuilder builder;
-  for (int i = 0; i < 3; ++i) {
-    tools::Run run = run_with(3);
+  for (int i = 0; i < 6; ++i) {
+    tools::Run run = three_stages(3, i);
     builder.add(build_view(run), run);
   }
   const Analysis all = builder.finish();
-  EXPECT_EQ(all.steps, 3u);
-  EXPECT_EQ(all.straggler_stage, 1);
-  EXPECT_NEAR(all.slowest_relative, 3.0, 1e-9);
-  for (const auto& s : all.stages_analysis)
-    if (s.stage == 1) {
-      EXPECT_EQ(s.slow_since, 7);
-    }
+  EXPECT_EQ(all.steps, 6u);
+  EXPECT_TRUE(all.stragglers.empty()) << format_table(all);
+  ASSERT_EQ(all.imbalance.size(), 1u) << format_table(all);
+  EXPECT_EQ(all.imbalance[0].what.stage, 1);
+  EXPECT_NEAR(all.imbalance[0].what.ratio, 3.0, 1e-9);
+  EXPECT_EQ(all.imbalance[0].what.ranks, std::vector<int>{1});
+  // At the median stage's cost (1 ms a pass) the step is the balanced one:
+  // 6 ms instead of 10.
+  EXPECT_NEAR(all.imbalance[0].gain_ms, -4.0, 1e-6);
+  EXPECT_NE(format_table(all).find("imbalance: stage 1 (rank 1): 3.00x"), std::string::npos)
+      << format_table(all);
+  EXPECT_NE(format_table(all).find("straggler: none"), std::string::npos) << format_table(all);
 
   AnalysisBuilder balanced;
-  tools::Run even = run_with(1);
+  tools::Run even = three_stages(1);
   balanced.add(build_view(even), even);
   const Analysis b = balanced.finish();
-  EXPECT_EQ(b.straggler_stage, -1);
-  EXPECT_NE(format_table(b).find("straggler: none"), std::string::npos) << format_table(b);
+  EXPECT_TRUE(b.stragglers.empty());
+  EXPECT_TRUE(b.imbalance.empty());
   EXPECT_NE(format_diff(b, all).find("most changed: stage 1 (compute per microbatch 3.00x)"),
             std::string::npos)
       << format_diff(b, all);
+}
+
+TEST(StepAnalysis, ARankThatSlowsDownMidRunIsAStragglerSinceThatStep) {
+  // Stage 1 at 1 ms a pass for steps 0-3, then 3 ms: its own baseline (the
+  // median of its first three steps) is 1 ms, and the others did not move.
+  AnalysisBuilder builder;
+  for (int i = 0; i < 8; ++i) {
+    tools::Run run = three_stages(i < 4 ? 1 : 3, i);
+    builder.add(build_view(run), run);
+  }
+  const Analysis all = builder.finish();
+  ASSERT_EQ(all.stragglers.size(), 1u) << format_table(all);
+  const Straggler& s = all.stragglers[0].who;
+  EXPECT_EQ(s.rank, 1);
+  EXPECT_EQ(s.since_step, 4);
+  EXPECT_EQ(s.against, Straggler::Against::kOwnBaseline);
+  EXPECT_NEAR(s.ratio, 3.0, 1e-9);
+  // At its baseline a slow step takes 6 ms instead of 10.
+  EXPECT_NEAR(all.stragglers[0].gain_ms, -4.0, 1e-6);
+  EXPECT_NEAR(all.stragglers[0].gain_share, -0.4, 1e-6);
+  EXPECT_TRUE(all.imbalance.empty()) << format_table(all);
+  EXPECT_NE(format_table(all).find("straggler: rank 1 (stage 1, replica 0): 3.00x its own "
+                                   "baseline"),
+            std::string::npos)
+      << format_table(all);
+}
+
+TEST(StepAnalysis, AMachineThatSlowsEveryRankNamesNoStraggler) {
+  // Every pass 1 ms, then from step 4 every pass 3 ms: every rank moved
+  // alike against its own baseline.
+  AnalysisBuilder builder;
+  for (int i = 0; i < 8; ++i) {
+    const double f = i < 4 ? 1 : 3;
+    tools::Run run = make_step(3, {{0, 6 * f}, {0, 5 * f}, {0, 4 * f}},
+                               {{0, F, 0, 0, f},
+                                {1, F, 0, f, 2 * f},
+                                {2, F, 0, 2 * f, 3 * f},
+                                {2, B, 0, 3 * f, 4 * f},
+                                {1, B, 0, 4 * f, 5 * f},
+                                {0, B, 0, 5 * f, 6 * f}},
+                               i);
+    builder.add(build_view(run), run);
+  }
+  const Analysis all = builder.finish();
+  EXPECT_TRUE(all.stragglers.empty()) << format_table(all);
+  EXPECT_TRUE(all.imbalance.empty()) << format_table(all);
+}
+
+TEST(StepAnalysis, ARankSlowerThanTheSameStageInTheOtherReplicaIsAStraggler) {
+  // Two replicas; stage 1 of replica 1 (rank 4) is 3x slower from step 0.
+  AnalysisBuilder builder;
+  for (int i = 0; i < 4; ++i) {
+    tools::Run run = three_stages(1, i, 0);
+    tools::Run slow = three_stages(3, i, 1);
+    for (auto& f : slow.files) run.files.push_back(std::move(f));
+    builder.add(build_view(run), run);
+  }
+  const Analysis all = builder.finish();
+  ASSERT_EQ(all.stragglers.size(), 1u) << format_table(all);
+  const Straggler* s = straggler(all, 4);
+  ASSERT_NE(s, nullptr) << format_table(all);
+  EXPECT_EQ(s->stage, 1);
+  EXPECT_EQ(s->replica, 1);
+  EXPECT_EQ(s->since_step, 0);
+  EXPECT_EQ(s->against, Straggler::Against::kPeers);
+  EXPECT_NEAR(s->ratio, 3.0, 1e-9);
+  EXPECT_TRUE(all.imbalance.empty()) << "slow in one replica only: " << format_table(all);
+}
+
+TEST(StageVerdicts, ShortRunsAndNoiseBelowTheThresholdNameNothing) {
+  // Fewer steps than the baseline and the run of slow steps take, and a
+  // rank wobbling 1.3x: nothing is named.
+  std::vector<RankSeries> series = {{0, 0, 0, {0, 1, 2, 3, 4, 5}, {1, 1, 1, 1, 1, 1}},
+                                    {1, 1, 0, {0, 1, 2, 3, 4, 5}, {1, 1, 1, 1.3, 1.3, 1.3}}};
+  Verdicts v = judge_stages(series);
+  EXPECT_TRUE(v.stragglers.empty());
+  EXPECT_TRUE(v.imbalance.empty());
+  series[1].per_microbatch_ms = {1, 1, 1, 3, 3, 1};  // two slow steps, not three
+  EXPECT_TRUE(judge_stages(series).stragglers.empty());
+  series[1].per_microbatch_ms = {1, 1, 1, 3, 3, 3};
+  v = judge_stages(series);
+  ASSERT_EQ(v.stragglers.size(), 1u);
+  EXPECT_EQ(v.stragglers[0].since_step, 3);
+  EXPECT_TRUE(judge_stages({{0, 0, 0, {0, 1}, {1, 5}}}).stragglers.empty());
 }
 
 TEST(StepAnalysis, TheOptimizerAndTheGradientAllReduceEndThePath) {
