@@ -939,71 +939,137 @@ TEST_F(ClockAlignmentCli, RawViewsShowReceivesBeforeSendsAndAlignedOnesNone) {
 
 // lens analyze and lens diff over trainer runs of 3 stages: one balanced
 // (with --layers 5 every stage has two linear layers, the last one's head
-// included), one with stage 1 made 3x slower by the fault injection.
+// included), one with stage 1 made 3x slower by the fault injection from
+// the start (imbalance: the stage's, not a straggler), one with it 3x
+// slower from step 4 (a straggler since step 4), and a 2-replica run with
+// stage 1 slowed in replica 1 only (a straggler against its peer).
+// Every injected effect is 3x against thresholds of 1.25x-1.5x, and the
+// balanced run is judged only on what a 3x effect would show, so a busy
+// 2-core machine cannot flip a verdict: `ctest -R lens_cli --repeat
+// until-fail:20` passed with a `yes > /dev/null` loop busy on the other
+// core (bench/README.md, "lens_cli under load").
 class AnalyzeCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     base_ = fs::temp_directory_path() / ("lens-analyze-test-" + std::to_string(getpid()));
     fs::remove_all(base_);
-    for (const auto& [name, extra] :
-         {std::pair{"balanced", ""}, std::pair{"slow", " --slow-stage 1 --slow-factor 3"}}) {
-      Result r = run(std::string(LENS_TRAIN_BIN) +
-                     " --pp 3 --layers 5 --microbatches 8 --steps 8 --hidden 256"
-                     " --microbatch-size 32 --otel-enabled=true"
-                     " --otel-span-groups per_step,microbatch --trace-dir " +
-                     (base_ / name).string() + extra);
+    const std::string three_stages =
+        " --pp 3 --layers 5 --microbatches 8 --steps 8 --hidden 256 --microbatch-size 32";
+    for (const auto& [name, args] :
+         {std::pair{"balanced", three_stages},
+          std::pair{"slow", three_stages + " --slow-stage 1 --slow-factor 3"},
+          std::pair{"mid", three_stages + " --slow-stage 1 --slow-factor 3 --slow-from-step 4"},
+          std::pair{"replica", std::string(" --pp 2 --dp 2 --layers 4 --microbatches 4 --steps 6 "
+                                           "--hidden 128 --microbatch-size 16 --slow-stage 1 "
+                                           "--slow-replica 1 --slow-factor 3")}}) {
+      Result r = run(std::string(LENS_TRAIN_BIN) + args +
+                     " --otel-enabled=true --otel-span-groups per_step,microbatch --trace-dir " +
+                     (base_ / name).string());
       ASSERT_EQ(r.exit_code, 0) << r.output;
-      for (const auto& e : fs::directory_iterator(base_ / name))
-        (std::string(name) == "slow" ? slow_ : balanced_) = e.path();
+      for (const auto& e : fs::directory_iterator(base_ / name)) dirs_[name] = e.path();
     }
   }
   static void TearDownTestSuite() { fs::remove_all(base_); }
   static std::string lens(const std::string& args) { return std::string(LENS_BIN) + " " + args; }
-  static json analysis(const fs::path& dir) {
-    Result r = run(lens("analyze " + dir.string() + " --json"));
+  static json analysis(const std::string& name) {
+    Result r = run(lens("analyze " + dirs_.at(name).string() + " --json"));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return json::parse(r.output);
   }
-  static const json& stage(const json& a, int s) {
+  static const json& stage(const json& a, int s, int replica = 0) {
     for (const auto& st : a["stages"])
-      if (st["stage"] == s) return st;
+      if (st["stage"] == s && st["replica"] == replica) return st;
     throw std::runtime_error("no stage " + std::to_string(s));
   }
-  static fs::path base_, balanced_, slow_;
+  static bool imbalanced(const json& a, int s) {
+    for (const auto& im : a["imbalance"])
+      if (im["stage"] == s) return true;
+    return false;
+  }
+  static fs::path base_;
+  static std::map<std::string, fs::path> dirs_;
 };
 
 fs::path AnalyzeCli::base_;
-fs::path AnalyzeCli::balanced_;
-fs::path AnalyzeCli::slow_;
+std::map<std::string, fs::path> AnalyzeCli::dirs_;
 
-TEST_F(AnalyzeCli, TheSlowStageIsTheStragglerWithTheLargestCriticalShare) {
-  const json slow = analysis(slow_);
+TEST_F(AnalyzeCli, AStageSlowFromTheStartIsImbalanceWithTheLargestCriticalShare) {
+  const json slow = analysis("slow");
   EXPECT_EQ(slow["steps"], 8);
-  ASSERT_FALSE(slow["straggler"].is_null()) << slow.dump(1);
-  EXPECT_EQ(slow["straggler"]["stage"], 1) << slow.dump(1);
-  EXPECT_GE(stage(slow, 1)["relative"].get<double>(), 1.5);
-  EXPECT_EQ(stage(slow, 1)["slow_since_step"], 0);
+  EXPECT_TRUE(slow["stragglers"].empty()) << slow.dump(1);
+  ASSERT_FALSE(slow["imbalance"].empty()) << slow.dump(1);
+  EXPECT_EQ(slow["imbalance"][0]["stage"], 1) << slow.dump(1);
+  EXPECT_GE(slow["imbalance"][0]["ratio"].get<double>(), 2.0) << slow.dump(1);
+  EXPECT_LT(slow["imbalance"][0]["gain_ms"].get<double>(), 0) << "the step would be shorter";
   for (int s : {0, 2})
     EXPECT_GT(stage(slow, 1)["critical_share_p50"].get<double>(),
               stage(slow, s)["critical_share_p50"].get<double>())
         << "stage " << s << ": " << slow.dump(1);
-  // The stage after it waits for it.
-  const json balanced = analysis(balanced_);
+  // The stage after it waits for it, measured at its receives.
+  const json balanced = analysis("balanced");
   EXPECT_GT(stage(slow, 2)["late_sender_p50_ms"].get<double>(),
-            stage(balanced, 2)["late_sender_p50_ms"].get<double>());
+            2 * stage(balanced, 2)["late_sender_p50_ms"].get<double>());
 
-  Result table = run(lens("analyze " + slow_.string()));
-  EXPECT_NE(table.output.find("straggler: stage 1 (rank 1)"), std::string::npos) << table.output;
+  Result table = run(lens("analyze " + dirs_.at("slow").string()));
+  EXPECT_NE(table.output.find("imbalance: stage 1 (rank 1)"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("straggler: none"), std::string::npos) << table.output;
   EXPECT_NE(table.output.find("clock: aligned to rank 0"), std::string::npos) << table.output;
 }
 
 TEST_F(AnalyzeCli, ABalancedRunNamesNoStragglerAndDiffNamesTheSlowedStage) {
-  const json balanced = analysis(balanced_);
-  EXPECT_TRUE(balanced["straggler"].is_null()) << balanced.dump(1);
-  EXPECT_LT(balanced["slowest_relative"].get<double>(), 1.5);
-  Result diff = run(lens("diff " + balanced_.string() + " " + slow_.string()));
+  const json balanced = analysis("balanced");
+  EXPECT_TRUE(balanced["stragglers"].empty()) << balanced.dump(1);
+  // The last stage also computes the head and the loss (about 1.3x-1.5x):
+  // reported as imbalance or not, it is no straggler; stage 1 is neither.
+  EXPECT_FALSE(imbalanced(balanced, 1)) << balanced.dump(1);
+  EXPECT_LT(stage(balanced, 1)["relative"].get<double>(), 2.0) << balanced.dump(1);
+  Result diff = run(lens("diff " + dirs_.at("balanced").string() + " " +
+                         dirs_.at("slow").string()));
   ASSERT_EQ(diff.exit_code, 0) << diff.output;
   EXPECT_NE(diff.output.find("most changed: stage 1"), std::string::npos) << diff.output;
+}
+
+TEST_F(AnalyzeCli, ASlowdownThatBeginsMidRunIsAStragglerSinceThatStep) {
+  const json mid = analysis("mid");
+  ASSERT_EQ(mid["stragglers"].size(), 1u) << mid.dump(1);
+  const json& s = mid["stragglers"][0];
+  EXPECT_EQ(s["rank"], 1);
+  EXPECT_EQ(s["since_step"], 4);
+  EXPECT_EQ(s["against"], "own_baseline");
+  EXPECT_GE(s["ratio"].get<double>(), 2.0);
+  EXPECT_LT(s["gain_ms"].get<double>(), 0);
+  EXPECT_FALSE(imbalanced(mid, 1)) << mid.dump(1);
+}
+
+TEST_F(AnalyzeCli, ARankSlowerThanItsPeerInTheOtherReplicaIsTheStraggler) {
+  const json a = analysis("replica");
+  ASSERT_EQ(a["stragglers"].size(), 1u) << a.dump(1);
+  const json& s = a["stragglers"][0];
+  EXPECT_EQ(s["stage"], 1);
+  EXPECT_EQ(s["replica"], 1);
+  EXPECT_EQ(s["since_step"], 0);
+  EXPECT_EQ(s["against"], "peers");
+  // Stage 1 also holds the head and the loss, so it may read as imbalance,
+  // but at the healthy replica's ratio, not the slowed rank's.
+  const double slowed = stage(a, 1, 1)["relative"].get<double>();
+  for (const auto& im : a["imbalance"])
+    if (im["stage"] == 1) EXPECT_LT(im["ratio"].get<double>(), 0.75 * slowed) << a.dump(1);
+}
+
+TEST_F(AnalyzeCli, EveryRanksColumnsAddUpToItsStep) {
+  for (const char* name : {"balanced", "slow"}) {
+    const json a = analysis(name);
+    for (const auto& st : a["stages"]) {
+      EXPECT_EQ(st["unmatched_transfers"], 0) << name << ": " << st.dump();
+      // p50s of each column do not add up exactly; each step's do (the
+      // unit tests check that): here, that no column is negative and the
+      // p2p columns are measured at all.
+      for (const char* column : {"compute_p50_ms", "late_sender_p50_ms", "late_receiver_p50_ms",
+                                 "transfer_p50_ms", "rest_p50_ms"})
+        EXPECT_GE(st[column].get<double>(), 0) << name << " " << column;
+      EXPECT_GT(st["transfer_p50_ms"].get<double>(), 0) << name << ": " << st.dump();
+    }
+  }
 }
 
 TEST_F(AnalyzeCli, ARunWithoutComputeSpansSaysWhatToRecord) {
@@ -1047,7 +1113,7 @@ TEST(InterleavedCli, CheckAnalyzeAndTimelineUnderstandChunks) {
       << analyze.output;
   EXPECT_NE(analyze.output.find("theoretical (P-1)/(VM+P-1) = 0.111"), std::string::npos)
       << analyze.output;
-  EXPECT_NE(analyze.output.find("straggler: stage 1 (rank 1)"), std::string::npos)
+  EXPECT_NE(analyze.output.find("imbalance: stage 1 (rank 1)"), std::string::npos)
       << analyze.output;
 
   const fs::path html = base / "wave.html";
