@@ -945,9 +945,9 @@ TEST_F(ClockAlignmentCli, RawViewsShowReceivesBeforeSendsAndAlignedOnesNone) {
 // stage 1 slowed in replica 1 only (a straggler against its peer).
 // Every injected effect is 3x against thresholds of 1.25x-1.5x, and the
 // balanced run is judged only on what a 3x effect would show, so a busy
-// 2-core machine cannot flip a verdict: `ctest -R lens_cli --repeat
-// until-fail:20` passed with a `yes > /dev/null` loop busy on the other
-// core (bench/README.md, "lens_cli under load").
+// 2-core machine cannot flip a verdict; they were repeated with a
+// `yes > /dev/null` loop busy on the other core (the command and how far
+// it got: bench/README.md, "lens_cli under load").
 class AnalyzeCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
