@@ -50,6 +50,7 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
     critical_compute_ms_.push_back(a.critical_compute_ms);
     critical_transfer_ms_.push_back(a.critical_transfer_ms);
     critical_all_reduce_ms_.push_back(a.critical_all_reduce_ms);
+    std::map<int, std::int64_t> measured_end;  // by replica
     for (const auto& f : a.stages_figures) {
       if (f.microbatches == 0) continue;
       Series& s = series_[{f.replica, f.stage}];
@@ -87,10 +88,14 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
       if (!peers.empty()) expected = std::min(expected, median(peers));
       double gain = 0;
       const auto g = a.graphs.find(f.replica);
-      if (g != a.graphs.end() && cost > expected && expected > 0)
+      if (g != a.graphs.end() && cost > expected && expected > 0) {
+        // The replica's replayed end as measured, once per replica.
+        const auto [end, first] = measured_end.try_emplace(f.replica, 0);
+        if (first) end->second = replay_end(g->second, {});
         gain = static_cast<double>(replay_end(g->second, {{f.stage, expected / cost}}) -
-                                   replay_end(g->second, {})) /
+                                   end->second) /
                1e6;
+      }
       s.gain_at_baseline.push_back(gain);
     }
     // Relative scores compare with the step's fastest stage: finish().
