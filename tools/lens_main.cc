@@ -206,7 +206,7 @@ int run_lens(int argc, char** argv) {
     clock_report = ClockReport::of(clock);
     clock_report.raw_asked = raw_clock;
     if (!clock.empty()) so.clock = &clock;
-    so.moves = &clock_report.moves;
+    so.clock_report = &clock_report;
     return so;
   };
   try {
@@ -311,7 +311,9 @@ int run_lens(int argc, char** argv) {
       }
       const PipelineView view = build_view(run);
       for (const auto& f : run.files) o.replica_of[f.rank] = std::max(0, f.replica);
-      o.title += clock_report.aligned ? " (clock aligned to rank 0)" : " (raw clocks)";
+      o.title += clock_report.aligned ? " (clock aligned to rank " +
+                                            std::to_string(clock_report.reference_rank) + ")"
+                                      : std::string(" (raw clocks)");
       if (!write_file(output, render_timeline(view, o))) return kBadInput;
       std::printf("wrote %s (%zu ranks, steps %lld-%lld)\n%s\n", output.c_str(), run.files.size(),
                   static_cast<long long>(o.first_step), static_cast<long long>(o.last_step),

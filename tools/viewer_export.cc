@@ -77,7 +77,8 @@ std::int64_t earliest_start_ns(const std::filesystem::path& dir, const ClockAlig
     if (in_file == std::numeric_limits<std::int64_t>::max()) continue;
     if (clock != nullptr) {
       RankFileReader reader(path);  // its first line says the file's rank
-      if (reader.next_line()) in_file += clock->offset_at(reader.file().rank, in_file);
+      if (reader.next_line())
+        in_file += clock->offset_at(reader.file().rank, reader.file().process, in_file);
     }
     earliest = std::min(earliest, in_file);
   }
@@ -111,7 +112,9 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
     return static_cast<double>(ns - origin_ns) / 1e3;
   };
   out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"lens.time_origin_unix_ns\":\"" << origin_ns
-      << "\",\"lens.clock\":\"" << (options.clock ? "aligned to rank 0" : "raw")
+      << "\",\"lens.clock\":\""
+      << (options.clock ? "aligned to rank " + std::to_string(options.clock->reference_rank())
+                        : std::string("raw"))
       << "\"},\"traceEvents\":[\n";
   ArrayWriter events(out);
   std::int64_t flow_id = 0;

@@ -47,6 +47,10 @@ struct ClockExchange {
   std::int64_t round_trip_ns() const { return (t4 - t1) - (t3 - t2); }
   /// The reference clock minus the rank's clock, assuming equal paths.
   std::int64_t offset_ns() const { return ((t1 - t2) + (t4 - t3)) / 2; }
+  /// False when a clock stepped during the exchange: an answer stamped
+  /// before its ping, or a round trip below zero. Such an exchange bounds
+  /// nothing, and would be the one the lowest round trip prefers.
+  bool consistent() const { return t4 >= t1 && t3 >= t2 && round_trip_ns() >= 0; }
 };
 
 /// A rank's clock against the reference rank's at one moment.
@@ -62,11 +66,18 @@ struct ClockSample {
   std::int64_t uncertainty_ns = 0;
   std::int64_t round_trip_ns = 0;
   int exchanges = 0;  ///< how many were made; the lowest round trip is kept
+  int discarded = 0;  ///< of those, how many were not consistent() and were left out
+
+  /// False when every exchange was discarded: the sample says nothing (its
+  /// uncertainty is -1) and is not recorded as one.
+  bool measured() const { return uncertainty_ns >= 0; }
 };
 
-/// The sample a rank's exchanges give: the exchange with the lowest round
-/// trip. On the reference rank (rank == reference_rank) the offset and
-/// uncertainty are 0. Throws std::invalid_argument when `exchanges` is empty.
+/// The sample a rank's exchanges give: of the consistent() exchanges, the
+/// one with the lowest round trip; the others are counted as discarded, and
+/// with none left the sample is not measured(). On the reference rank
+/// (rank == reference_rank) the offset and uncertainty are 0. Throws
+/// std::invalid_argument when `exchanges` is empty.
 ClockSample best_sample(std::span<const ClockExchange> exchanges, int rank, int reference_rank);
 
 /// The drift of a rank's clock against the reference: the slope of offset

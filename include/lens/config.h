@@ -110,8 +110,9 @@ struct TelemetryOptions {
   std::optional<std::uint64_t> run_key;
   /// Clock sync (docs/clock-alignment.md): measure every rank's clock
   /// against global rank 0's at the first step, every `clock_sync_steps`
-  /// steps and every `clock_sync_seconds` seconds (0: never between), and
-  /// at StepTrace::finish (LENS_CLOCK_SYNC, LENS_CLOCK_SYNC_STEPS,
+  /// steps and every `clock_sync_seconds` seconds (0: not by that measure;
+  /// 300 by default, so that a run that dies without StepTrace::finish still
+  /// has samples along its length), and at StepTrace::finish (LENS_CLOCK_SYNC, LENS_CLOCK_SYNC_STEPS,
   /// LENS_CLOCK_SYNC_SECONDS, LENS_CLOCK_SYNC_EXCHANGES). Agreed at
   /// start-up: the sync is a collective.
   std::optional<bool> clock_sync;
@@ -157,7 +158,7 @@ struct Config {
   ParallelCoordinates coordinates;
   bool clock_sync = true;
   std::uint32_t clock_sync_steps = 0;
-  std::uint32_t clock_sync_seconds = 0;
+  std::uint32_t clock_sync_seconds = 300;
   int clock_sync_exchanges = 8;
   std::int64_t test_clock_offset_ns = 0;  ///< the test aid (TelemetryOptions)
   double test_clock_drift_ppm = 0;

@@ -304,6 +304,8 @@ std::string format_table(const Analysis& a) {
 }
 
 std::string format_json(const Analysis& a) {
+  nlohmann::json clock = a.clock.to_json();
+  clock["impossible_edges"] = a.impossible_edges;
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : a.stages_analysis)
     stages.push_back({{"stage", s.stage},
@@ -372,10 +374,7 @@ std::string format_json(const Analysis& a) {
       {"imbalance", imbalance},
       {"slowest_stage", a.slowest_stage},
       {"slowest_relative", a.slowest_relative},
-      {"clock",
-       {{"aligned", a.clock.aligned},
-        {"receives_moved", a.clock.moves.moved},
-        {"impossible_edges", a.impossible_edges}}},
+      {"clock", clock},
       {"stages", stages}};
   return j.dump(1) + "\n";
 }

@@ -92,7 +92,7 @@ StartOrder StartOrder::of(const std::set<std::string>& hosts, const std::set<int
 }
 
 std::int64_t StartOrder::start_of(const SpanRow& span) const {
-  return span.start_ns + (clock ? clock->offset_at(span.rank, span.start_ns) : 0);
+  return span.start_ns + (clock ? clock->offset_at(span.rank, span.process, span.start_ns) : 0);
 }
 
 std::string RunChecker::start_order() const {

@@ -1,11 +1,15 @@
 // ClockAlignment and the causality pass (clock_alignment.h).
 #include "clock_alignment.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <tuple>
+#include <unordered_map>
 
 #include "pipeline_view.h"
 
@@ -17,6 +21,13 @@ namespace {
 // the bounds keep every sum below in range.
 constexpr std::int64_t kMaxOffsetNs = 3'600'000'000'000;
 constexpr double kMaxDriftPpm = 10'000;
+constexpr std::int64_t kMaxExchanges = 64;  // measure_clock_offset's limit
+// No sample weighs more than one 1 µs uncertain, so the reference's exact
+// zeros and sub-µs round trips do not make the fit ill-conditioned.
+constexpr std::int64_t kMinWeightNs = 1000;
+// Timestamps are whole ns and offsets are rounded: a fit or a move this
+// close is not an error.
+constexpr std::int64_t kRoundingNs = 1000;
 
 // t + d, held to the range of a timestamp (0 to the largest int64).
 std::int64_t shifted(std::int64_t t, std::int64_t d) {
@@ -28,94 +39,253 @@ std::int64_t shifted(std::int64_t t, std::int64_t d) {
 
 }  // namespace
 
+const char* clock_model_name(ClockModel m) {
+  switch (m) {
+    case ClockModel::kConstant:
+      return "constant";
+    case ClockModel::kLine:
+      return "line";
+    case ClockModel::kPiecewise:
+      return "piecewise";
+  }
+  return "?";
+}
+
 bool ClockAlignment::add(const SpanRow& span) {
   if (span.name != kClockSyncSpanName) return false;
   const int rank = static_cast<int>(span.int_attr("dl.rank", span.rank));
   constexpr std::int64_t kMissing = std::numeric_limits<std::int64_t>::min();
+  const std::int64_t exchanges = span.int_attr("lens.clock.exchanges", kMissing);
+  const std::int64_t discarded = span.int_attr("lens.clock.discarded", kMissing);
+  const bool discarded_ok = discarded != kMissing && discarded >= 0 && discarded <= kMaxExchanges;
   ClockPoint p;
   p.local_ns = span.int_attr("lens.clock.local_time_ns", kMissing);
   p.offset_ns = span.int_attr("lens.clock.offset_ns", kMissing);
   p.uncertainty_ns = span.int_attr("lens.clock.uncertainty_ns", kMissing);
+  if (p.offset_ns == kMissing && p.uncertainty_ns == kMissing && discarded_ok &&
+      exchanges == discarded) {
+    // Every exchange of this sample crossed a clock step: nothing to align by.
+    ++empty_samples_;
+    discarded_exchanges_ += discarded;
+    return false;
+  }
   if (rank < 0 || p.local_ns == kMissing || p.local_ns < 0 || p.offset_ns == kMissing ||
       p.offset_ns < -kMaxOffsetNs || p.offset_ns > kMaxOffsetNs || p.uncertainty_ns == kMissing ||
       p.uncertainty_ns < 0 || p.uncertainty_ns > kMaxOffsetNs)
     return false;
+  if (span.int_attr("lens.clock.round_trip_ns", 0) < 0) return false;  // no exchange gives that
   if (auto it = span.attributes.find("lens.clock.drift_ppm"); it != span.attributes.end()) {
     char* end = nullptr;
     const double d = std::strtod(it->second.c_str(), &end);
     if (end == it->second.c_str() || *end != '\0' || !std::isfinite(d) ||
         std::abs(d) > kMaxDriftPpm)
       return false;
-    p.drift_ppm = d;
   }
-  auto& points = points_[rank];
+  const std::int64_t reference = span.int_attr("lens.clock.reference_rank", 0);
+  if (reference < 0 || reference > std::numeric_limits<int>::max()) return false;
+  if (rank == reference && (p.offset_ns != 0 || p.uncertainty_ns != 0)) {
+    ++reference_nonzero_;  // the reference against itself is exact
+    return false;
+  }
+  auto& samples = clocks_[{rank, span.process}].samples;
   const auto at =
-      std::lower_bound(points.begin(), points.end(), p.local_ns,
-                       [](const ClockPoint& q, std::int64_t t) { return q.local_ns < t; });
-  if (at != points.end() && at->local_ns == p.local_ns) return true;  // the same sample twice
-  points.insert(at, p);
-  // The latest drift estimate, which times outside the samples follow.
-  latest_drift_ppm_[rank] = 0;
-  for (auto it = points.rbegin(); it != points.rend(); ++it)
-    if (it->drift_ppm) {
-      latest_drift_ppm_[rank] = *it->drift_ppm;
-      break;
+      std::lower_bound(samples.begin(), samples.end(), p.local_ns,
+                       [](const Sample& q, std::int64_t t) { return q.point.local_ns < t; });
+  if (at != samples.end() && at->point.local_ns == p.local_ns)
+    return true;  // the same sample twice
+  samples.insert(at, Sample{p, static_cast<int>(reference)});
+  if (discarded_ok) discarded_exchanges_ += discarded;
+  ++references_[static_cast<int>(reference)];
+  // The run's reference: the one most samples name (the lowest on a tie).
+  int chosen = reference_rank_;
+  std::size_t most = 0;
+  for (const auto& [r, n] : references_)
+    if (n > most) {
+      most = n;
+      chosen = r;
     }
+  if (chosen != reference_rank_) {
+    reference_rank_ = chosen;
+    for (auto& [key, c] : clocks_) fit(c);
+  } else {
+    fit(clocks_[{rank, span.process}]);
+  }
   return true;
 }
 
-std::vector<int> ClockAlignment::ranks() const {
-  std::vector<int> out;
-  for (const auto& [rank, points] : points_) out.push_back(rank);
-  return out;
+void ClockAlignment::fit(ProcessClock& c) const {
+  c.knots.clear();
+  c.knot_error_ns.clear();
+  c.loose = 0;
+  std::vector<ClockPoint> points;
+  for (const auto& s : c.samples)
+    if (s.reference == reference_rank_) points.push_back(s.point);
+  if (points.empty()) return;
+  std::int64_t best = std::numeric_limits<std::int64_t>::max();
+  for (const auto& p : points) best = std::min(best, p.uncertainty_ns);
+  const double tight = kLooseFactor * static_cast<double>(std::max(best, kMinWeightNs));
+
+  // Weighted least squares of offset (ns) over time since the first sample
+  // (s), each sample weighed by 1 / uncertainty^2 (at least 1 µs).
+  c.origin_ns = points.front().local_ns;
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& p : points) {
+    const double x = static_cast<double>(p.local_ns - c.origin_ns) * 1e-9;
+    const double y = static_cast<double>(p.offset_ns);
+    const double u = static_cast<double>(std::max(p.uncertainty_ns, kMinWeightNs));
+    const double w = 1.0 / (u * u);
+    sw += w;
+    sx += w * x;
+    sy += w * y;
+    sxx += w * x * x;
+    sxy += w * x * y;
+  }
+  const double denominator = sw * sxx - sx * sx;
+  c.model = ClockModel::kConstant;
+  c.intercept_ns = sy / sw;
+  c.slope = 0;
+  if (points.size() >= 2 && denominator > 0) {
+    const double slope = (sw * sxy - sx * sy) / denominator;  // ns per s
+    const double error = std::sqrt(sw / denominator);
+    if (std::abs(slope) > 2 * error) {  // a drift the samples pin down
+      c.model = ClockModel::kLine;
+      c.intercept_ns = (sy - slope * sx) / sw;
+      c.slope = slope * 1e-9;
+    }
+  }
+  // Each sample's true offset is within its uncertainty (a hard bound): a
+  // fit that leaves one's bound is not how this clock moved.
+  for (const auto& p : points)
+    if (std::abs(fitted_ns(c, p.local_ns) - static_cast<double>(p.offset_ns)) >
+        static_cast<double>(p.uncertainty_ns + kRoundingNs)) {
+      c.model = ClockModel::kPiecewise;
+      break;
+    }
+  for (const auto& p : points) {
+    if (static_cast<double>(p.uncertainty_ns) > tight) {
+      ++c.loose;
+      continue;
+    }
+    c.knots.push_back(p);
+  }
+  for (const auto& k : c.knots) {
+    const double miss = c.model == ClockModel::kPiecewise
+                            ? 0.0
+                            : std::abs(fitted_ns(c, k.local_ns) - static_cast<double>(k.offset_ns));
+    c.knot_error_ns.push_back(static_cast<double>(k.uncertainty_ns) + miss);
+  }
 }
 
-const std::vector<ClockPoint>* ClockAlignment::points(int rank) const {
-  auto it = points_.find(rank);
-  return it == points_.end() ? nullptr : &it->second;
-}
-
-std::int64_t ClockAlignment::max_uncertainty_ns() const {
-  std::int64_t m = 0;
-  for (const auto& [rank, points] : points_)
-    for (const auto& p : points) m = std::max(m, p.uncertainty_ns);
-  return m;
-}
-
-std::int64_t ClockAlignment::offset_at(int rank, std::int64_t t) const {
-  const auto* points = this->points(rank);
-  if (points == nullptr) return 0;
-  const auto& v = *points;
-  const double drift = latest_drift_ppm_.at(rank);  // for times outside the samples
-  const auto extrapolate = [&](const ClockPoint& p) {
-    // Held to an hour either way, however far from the sample t is.
-    const double moved =
-        std::clamp(drift * 1e-6 * (static_cast<double>(t) - static_cast<double>(p.local_ns)),
-                   -static_cast<double>(kMaxOffsetNs), static_cast<double>(kMaxOffsetNs));
-    return p.offset_ns + std::llround(moved);
-  };
-  if (t <= v.front().local_ns) return extrapolate(v.front());
-  if (t >= v.back().local_ns) return extrapolate(v.back());
+double ClockAlignment::fitted_ns(const ProcessClock& c, std::int64_t t) const {
+  const double bound = 2.0 * static_cast<double>(kMaxOffsetNs);
+  if (c.model != ClockModel::kPiecewise) {
+    const double v =
+        c.intercept_ns + c.slope * (static_cast<double>(t) - static_cast<double>(c.origin_ns));
+    return std::clamp(v, -bound, bound);
+  }
+  const auto& k = c.knots;  // never empty once fitted
+  if (t <= k.front().local_ns) return static_cast<double>(k.front().offset_ns);
+  if (t >= k.back().local_ns) return static_cast<double>(k.back().offset_ns);
   const auto after = std::upper_bound(
-      v.begin(), v.end(), t, [](std::int64_t x, const ClockPoint& q) { return x < q.local_ns; });
+      k.begin(), k.end(), t, [](std::int64_t x, const ClockPoint& q) { return x < q.local_ns; });
   const ClockPoint& b = *after;
   const ClockPoint& a = *(after - 1);
   const double f =
       static_cast<double>(t - a.local_ns) / static_cast<double>(b.local_ns - a.local_ns);
-  return a.offset_ns + static_cast<std::int64_t>(
-                           std::llround(f * static_cast<double>(b.offset_ns - a.offset_ns)));
+  return static_cast<double>(a.offset_ns) + f * static_cast<double>(b.offset_ns - a.offset_ns);
 }
 
-void ClockAlignment::align(SpanRow& span) const {
-  if (points(span.rank) == nullptr) return;
-  span.start_ns = shifted(span.start_ns, offset_at(span.rank, span.start_ns));
-  span.end_ns = shifted(span.end_ns, offset_at(span.rank, span.end_ns));
+const ClockAlignment::ProcessClock* ClockAlignment::find(int rank, std::uint64_t process) const {
+  auto it = clocks_.find({rank, process});
+  if (it == clocks_.end() || it->second.knots.empty()) return nullptr;
+  return &it->second;
+}
+
+std::vector<int> ClockAlignment::ranks() const {
+  std::set<int> out;
+  for (const auto& [key, c] : clocks_)
+    if (!c.knots.empty()) out.insert(key.first);
+  return {out.begin(), out.end()};
+}
+
+std::size_t ClockAlignment::samples() const {
+  std::size_t n = 0;
+  for (const auto& [key, c] : clocks_)
+    for (const auto& s : c.samples) n += s.reference == reference_rank_ ? 1 : 0;
+  return n;
+}
+
+std::size_t ClockAlignment::loose_samples() const {
+  std::size_t n = 0;
+  for (const auto& [key, c] : clocks_) n += c.loose;
+  return n;
+}
+
+std::int64_t ClockAlignment::max_uncertainty_ns() const {
+  std::int64_t m = 0;
+  for (const auto& [key, c] : clocks_)
+    for (const auto& s : c.samples)
+      if (s.reference == reference_rank_) m = std::max(m, s.point.uncertainty_ns);
+  return m;
+}
+
+std::vector<std::string> ClockAlignment::problems() const {
+  std::vector<std::string> out;
+  for (const auto& [r, n] : references_)
+    if (r != reference_rank_)
+      out.push_back(
+          fmt::format("{} samples measure against rank {}, not the run's reference "
+                      "rank {}: not used",
+                      n, r, reference_rank_));
+  if (reference_nonzero_ > 0)
+    out.push_back(
+        fmt::format("{} samples of the reference rank against itself claim an offset: "
+                    "not used",
+                    reference_nonzero_));
+  return out;
+}
+
+std::optional<ClockModel> ClockAlignment::model(int rank, std::uint64_t process) const {
+  const ProcessClock* c = find(rank, process);
+  if (c == nullptr) return std::nullopt;
+  return c->model;
+}
+
+std::int64_t ClockAlignment::offset_at(int rank, std::uint64_t process, std::int64_t t) const {
+  const ProcessClock* c = find(rank, process);
+  return c == nullptr ? 0 : std::llround(fitted_ns(*c, t));
+}
+
+std::int64_t ClockAlignment::uncertainty_at(int rank, std::uint64_t process, std::int64_t t) const {
+  const ProcessClock* c = find(rank, process);
+  if (c == nullptr) return -1;
+  const auto& k = c->knots;
+  const auto after = std::upper_bound(
+      k.begin(), k.end(), t, [](std::int64_t x, const ClockPoint& q) { return x < q.local_ns; });
+  const auto i = static_cast<std::size_t>(after - k.begin());
+  double e = 0;
+  if (i == 0)
+    e = c->knot_error_ns.front();
+  else if (i == k.size())
+    e = c->knot_error_ns.back();
+  else
+    e = std::max(c->knot_error_ns[i - 1], c->knot_error_ns[i]);
+  return std::llround(std::min(e, static_cast<double>(kMaxOffsetNs)));
+}
+
+bool ClockAlignment::align(SpanRow& span) const {
+  const ProcessClock* c = find(span.rank, span.process);
+  if (c == nullptr) return false;
+  span.start_ns = shifted(span.start_ns, std::llround(fitted_ns(*c, span.start_ns)));
+  span.end_ns = shifted(span.end_ns, std::llround(fitted_ns(*c, span.end_ns)));
   if (span.end_ns < span.start_ns) span.end_ns = span.start_ns;
+  return true;
 }
 
-void ClockAlignment::align(RankFile& file) const {
-  if (points(file.rank) == nullptr) return;
-  for (auto& s : file.spans) align(s);
+bool ClockAlignment::align(RankFile& file) const {
+  bool all = true;
+  for (auto& s : file.spans) all = align(s) && all;
+  return all;
 }
 
 ClockAlignment read_clock_alignment(const std::filesystem::path& dir) {
@@ -134,30 +304,95 @@ ClockAlignment read_clock_alignment(const std::filesystem::path& dir) {
 ClockReport ClockReport::of(const ClockAlignment& alignment) {
   ClockReport r;
   r.aligned = !alignment.empty();
-  for (int rank : alignment.ranks()) {
-    ++r.ranks;
-    r.samples += alignment.points(rank)->size();
-  }
+  r.reference_rank = alignment.reference_rank();
+  r.ranks = alignment.ranks().size();
+  r.samples = alignment.samples();
+  r.loose_samples = alignment.loose_samples();
+  r.empty_samples = alignment.empty_samples();
+  r.discarded_exchanges = alignment.discarded_exchanges();
   r.max_uncertainty_ns = alignment.max_uncertainty_ns();
+  r.sample_problems = alignment.problems();
   return r;
 }
 
+std::string ClockViolation::describe() const {
+  std::string out =
+      fmt::format("step {}: rank {}'s {} ended {:.1f} us before rank {}'s send began", step,
+                  receiver_rank, receive, static_cast<double>(early_ns) / 1e3, sender_rank);
+  if (held_by_parent)
+    return out + fmt::format(
+                     " (within the ranks' uncertainty, {:.1f} us, but moving it would "
+                     "end it after its parent)",
+                     static_cast<double>(bound_ns) / 1e3);
+  return out +
+         fmt::format(" (the ranks' samples allow {:.1f} us)", static_cast<double>(bound_ns) / 1e3);
+}
+
 std::string ClockReport::describe() const {
-  char line[320];
+  std::string out;
   if (!aligned) {
-    std::snprintf(line, sizeof line,
-                  "clock: raw, each rank's own (%s); causality: %zu of %zu receives end before "
-                  "their send began",
-                  raw_asked ? "--raw-clock" : "the run has no lens.clock_sync samples", moves.moved,
-                  moves.transfers);
-    return line;
+    out = fmt::format(
+        "clock: raw, each rank's own ({}); causality: {} of {} receives end before their send "
+        "began",
+        raw_asked ? "--raw-clock" : "the run has no lens.clock_sync samples", moves.moved,
+        moves.transfers);
+  } else {
+    out = fmt::format(
+        "clock: aligned to rank {} by {} samples of {} ranks (uncertainty up to {:.1f} us); "
+        "causality: {} of {} receives moved after their send (by up to {:.1f} us)",
+        reference_rank, samples, ranks, static_cast<double>(max_uncertainty_ns) / 1e3, moves.moved,
+        moves.transfers, static_cast<double>(moves.max_shift_ns) / 1e3);
   }
-  std::snprintf(line, sizeof line,
-                "clock: aligned to rank 0 by %zu samples of %zu ranks (uncertainty up to %.1f "
-                "us); causality: %zu of %zu receives moved after their send (by up to %.1f us)",
-                samples, ranks, static_cast<double>(max_uncertainty_ns) / 1e3, moves.moved,
-                moves.transfers, static_cast<double>(moves.max_shift_ns) / 1e3);
-  return line;
+  if (moves.violation_count > 0)
+    out += fmt::format(
+        "; CLOCK ERROR: {} receives end before their send by more than the alignment allows "
+        "and are left as they are; the largest: {}",
+        moves.violation_count, moves.violations.front().describe());
+  if (!unaligned_ranks.empty()) {
+    std::string list;
+    for (int r : unaligned_ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    out += fmt::format(
+        "; WARNING: rank(s) {} have no clock samples of their process and stay on their own "
+        "clock",
+        list);
+  }
+  if (loose_samples > 0)
+    out += fmt::format("; {} loose samples (over {}x their rank's best uncertainty) weighted down",
+                       loose_samples, ClockAlignment::kLooseFactor);
+  if (discarded_exchanges > 0)
+    out +=
+        fmt::format("; {} exchanges discarded (a clock stepped during them)", discarded_exchanges);
+  if (empty_samples > 0)
+    out += fmt::format("; {} samples had every exchange discarded", empty_samples);
+  for (const auto& p : sample_problems) out += "; " + p;
+  return out;
+}
+
+nlohmann::json ClockReport::to_json() const {
+  nlohmann::json violations = nlohmann::json::array();
+  for (const auto& v : moves.violations)
+    violations.push_back({{"step", v.step},
+                          {"sender_rank", v.sender_rank},
+                          {"receiver_rank", v.receiver_rank},
+                          {"receive", v.receive},
+                          {"early_us", static_cast<double>(v.early_ns) / 1e3},
+                          {"bound_us", static_cast<double>(v.bound_ns) / 1e3},
+                          {"held_by_parent", v.held_by_parent}});
+  return {{"aligned", aligned},
+          {"reference_rank", aligned ? nlohmann::json(reference_rank) : nlohmann::json(nullptr)},
+          {"ranks", ranks},
+          {"samples", samples},
+          {"loose_samples", loose_samples},
+          {"discarded_exchanges", discarded_exchanges},
+          {"empty_samples", empty_samples},
+          {"max_uncertainty_us", static_cast<double>(max_uncertainty_ns) / 1e3},
+          {"unaligned_ranks", unaligned_ranks},
+          {"receives_checked", moves.transfers},
+          {"receives_moved", moves.moved},
+          {"max_move_us", static_cast<double>(moves.max_shift_ns) / 1e3},
+          {"clock_errors", moves.violation_count},
+          {"clock_error_list", violations},
+          {"sample_problems", sample_problems}};
 }
 
 void CausalityMoves::add(const CausalityMoves& o) {
@@ -165,11 +400,21 @@ void CausalityMoves::add(const CausalityMoves& o) {
   moved += o.moved;
   max_shift_ns = std::max(max_shift_ns, o.max_shift_ns);
   total_shift_ns = shifted(total_shift_ns, o.total_shift_ns);
+  for (const auto& v : o.violations) add(v);
+  violation_count += o.violation_count - o.violations.size();
+}
+
+void CausalityMoves::add(const ClockViolation& v) {
+  ++violation_count;
+  const auto at = std::upper_bound(
+      violations.begin(), violations.end(), v.early_ns,
+      [](std::int64_t early, const ClockViolation& kept) { return early > kept.early_ns; });
+  if (static_cast<std::size_t>(at - violations.begin()) >= kKeptViolations) return;
+  violations.insert(at, v);
+  if (violations.size() > kKeptViolations) violations.pop_back();
 }
 
 namespace {
-
-enum class Direction { kForward, kBackward };
 
 // What a p2p span does on its rank: sends and receives, by direction.
 struct P2pRole {
@@ -193,39 +438,74 @@ bool by_start(const SpanRow* a, const SpanRow* b) {
   return std::tie(a->start_ns, a->end_ns) < std::tie(b->start_ns, b->end_ns);
 }
 
-void order_pairs(const std::vector<SpanRow*>& sends, const std::vector<SpanRow*>& receives,
-                 bool move, CausalityMoves& moves) {
-  const std::size_t n = std::min(sends.size(), receives.size());
-  for (std::size_t k = 0; k < n; ++k) {
-    ++moves.transfers;
-    SpanRow& recv = *receives[k];
-    const SpanRow& send = *sends[k];
-    if (recv.end_ns >= send.start_ns) continue;
-    // Both are timestamps (non-negative), so the difference is in range.
-    const std::int64_t shift = shifted(send.start_ns - recv.end_ns, 1);
-    if (move) {
-      recv.start_ns = shifted(recv.start_ns, shift);
-      recv.end_ns = shifted(recv.end_ns, shift);
-    }
-    ++moves.moved;
-    moves.max_shift_ns = std::max(moves.max_shift_ns, shift);
-    moves.total_shift_ns = shifted(moves.total_shift_ns, shift);
+// One step's pass: what it needs to judge a move.
+struct Pass {
+  const ClockAlignment* clock;
+  std::int64_t step;
+  std::unordered_map<std::string_view, const SpanRow*> by_id;  // the step's spans
+  CausalityMoves moves;
+
+  // The most a receive may move on the samples' word: the two processes'
+  // stated uncertainty there, plus rounding.
+  std::int64_t bound_ns(const SpanRow& send, const SpanRow& recv) const {
+    const std::int64_t a = clock->uncertainty_at(send.rank, send.process, send.start_ns);
+    const std::int64_t b = clock->uncertainty_at(recv.rank, recv.process, recv.end_ns);
+    return std::max<std::int64_t>(a, 0) + std::max<std::int64_t>(b, 0) + kRoundingNs;
   }
-}
+
+  void order(const std::vector<SpanRow*>& sends, const std::vector<SpanRow*>& receives,
+             bool count_transfers) {
+    const std::size_t n = std::min(sends.size(), receives.size());
+    for (std::size_t k = 0; k < n; ++k) {
+      if (count_transfers) ++moves.transfers;
+      SpanRow& recv = *receives[k];
+      const SpanRow& send = *sends[k];
+      if (recv.end_ns >= send.start_ns) continue;
+      // Both are timestamps (non-negative), so the difference is in range.
+      const std::int64_t early = send.start_ns - recv.end_ns;
+      const std::int64_t shift = shifted(early, 1);
+      if (clock != nullptr) {
+        ClockViolation v{step, send.rank, recv.rank, recv.name, early, bound_ns(send, recv)};
+        if (early > v.bound_ns) {
+          moves.add(v);
+          continue;
+        }
+        if (auto p = by_id.find(recv.parent_span_id);
+            !recv.parent_span_id.empty() && p != by_id.end() &&
+            shifted(recv.end_ns, shift) > p->second->end_ns) {
+          v.held_by_parent = true;
+          moves.add(v);
+          continue;
+        }
+        recv.start_ns = shifted(recv.start_ns, shift);
+        recv.end_ns = shifted(recv.end_ns, shift);
+      }
+      ++moves.moved;
+      moves.max_shift_ns = std::max(moves.max_shift_ns, shift);
+      moves.total_shift_ns = shifted(moves.total_shift_ns, shift);
+    }
+  }
+};
 
 }  // namespace
 
-CausalityMoves enforce_transfer_order(Run& step, bool move) {
+CausalityMoves enforce_transfer_order(Run& step, const ClockAlignment* clock) {
   // Per (replica, stage): the step's sends and receives in each direction,
   // in time order; linked receives apart.
   struct Ends {
     std::vector<SpanRow*> send[2], recv[2], linked;
   };
+  Pass pass{clock, -1, {}, {}};
   std::map<std::pair<int, int>, Ends> by_stage;
   for (auto& f : step.files) {
     int stage = -1;
-    for (const auto& s : f.spans)
-      if (is_step_span(s)) stage = static_cast<int>(s.int_attr("dl.pipeline_parallel.rank", -1));
+    for (const auto& s : f.spans) {
+      pass.by_id.emplace(s.span_id, &s);
+      if (is_step_span(s)) {
+        stage = static_cast<int>(s.int_attr("dl.pipeline_parallel.rank", -1));
+        pass.step = s.int_attr("dl.step", pass.step);
+      }
+    }
     if (stage < 0) continue;
     Ends& e = by_stage[{f.replica, stage}];
     for (auto& s : f.spans) {
@@ -242,23 +522,18 @@ CausalityMoves enforce_transfer_order(Run& step, bool move) {
     for (auto* v : {&e.send[0], &e.send[1], &e.recv[0], &e.recv[1], &e.linked})
       std::sort(v->begin(), v->end(), by_start);
   }
-  CausalityMoves moves;
   for (auto& [key, e] : by_stage) {
     const auto [replica, stage] = key;
     if (auto prev = by_stage.find({replica, stage - 1}); prev != by_stage.end()) {
       // Forward: stage - 1 sent what this stage receives; the linked spans
       // wrap the first receives.
-      order_pairs(prev->second.send[0], e.recv[0], move, moves);
-      CausalityMoves linked;
-      order_pairs(prev->second.send[0], e.linked, move, linked);
-      moves.moved += linked.moved;
-      moves.max_shift_ns = std::max(moves.max_shift_ns, linked.max_shift_ns);
-      moves.total_shift_ns = shifted(moves.total_shift_ns, linked.total_shift_ns);
+      pass.order(prev->second.send[0], e.recv[0], true);
+      pass.order(prev->second.send[0], e.linked, false);
     }
     if (auto next = by_stage.find({replica, stage + 1}); next != by_stage.end())
-      order_pairs(next->second.send[1], e.recv[1], move, moves);  // backward: stage + 1 sent
+      pass.order(next->second.send[1], e.recv[1], true);  // backward: stage + 1 sent
   }
-  return moves;
+  return pass.moves;
 }
 
 }  // namespace lens::tools

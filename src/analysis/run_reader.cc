@@ -43,6 +43,7 @@ RankFile RankFile::without_spans() const {
   m.export_filter = export_filter;
   m.replica = replica;
   m.tensor_rank = tensor_rank;
+  m.process = process;
   m.resource = resource;
   m.resource_types = resource_types;
   m.lines = lines;
@@ -173,6 +174,22 @@ int resource_int(const std::map<std::string, std::string>& resource, const char*
   return static_cast<int>(*v);
 }
 
+}  // namespace
+
+std::uint64_t process_key(const std::map<std::string, std::string>& resource) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the values, each ended by a 0 byte
+  for (const char* key :
+       {"host.name", "process.pid", "service.instance.id", "lens.telemetry.start_unix_ns"}) {
+    auto it = resource.find(key);
+    if (it != resource.end())
+      for (unsigned char c : it->second) h = (h ^ c) * 0x100000001b3ULL;
+    h = (h ^ 0) * 0x100000001b3ULL;
+  }
+  return h;
+}
+
+namespace {
+
 void read_line(RankFile& file, const std::string& line) {
   if (!json_depth_within(line))
     throw std::runtime_error("nested deeper than " + std::to_string(kMaxJsonDepth) +
@@ -197,10 +214,13 @@ void read_line(RankFile& file, const std::string& line) {
     if (int dp = resource_int(resource, "dl.data_parallel.rank"); dp >= 0) file.replica = dp;
     if (int tp = resource_int(resource, "dl.tensor_parallel.rank"); tp >= 0) file.tensor_rank = tp;
     for (auto& [k, v] : resource) file.resource[k] = v;
+    const std::uint64_t process = process_key(resource);
+    file.process = process;
     for (const auto& ss : array_or_empty(rs, "scopeSpans")) {
       for (const auto& s : array_or_empty(ss, "spans")) {
         SpanRow row;
         row.rank = rank;
+        row.process = process;
         if (!s.contains("traceId") || !s.contains("spanId"))
           throw std::runtime_error("a span has no traceId or spanId");
         row.trace_id = id_field(s.at("traceId"), 32, "traceId", false);

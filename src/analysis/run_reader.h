@@ -31,6 +31,9 @@ namespace lens::tools {
 
 struct SpanRow {
   int rank = -1;  // dl.rank of the file's resource
+  // Which process recorded it: process_key of the resource. A rank's spans
+  // from two processes (a restart) are kept apart by clock alignment.
+  std::uint64_t process = 0;
   std::string trace_id, span_id, parent_span_id, name;
   std::int64_t start_ns = 0, end_ns = 0;
   int kind = 0;         // OTLP SpanKind: 0 unspecified, 1 internal, 2 server, 3 client, ...
@@ -46,6 +49,12 @@ struct SpanRow {
   bool has(const std::string& key) const { return attributes.count(key) != 0; }
 };
 
+// A process's identity from its resource attributes: a hash of host.name,
+// process.pid, service.instance.id and lens.telemetry.start_unix_ns (the
+// last tells apart a restart that got the same host name and pid, as in a
+// container).
+std::uint64_t process_key(const std::map<std::string, std::string>& resource);
+
 struct RankFile {
   std::filesystem::path path;
   int rank = -1;
@@ -56,6 +65,7 @@ struct RankFile {
   std::string export_filter;  // lens.export_filter, when ranks were filtered out
   int replica = -1;           // dl.data_parallel.rank
   int tensor_rank = -1;       // dl.tensor_parallel.rank
+  std::uint64_t process = 0;  // process_key of the latest line's resource
   std::map<std::string, std::string> resource;  // every resource attribute, as text
   std::map<std::string, char> resource_types;   // their types, as SpanRow::attribute_types
   std::vector<SpanRow> spans;

@@ -93,8 +93,11 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
                        [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
       handed_over = step;
       if (options.clock)
-        for (auto& f : window.run.files) options.clock->align(f);
-      if (options.moves) options.moves->add(enforce_transfer_order(window.run, options.clock));
+        for (auto& f : window.run.files)
+          if (!options.clock->align(f) && options.clock_report)
+            options.clock_report->unaligned_ranks.insert(f.rank);
+      if (options.clock_report)
+        options.clock_report->moves.add(enforce_transfer_order(window.run, options.clock));
       on_step(window);
       stopped = step >= options.stop_after_step;
     }
@@ -131,7 +134,8 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
                            " step span(s) came after later steps and are left out of the "
                            "per-step views");
     for (auto& row : c.late) f.spans.push_back(std::move(row));
-    if (options.clock) options.clock->align(f);
+    if (options.clock && !options.clock->align(f) && options.clock_report)
+      options.clock_report->unaligned_ranks.insert(f.rank);
     rest.files.push_back(std::move(f));
   }
   std::stable_sort(rest.files.begin(), rest.files.end(),

@@ -32,7 +32,7 @@ struct StepWindow {
 };
 
 class ClockAlignment;
-struct CausalityMoves;
+struct ClockReport;
 
 struct StreamOptions {
   // Called after each line read with (bytes read, bytes in all files).
@@ -44,9 +44,10 @@ struct StreamOptions {
   // read_clock_alignment).
   const ClockAlignment* clock = nullptr;
   // When set, each step has the causality pass (enforce_transfer_order),
-  // which moves receives only when `clock` is set, and its counts are added
-  // here.
-  CausalityMoves* moves = nullptr;
+  // which moves receives only when `clock` is set; its counts are added to
+  // the report's moves, and ranks with spans `clock` could not align to its
+  // unaligned_ranks.
+  ClockReport* clock_report = nullptr;
 };
 
 // Calls `on_step` for every step, in increasing step number. Returns the

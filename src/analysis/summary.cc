@@ -158,14 +158,7 @@ std::string format_json(const Summary& s) {
       {"theoretical_bubble",
        s.theoretical_bubble >= 0 ? nlohmann::json(s.theoretical_bubble) : nlohmann::json(nullptr)},
       {"slowest_stage", s.slowest_stage},
-      {"clock",
-       {{"aligned", s.clock.aligned},
-        {"ranks", s.clock.ranks},
-        {"samples", s.clock.samples},
-        {"max_uncertainty_us", static_cast<double>(s.clock.max_uncertainty_ns) / 1e3},
-        {"receives_checked", s.clock.moves.transfers},
-        {"receives_moved", s.clock.moves.moved},
-        {"max_move_us", static_cast<double>(s.clock.moves.max_shift_ns) / 1e3}}},
+      {"clock", s.clock.to_json()},
       {"rows", rows}};
   return j.dump(1) + "\n";
 }

@@ -14,11 +14,11 @@ namespace {
 
 // Rank 0's ping (magic, round), each rank's answer (magic, round, t2, t3),
 // and rank 0's result for that rank (magic, exchanges, then the sample's
-// offset, uncertainty, round trip and local time, then the shared bytes);
-// all little-endian.
+// offset, uncertainty, round trip, local time and discarded exchanges, then
+// the shared bytes); all little-endian.
 constexpr std::size_t kPingBytes = 8;
 constexpr std::size_t kAnswerBytes = 24;
-constexpr std::size_t kResultBytes = 40 + kClockSyncSharedBytes;
+constexpr std::size_t kResultBytes = 48 + kClockSyncSharedBytes;
 constexpr std::uint8_t kMagic[4] = {'L', 'N', 'C', 'K'};
 
 void put_header(std::uint8_t* p, std::uint32_t round) {
@@ -48,14 +48,21 @@ void put_i64(std::uint8_t* p, std::int64_t v) {
 
 ClockSample best_sample(std::span<const ClockExchange> exchanges, int rank, int reference_rank) {
   if (exchanges.empty()) throw std::invalid_argument("best_sample: no exchange");
-  const auto best = std::min_element(exchanges.begin(), exchanges.end(),
-                                     [](const ClockExchange& a, const ClockExchange& b) {
-                                       return a.round_trip_ns() < b.round_trip_ns();
-                                     });
   ClockSample s;
   s.rank = rank;
   s.reference_rank = reference_rank;
   s.exchanges = static_cast<int>(exchanges.size());
+  const ClockExchange* best = nullptr;
+  for (const auto& e : exchanges) {
+    if (!e.consistent())
+      ++s.discarded;
+    else if (best == nullptr || e.round_trip_ns() < best->round_trip_ns())
+      best = &e;
+  }
+  if (best == nullptr) {
+    s.uncertainty_ns = -1;
+    return s;
+  }
   s.round_trip_ns = best->round_trip_ns();
   if (rank == reference_rank) {
     s.local_time_ns = best->t1 + (best->t4 - best->t1) / 2;
@@ -98,7 +105,9 @@ ClockSample measure_clock_offset(Communicator& comm, const ClockReading& now,
     s.uncertainty_ns = get_i64(result.data() + 16);
     s.round_trip_ns = get_i64(result.data() + 24);
     s.local_time_ns = get_i64(result.data() + 32);
-    std::memcpy(shared.data(), result.data() + 40, shared.size());
+    s.discarded =
+        static_cast<int>(std::clamp<std::int64_t>(get_i64(result.data() + 40), 0, rounds));
+    std::memcpy(shared.data(), result.data() + 48, shared.size());
     return s;
   }
 
@@ -126,7 +135,8 @@ ClockSample measure_clock_offset(Communicator& comm, const ClockReading& now,
     put_i64(result.data() + 16, s.uncertainty_ns);
     put_i64(result.data() + 24, s.round_trip_ns);
     put_i64(result.data() + 32, s.local_time_ns);
-    std::memcpy(result.data() + 40, shared.data(), shared.size());
+    put_i64(result.data() + 40, s.discarded);
+    std::memcpy(result.data() + 48, shared.data(), shared.size());
     comm.send(result, peer, kClockSyncTag, timeout);
   }
   return mine;

@@ -20,7 +20,7 @@ constexpr std::uint64_t kNoStep = ~std::uint64_t{0};
 // What global rank 0 sends with a sample (kClockSyncSharedBytes):
 //   0 16  the trace id of this sample's spans
 //  16  8  the step of the next sample (all ones: none)
-//  24  8  0
+//  24  8  the reference's global rank (its dl.rank), which every rank records
 }  // namespace
 
 ClockSchedule::ClockSchedule(Telemetry& telemetry, Communicator& world, Tracer tracer,
@@ -60,9 +60,12 @@ void ClockSchedule::sync(std::optional<std::uint64_t> step) {
     std::copy(trace.bytes().begin(), trace.bytes().end(), shared.begin());
     const auto next = step ? choose_next(*step, start) : std::nullopt;
     detail::put_le64(shared.data() + 16, next.value_or(kNoStep));
+    detail::put_le64(shared.data() + 24,
+                     static_cast<std::uint64_t>(telemetry_.config().rank.value_or(0)));
   }
   const ClockSample sample = measure_clock_offset(
       world_, [this] { return telemetry_.now_unix_ns(); }, shared, options_);
+  const bool first = !started_;
   started_ = true;
   const std::uint64_t next = detail::get_le64(shared.data() + 16);
   next_step_ = next == kNoStep ? std::nullopt : std::optional<std::uint64_t>(next);
@@ -70,7 +73,8 @@ void ClockSchedule::sync(std::optional<std::uint64_t> step) {
     last_step_ = *step;
     last_time_ns_ = start;
   }
-  drift_.add(sample);
+  if (sample.measured()) drift_.add(sample);
+  const auto reference_rank = static_cast<std::int64_t>(detail::get_le64(shared.data() + 24));
 
   StartOptions so;
   SpanContext context;
@@ -85,16 +89,22 @@ void ClockSchedule::sync(std::optional<std::uint64_t> step) {
   const int global_rank = telemetry_.config().rank.value_or(world_.rank());
   span.set_attribute("dl.rank", std::int64_t{global_rank});
   if (step) span.set_attribute("dl.step", static_cast<std::int64_t>(*step));
-  span.set_attribute("lens.clock.reason",
-                     step ? (drift_.samples() == 1 ? "start" : "interval") : "finish");
-  span.set_attribute("lens.clock.reference_rank", std::int64_t{sample.reference_rank});
+  span.set_attribute("lens.clock.reason", step ? (first ? "start" : "interval") : "finish");
+  span.set_attribute("lens.clock.reference_rank", reference_rank);
+  span.set_attribute("lens.clock.exchanges", std::int64_t{sample.exchanges});
+  span.set_attribute("lens.clock.discarded", std::int64_t{sample.discarded});
+  span.set_attribute("lens.clock.engine", std::string_view(world_.engine()));
+  if (!sample.measured()) {
+    // Every exchange crossed a clock step: the span says so and carries no
+    // offset, so that readers take nothing from it.
+    span.set_status(StatusCode::kError, "every exchange discarded: a clock stepped");
+    return;
+  }
   span.set_attribute("lens.clock.local_time_ns", sample.local_time_ns);
   span.set_attribute("lens.clock.offset_ns", sample.offset_ns);
   span.set_attribute("lens.clock.uncertainty_ns", sample.uncertainty_ns);
   span.set_attribute("lens.clock.round_trip_ns", sample.round_trip_ns);
-  span.set_attribute("lens.clock.exchanges", std::int64_t{sample.exchanges});
   if (auto drift = drift_.drift_ppm()) span.set_attribute("lens.clock.drift_ppm", *drift);
-  span.set_attribute("lens.clock.engine", std::string_view(world_.engine()));
 }
 
 }  // namespace lens

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -37,6 +38,12 @@ Resource build_resource(const Config& c) {
   Resource r;
   r.set("host.name", host_name());
   r.set("process.pid", static_cast<std::int64_t>(::getpid()));
+  // Tells this process's spans from a restart's with the same host and pid
+  // (a container), for readers that key clock samples by process.
+  r.set("lens.telemetry.start_unix_ns",
+        static_cast<std::int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count()));
   r.set("telemetry.sdk.name", std::string("lens"));
   r.set("telemetry.sdk.language", std::string("cpp"));
   r.set("telemetry.sdk.version", std::string(kLensVersion));

@@ -50,6 +50,29 @@ TEST(ClockExchange, BestSampleKeepsTheLowestRoundTrip) {
   EXPECT_THROW(best_sample({}, 1, 0), std::invalid_argument);
 }
 
+TEST(ClockExchange, ExchangesAcrossAClockStepAreDiscarded) {
+  // The rank's clock is 15 µs ahead; the first exchange's reference clock
+  // stepped back while the ping was out (round trip below zero, and the one
+  // the lowest round trip would prefer), the second's rank clock stepped
+  // back between its stamps (t3 before t2).
+  const std::vector<ClockExchange> exchanges = {
+      {5000, 15'000 + 5100, 15'000 + 5150, 4000},
+      {7000, 15'000 + 7100, 15'000 + 6000, 7400},
+      {9000, 15'000 + 9100, 15'000 + 9150, 9450}};  // round trip 400: 100 out, 300 back
+  EXPECT_FALSE(exchanges[0].consistent());
+  EXPECT_FALSE(exchanges[1].consistent());
+  const ClockSample s = best_sample(exchanges, 1, 0);
+  EXPECT_EQ(s.exchanges, 3);
+  EXPECT_EQ(s.discarded, 2);
+  EXPECT_TRUE(s.measured());
+  EXPECT_EQ(s.round_trip_ns, 400);
+  EXPECT_EQ(s.offset_ns, -15'000 + (300 - 100) / 2);  // within half the round trip
+  const std::vector<ClockExchange> stepped = {exchanges[0], exchanges[1]};
+  const ClockSample none = best_sample(stepped, 1, 0);
+  EXPECT_FALSE(none.measured()) << "no exchange left: no sample";
+  EXPECT_EQ(none.discarded, 2);
+}
+
 TEST(ClockExchange, TheReferenceRankHasNoOffset) {
   const std::vector<ClockExchange> exchanges = {{100, 0, 0, 400}, {1000, 0, 0, 1100}};
   const ClockSample s = best_sample(exchanges, 0, 0);

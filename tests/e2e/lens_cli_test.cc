@@ -937,6 +937,98 @@ TEST_F(ClockAlignmentCli, RawViewsShowReceivesBeforeSendsAndAlignedOnesNone) {
     EXPECT_GE(first_recv_end[rank], first_send[rank - 1]) << "rank " << rank;
 }
 
+// A copy of the run with each line rewritten by `edit` (its resource's
+// dl.rank and its spans), for the tampered-run tests.
+fs::path tampered_copy(const fs::path& run_dir, const fs::path& out,
+                       const std::function<void(std::int64_t, json&)>& edit) {
+  fs::remove_all(out);
+  fs::create_directories(out);
+  for (const auto& e : fs::directory_iterator(run_dir)) {
+    std::ofstream o(out / e.path().filename());
+    for (const auto& l : read_lines(e.path())) {
+      json line = json::parse(l);
+      for (auto& rs : line["resourceSpans"]) {
+        std::int64_t rank = -1;
+        for (const auto& a : rs["resource"]["attributes"])
+          if (a["key"] == "dl.rank") rank = std::stoll(a["value"]["intValue"].get<std::string>());
+        for (auto& ss : rs["scopeSpans"]) edit(rank, ss["spans"]);
+      }
+      o << line.dump() << "\n";
+    }
+  }
+  return out;
+}
+
+TEST_F(ClockAlignmentCli, ARankWithoutSamplesIsReportedUnalignedInEveryView) {
+  // Rank 3's clock samples removed: its spans cannot be put on rank 0's
+  // clock, and every view says so instead of mixing its clock in silently.
+  const fs::path dir =
+      tampered_copy(run_dir_, base_ / "no-samples-rank3", [](std::int64_t rank, json& spans) {
+        if (rank != 3) return;
+        json kept = json::array();
+        for (auto& s : spans)
+          if (s["name"] != "lens.clock_sync") kept.push_back(s);
+        spans = kept;
+      });
+  const std::string warning =
+      "WARNING: rank(s) 3 have no clock samples of their process and stay on their own clock";
+  for (const char* view : {"summary", "analyze"}) {
+    Result r = run(lens(std::string(view) + " " + dir.string()));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(warning), std::string::npos) << view << ":\n" << r.output;
+    EXPECT_NE(r.output.find("by 6 samples of 3 ranks"), std::string::npos) << r.output;
+    Result j = run(lens(std::string(view) + " " + dir.string() + " --json"));
+    ASSERT_EQ(j.exit_code, 0) << j.output;
+    EXPECT_EQ(json::parse(j.output)["clock"]["unaligned_ranks"], json::array({3})) << view;
+  }
+  Result timeline =
+      run(lens("timeline " + dir.string() + " -o " + (base_ / "no-samples.html").string()));
+  ASSERT_EQ(timeline.exit_code, 0) << timeline.output;
+  EXPECT_NE(timeline.output.find(warning), std::string::npos) << timeline.output;
+  // The run as recorded has none.
+  Result clean = run(lens("summary " + run_dir_.string() + " --json"));
+  EXPECT_EQ(json::parse(clean.output)["clock"]["unaligned_ranks"], json::array());
+}
+
+TEST_F(ClockAlignmentCli, SpansShiftedBeyondTheSamplesAreAClockErrorNamingBothRanks) {
+  // Rank 2's spans (not its samples) shifted 5 ms early: far beyond the
+  // samples' uncertainty (tens of µs here). Its receives from rank 1 now
+  // end before rank 1's sends began; the causality pass must not hide that
+  // by moving them, and names the ranks and the size.
+  const std::int64_t shift_ns = 5'000'000;
+  const fs::path dir =
+      tampered_copy(run_dir_, base_ / "shifted-rank2", [&](std::int64_t rank, json& spans) {
+        if (rank != 2) return;
+        for (auto& s : spans) {
+          if (s["name"] == "lens.clock_sync") continue;
+          for (const char* key : {"startTimeUnixNano", "endTimeUnixNano"})
+            s[key] = std::to_string(std::stoll(s[key].get<std::string>()) - shift_ns);
+        }
+      });
+  Result table = run(lens("analyze " + dir.string()));
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("CLOCK ERROR: "), std::string::npos) << table.output;
+  Result r = run(lens("analyze " + dir.string() + " --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json clock = json::parse(r.output)["clock"];
+  ASSERT_GT(clock["clock_errors"].get<int>(), 0) << clock.dump(1);
+  bool forward_named = false;
+  for (const auto& v : clock["clock_error_list"]) {
+    EXPECT_EQ(v["receiver_rank"] == 2 || v["sender_rank"] == 2, true) << v.dump();
+    EXPECT_GT(v["early_us"].get<double>(), v["bound_us"].get<double>()) << v.dump();
+    if (v["sender_rank"] == 1 && v["receiver_rank"] == 2) {
+      forward_named = true;
+      // Early by the shift less what the receive had to spare: within 5 ms.
+      EXPECT_LE(v["early_us"].get<double>(), shift_ns / 1e3) << v.dump();
+    }
+  }
+  EXPECT_TRUE(forward_named) << clock.dump(1);
+  EXPECT_GT(clock["impossible_edges"].get<int>(), 0) << "the analysis counts what stays impossible";
+  // The untouched run has none.
+  Result clean = run(lens("analyze " + run_dir_.string() + " --json"));
+  EXPECT_EQ(json::parse(clean.output)["clock"]["clock_errors"], 0) << clean.output;
+}
+
 // lens analyze and lens diff over trainer runs of 3 stages: one balanced
 // (with --layers 5 every stage has two linear layers, the last one's head
 // included), one with stage 1 made 3x slower by the fault injection from
@@ -1023,8 +1115,8 @@ TEST_F(AnalyzeCli, ABalancedRunNamesNoStragglerAndDiffNamesTheSlowedStage) {
   // reported as imbalance or not, it is no straggler; stage 1 is neither.
   EXPECT_FALSE(imbalanced(balanced, 1)) << balanced.dump(1);
   EXPECT_LT(stage(balanced, 1)["relative"].get<double>(), 2.0) << balanced.dump(1);
-  Result diff = run(lens("diff " + dirs_.at("balanced").string() + " " +
-                         dirs_.at("slow").string()));
+  Result diff =
+      run(lens("diff " + dirs_.at("balanced").string() + " " + dirs_.at("slow").string()));
   ASSERT_EQ(diff.exit_code, 0) << diff.output;
   EXPECT_NE(diff.output.find("most changed: stage 1"), std::string::npos) << diff.output;
 }

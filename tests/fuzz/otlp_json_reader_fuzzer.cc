@@ -28,11 +28,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)lens::tools::check_run(run, view);
     (void)lens::tools::check_dir(path);
     const lens::tools::ClockAlignment clock = lens::tools::read_clock_alignment(path);
-    lens::tools::CausalityMoves moves;
+    lens::tools::ClockReport report = lens::tools::ClockReport::of(clock);
     lens::tools::StreamOptions aligned;
     aligned.clock = &clock;
-    aligned.moves = &moves;
-    (void)lens::tools::format_table(lens::tools::analyze_dir(path, aligned, nullptr));
+    aligned.clock_report = &report;
+    lens::tools::Analysis analysis = lens::tools::analyze_dir(path, aligned, nullptr);
+    analysis.clock = report;
+    (void)lens::tools::format_table(analysis);
+    (void)lens::tools::format_json(analysis);
     // The same bytes under a small line limit, so inputs of fuzzing size
     // reach the too-long-line path too.
     lens::tools::RankFileReader small(path, 512);
