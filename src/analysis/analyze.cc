@@ -1,10 +1,11 @@
 // `lens analyze` and `lens diff` (analyze.h, docs/analysis.md).
 #include "analyze.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "step_replay.h"
@@ -80,7 +81,8 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
       // median of its first steps, of those seen so far while they are
       // being seen) or its peers' median this step, the lower.
       const std::size_t b = std::min(kBaselineSteps, s.per_microbatch.size());
-      double expected = median({s.per_microbatch.begin(), s.per_microbatch.begin() + static_cast<long>(b)});
+      double expected =
+          median({s.per_microbatch.begin(), s.per_microbatch.begin() + static_cast<long>(b)});
       std::vector<double> peers;
       for (const auto& p : a.stages_figures)
         if (p.stage == f.stage && p.replica != f.replica && p.microbatches > 0)
@@ -92,9 +94,9 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
         // The replica's replayed end as measured, once per replica.
         const auto [end, first] = measured_end.try_emplace(f.replica, 0);
         if (first) end->second = replay_end(g->second, {});
-        gain = static_cast<double>(replay_end(g->second, {{f.stage, expected / cost}}) -
-                                   end->second) /
-               1e6;
+        gain =
+            static_cast<double>(replay_end(g->second, {{f.stage, expected / cost}}) - end->second) /
+            1e6;
       }
       s.gain_at_baseline.push_back(gain);
     }
@@ -171,6 +173,9 @@ Analysis AnalysisBuilder::finish() {
     st.slack_p50_ms = percentile(s.slack, 0.5);
     st.gain_at_baseline_p50_ms = percentile(s.gain_at_baseline, 0.5);
     st.gain_at_median_p50_ms = percentile(s.gain_at_median, 0.5);
+    for (std::size_t i = 0; i < s.steps.size(); ++i)
+      out.what_if.push_back({s.steps[i], st.replica, st.stage, st.rank, s.step_time[i], s.slack[i],
+                             s.gain_at_baseline[i], s.gain_at_median[i]});
     if (st.relative > out.slowest_relative) {
       out.slowest_relative = st.relative;
       out.slowest_stage = st.stage;
@@ -277,10 +282,11 @@ std::string format_table(const Analysis& a) {
       "rest the stages' own time between computes\n",
       a.step_p50_ms, a.step_p95_ms, a.critical_path_p50_ms, a.critical_compute_p50_ms,
       a.critical_transfer_p50_ms, a.critical_all_reduce_p50_ms);
-  out += fmt::format("{:>5} {:>4} {:>3} {:>8} {:>8} {:>5} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | "
-                     "{:>8} {:>8} {:>8}\n",
-                     "stage", "rank", "dp", "ms/mb", "relative", "crit", "step", "compute",
-                     "late-snd", "late-rcv", "transfer", "rest", "idle", "slack", "imbal");
+  out += fmt::format(
+      "{:>5} {:>4} {:>3} {:>8} {:>8} {:>5} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | "
+      "{:>8} {:>8} {:>8}\n",
+      "stage", "rank", "dp", "ms/mb", "relative", "crit", "step", "compute", "late-snd", "late-rcv",
+      "transfer", "rest", "idle", "slack", "imbal");
   for (const auto& s : a.stages_analysis)
     out += fmt::format(
         "{:>5} {:>4} {:>3} {:>8.3f} {:>7.2f}x {:>4.0f}% | {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} "
@@ -306,6 +312,16 @@ std::string format_table(const Analysis& a) {
 std::string format_json(const Analysis& a) {
   nlohmann::json clock = a.clock.to_json();
   clock["impossible_edges"] = a.impossible_edges;
+  nlohmann::json what_if = nlohmann::json::array();
+  for (const auto& w : a.what_if)
+    what_if.push_back({{"step", w.step},
+                       {"replica", w.replica},
+                       {"stage", w.stage},
+                       {"rank", w.rank},
+                       {"step_ms", w.step_ms},
+                       {"slack_ms", w.slack_ms},
+                       {"gain_at_baseline_ms", w.gain_at_baseline_ms},
+                       {"gain_at_median_ms", w.gain_at_median_ms}});
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : a.stages_analysis)
     stages.push_back({{"stage", s.stage},
@@ -375,6 +391,7 @@ std::string format_json(const Analysis& a) {
       {"slowest_stage", a.slowest_stage},
       {"slowest_relative", a.slowest_relative},
       {"clock", clock},
+      {"what_if", what_if},
       {"stages", stages}};
   return j.dump(1) + "\n";
 }
@@ -383,9 +400,9 @@ std::string format_diff(const Analysis& a, const Analysis& b) {
   std::string out;
   out += fmt::format("step p50: {:.2f} -> {:.2f} ms ({:+.1f}%)\n", a.step_p50_ms, b.step_p50_ms,
                      a.step_p50_ms > 0 ? 100 * (b.step_p50_ms / a.step_p50_ms - 1) : 0.0);
-  out += fmt::format("{:>5} {:>4} {:>21} {:>8} {:>19} {:>21} {:>19}\n", "stage", "dp",
-                     "ms/mb A -> B", "ratio", "crit share A -> B", "late-snd ms A -> B",
-                     "slack ms A -> B");
+  out +=
+      fmt::format("{:>5} {:>4} {:>21} {:>8} {:>19} {:>21} {:>19}\n", "stage", "dp", "ms/mb A -> B",
+                  "ratio", "crit share A -> B", "late-snd ms A -> B", "slack ms A -> B");
   int changed_stage = -1;
   double changed_ratio = 1;
   for (const auto& sb : b.stages_analysis) {

@@ -22,7 +22,7 @@ namespace lens::tools {
 struct StageAnalysis {
   int stage = -1, rank = -1, replica = 0;
   std::size_t steps = 0;
-  double compute_per_microbatch_ms = 0;  // median over steps
+  double compute_per_microbatch_ms = 0;   // median over steps
   double baseline_per_microbatch_ms = 0;  // median over its first kBaselineSteps steps
   double relative = 0;  // compute per microbatch / the fastest stage's (median of per-step ratios)
   double baseline_relative = 0;  // the same over its first steps (imbalance)
@@ -55,6 +55,14 @@ struct ImbalanceReport {
   double gain_ms = 0, gain_share = 0;  // with the stage at the median stage's cost
 };
 
+// One stage's what-ifs in one step (step_replay.h), for --json.
+struct StepWhatIf {
+  std::int64_t step = 0;
+  int replica = 0, stage = -1, rank = -1;
+  double step_ms = 0;  // the step's time (its longest step span)
+  double slack_ms = 0, gain_at_baseline_ms = 0, gain_at_median_ms = 0;
+};
+
 struct Analysis {
   int stages = 0, microbatches = 0;
   int virtual_stages = 1;  // model chunks per stage (the interleaved schedule)
@@ -68,6 +76,7 @@ struct Analysis {
   std::vector<StageAnalysis> stages_analysis;  // by replica, then stage
   std::vector<StragglerReport> stragglers;
   std::vector<ImbalanceReport> imbalance;
+  std::vector<StepWhatIf> what_if;  // by replica, stage, then step
   // The slowest stage's relative score, whatever the verdict.
   int slowest_stage = -1;
   double slowest_relative = 0;
@@ -87,8 +96,8 @@ class AnalysisBuilder {
     int rank = -1, replica = 0;
     std::vector<std::int64_t> steps;
     std::vector<double> per_microbatch, compute, critical_share, step, late_sender, transfer,
-        late_receiver, rest, idle, warmup, cooldown, imbalance, transfer_idle, schedule_idle,
-        slack, gain_at_baseline, gain_at_median;
+        late_receiver, rest, idle, warmup, cooldown, imbalance, transfer_idle, schedule_idle, slack,
+        gain_at_baseline, gain_at_median;
     std::vector<double> step_time;  // the step's time (the longest step span), for shares
     int unmatched = 0;
   };

@@ -1131,6 +1131,23 @@ TEST_F(AnalyzeCli, ASlowdownThatBeginsMidRunIsAStragglerSinceThatStep) {
   EXPECT_GE(s["ratio"].get<double>(), 2.0);
   EXPECT_LT(s["gain_ms"].get<double>(), 0);
   EXPECT_FALSE(imbalanced(mid, 1)) << mid.dump(1);
+  // Per step, the what-if of stage 1 at its baseline: nothing to gain
+  // before step 4 (it is at its baseline), a large part of the step after
+  // (a 3x slowdown of one stage of three). Medians over the steps of each
+  // side, so one noisy step cannot flip it.
+  std::vector<double> before, after;
+  for (const auto& w : mid["what_if"])
+    if (w["stage"] == 1)
+      (w["step"].get<int>() < 4 ? before : after)
+          .push_back(w["gain_at_baseline_ms"].get<double>() / w["step_ms"].get<double>());
+  ASSERT_EQ(before.size(), 4u) << mid["what_if"].dump(1);
+  ASSERT_EQ(after.size(), 4u);
+  const auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  EXPECT_GT(median_of(before), -0.1) << mid["what_if"].dump(1);
+  EXPECT_LT(median_of(after), -0.2) << mid["what_if"].dump(1);
 }
 
 TEST_F(AnalyzeCli, ARankSlowerThanItsPeerInTheOtherReplicaIsTheStraggler) {
