@@ -51,6 +51,8 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
     critical_compute_ms_.push_back(a.critical_compute_ms);
     critical_transfer_ms_.push_back(a.critical_transfer_ms);
     critical_all_reduce_ms_.push_back(a.critical_all_reduce_ms);
+    set_by_.push_back({a.step, a.critical_replica, a.step_ms, a.critical_path_ms});
+    replicas_ = std::max(replicas_, static_cast<int>(a.graphs.size()));
     std::map<int, std::int64_t> measured_end;  // by replica
     for (const auto& f : a.stages_figures) {
       if (f.microbatches == 0) continue;
@@ -67,6 +69,8 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
       s.late_sender.push_back(f.late_sender_ms);
       s.transfer.push_back(f.transfer_ms);
       s.late_receiver.push_back(f.late_receiver_ms);
+      s.sync_wait.push_back(f.sync_wait_ms);
+      s.sync_last_replica.push_back(f.sync_last_replica);
       s.rest.push_back(f.rest_ms);
       s.unmatched += f.unmatched_transfers;
       s.idle.push_back(f.idle_ms);
@@ -110,6 +114,8 @@ Analysis AnalysisBuilder::finish() {
   out.microbatches = microbatches_;
   out.virtual_stages = virtual_stages_;
   out.impossible_edges = impossible_edges_;
+  out.set_by = set_by_;
+  out.replicas = replicas_;
   if (!bubble_.empty()) out.bubble_p50 = percentile(bubble_, 0.5);
   out.theoretical_bubble = theoretical_bubble(stages_, microbatches_, virtual_stages_);
   out.steps = steps_;
@@ -162,6 +168,7 @@ Analysis AnalysisBuilder::finish() {
     st.late_sender_p95_ms = percentile(s.late_sender, 0.95);
     st.transfer_p50_ms = percentile(s.transfer, 0.5);
     st.late_receiver_p50_ms = percentile(s.late_receiver, 0.5);
+    st.sync_wait_p50_ms = percentile(s.sync_wait, 0.5);
     st.rest_p50_ms = percentile(s.rest, 0.5);
     st.unmatched_transfers = s.unmatched;
     st.idle_p50_ms = percentile(s.idle, 0.5);
@@ -175,7 +182,8 @@ Analysis AnalysisBuilder::finish() {
     st.gain_at_median_p50_ms = percentile(s.gain_at_median, 0.5);
     for (std::size_t i = 0; i < s.steps.size(); ++i)
       out.what_if.push_back({s.steps[i], st.replica, st.stage, st.rank, s.step_time[i], s.slack[i],
-                             s.gain_at_baseline[i], s.gain_at_median[i]});
+                             s.gain_at_baseline[i], s.gain_at_median[i], s.sync_wait[i],
+                             s.sync_last_replica[i]});
     if (st.relative > out.slowest_relative) {
       out.slowest_relative = st.relative;
       out.slowest_stage = st.stage;
@@ -198,6 +206,20 @@ Analysis AnalysisBuilder::finish() {
     r.gain_ms = median(gains);
     r.gain_share = share(r.gain_ms, median(steps));
     r.critical_share_p50 = median(shares);
+    // Its cost to the other replicas: per slow step, the mean of their
+    // ranks' waits at the gradient sync; p50 over those steps.
+    std::map<std::int64_t, std::pair<double, int>> others;  // step -> (sum, ranks)
+    for (const auto& [key, o] : series_)
+      if (o.replica != who.replica)
+        for (std::size_t i = 0; i < o.steps.size(); ++i)
+          if (o.steps[i] >= who.since_step) {
+            auto& [sum, n] = others[o.steps[i]];
+            sum += o.sync_wait[i];
+            ++n;
+          }
+    std::vector<double> waits;
+    for (const auto& [step, v] : others) waits.push_back(v.first / v.second);
+    if (!waits.empty()) r.others_sync_wait_ms = median(waits);
     out.stragglers.push_back(r);
   }
   for (const Imbalance& what : verdicts.imbalance) {
@@ -234,6 +256,10 @@ std::string format_verdicts(const Analysis& a) {
         w.against == Straggler::Against::kPeers ? "the same stage's cost in the other replicas"
                                                 : "its own baseline (against how the others moved)",
         w.since_step, 100 * r.critical_share_p50, r.gain_ms, 100 * r.gain_share);
+    if (r.others_sync_wait_ms)
+      out += fmt::format(
+          "  the other replicas' ranks wait {:.2f} ms per step (p50) at the gradient sync\n",
+          *r.others_sync_wait_ms);
   }
   if (a.stragglers.empty())
     out += fmt::format(
@@ -283,22 +309,32 @@ std::string format_table(const Analysis& a) {
       a.step_p50_ms, a.step_p95_ms, a.critical_path_p50_ms, a.critical_compute_p50_ms,
       a.critical_transfer_p50_ms, a.critical_all_reduce_p50_ms);
   out += fmt::format(
-      "{:>5} {:>4} {:>3} {:>8} {:>8} {:>5} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | "
+      "{:>5} {:>4} {:>3} {:>8} {:>8} {:>5} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | "
       "{:>8} {:>8} {:>8}\n",
       "stage", "rank", "dp", "ms/mb", "relative", "crit", "step", "compute", "late-snd", "late-rcv",
-      "transfer", "rest", "idle", "slack", "imbal");
+      "transfer", "sync", "rest", "idle", "slack", "imbal");
   for (const auto& s : a.stages_analysis)
     out += fmt::format(
         "{:>5} {:>4} {:>3} {:>8.3f} {:>7.2f}x {:>4.0f}% | {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} "
-        "{:>8.2f} {:>8.2f} | {:>8.2f} {:>8.2f} {:>8.2f}\n",
+        "{:>8.2f} {:>8.2f} {:>8.2f} | {:>8.2f} {:>8.2f} {:>8.2f}\n",
         s.stage, s.rank, s.replica, s.compute_per_microbatch_ms, s.relative,
         100 * s.critical_share_p50, s.step_p50_ms, s.compute_p50_ms, s.late_sender_p50_ms,
-        s.late_receiver_p50_ms, s.transfer_p50_ms, s.rest_p50_ms, s.idle_p50_ms, s.slack_p50_ms,
-        s.imbalance_idle_p50_ms);
+        s.late_receiver_p50_ms, s.transfer_p50_ms, s.sync_wait_p50_ms, s.rest_p50_ms, s.idle_p50_ms,
+        s.slack_p50_ms, s.imbalance_idle_p50_ms);
   out +=
       "(ms per step, p50 over steps; ms/mb: forward+backward per microbatch; each step's step = "
-      "compute + late-snd + late-rcv + transfer + rest exactly; slack: compute the stage could add "
-      "before the step lengthens)\n";
+      "compute + late-snd + late-rcv + transfer + sync + rest exactly; sync: waiting at the "
+      "gradient sync for the last replica; crit: share of its replica's path; slack: compute the "
+      "stage could add before the step lengthens)\n";
+  if (a.replicas > 1) {
+    std::map<int, std::size_t> count;
+    for (const auto& s : a.set_by) ++count[s.replica];
+    std::string list;
+    for (const auto& [replica, n] : count)
+      list += fmt::format("{}replica {} in {} of {}", list.empty() ? "" : ", ", replica, n,
+                          a.set_by.size());
+    out += "steps set by (the replica last at the gradient sync): " + list + "\n";
+  }
   out += format_verdicts(a);
   out += a.clock.describe() + "\n";
   if (a.impossible_edges > 0)
@@ -321,7 +357,15 @@ std::string format_json(const Analysis& a) {
                        {"step_ms", w.step_ms},
                        {"slack_ms", w.slack_ms},
                        {"gain_at_baseline_ms", w.gain_at_baseline_ms},
-                       {"gain_at_median_ms", w.gain_at_median_ms}});
+                       {"gain_at_median_ms", w.gain_at_median_ms},
+                       {"sync_wait_ms", w.sync_wait_ms},
+                       {"sync_last_replica", w.sync_last_replica}});
+  nlohmann::json set_by = nlohmann::json::array();
+  for (const auto& s : a.set_by)
+    set_by.push_back({{"step", s.step},
+                      {"replica", s.replica},
+                      {"step_ms", s.step_ms},
+                      {"critical_path_ms", s.critical_path_ms}});
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : a.stages_analysis)
     stages.push_back({{"stage", s.stage},
@@ -341,6 +385,7 @@ std::string format_json(const Analysis& a) {
                       {"late_sender_p95_ms", s.late_sender_p95_ms},
                       {"late_receiver_p50_ms", s.late_receiver_p50_ms},
                       {"transfer_p50_ms", s.transfer_p50_ms},
+                      {"sync_wait_p50_ms", s.sync_wait_p50_ms},
                       {"rest_p50_ms", s.rest_p50_ms},
                       {"unmatched_transfers", s.unmatched_transfers},
                       {"idle_p50_ms", s.idle_p50_ms},
@@ -354,15 +399,18 @@ std::string format_json(const Analysis& a) {
                       {"gain_at_median_p50_ms", s.gain_at_median_p50_ms}});
   nlohmann::json stragglers = nlohmann::json::array();
   for (const auto& r : a.stragglers)
-    stragglers.push_back({{"rank", r.who.rank},
-                          {"stage", r.who.stage},
-                          {"replica", r.who.replica},
-                          {"since_step", r.who.since_step},
-                          {"ratio", r.who.ratio},
-                          {"against", against_name(r.who.against)},
-                          {"critical_share_p50", r.critical_share_p50},
-                          {"gain_ms", r.gain_ms},
-                          {"gain_share", r.gain_share}});
+    stragglers.push_back(
+        {{"rank", r.who.rank},
+         {"stage", r.who.stage},
+         {"replica", r.who.replica},
+         {"since_step", r.who.since_step},
+         {"ratio", r.who.ratio},
+         {"against", against_name(r.who.against)},
+         {"critical_share_p50", r.critical_share_p50},
+         {"gain_ms", r.gain_ms},
+         {"gain_share", r.gain_share},
+         {"others_sync_wait_ms", r.others_sync_wait_ms ? nlohmann::json(*r.others_sync_wait_ms)
+                                                       : nlohmann::json(nullptr)}});
   nlohmann::json imbalance = nlohmann::json::array();
   for (const auto& r : a.imbalance)
     imbalance.push_back({{"stage", r.what.stage},
@@ -392,6 +440,7 @@ std::string format_json(const Analysis& a) {
       {"slowest_relative", a.slowest_relative},
       {"clock", clock},
       {"what_if", what_if},
+      {"set_by", set_by},
       {"stages", stages}};
   return j.dump(1) + "\n";
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,7 @@ struct StageAnalysis {
   // roughly; per step they add up exactly).
   double step_p50_ms = 0, compute_p50_ms = 0;
   double late_sender_p50_ms = 0, late_sender_p95_ms = 0, late_receiver_p50_ms = 0;
-  double transfer_p50_ms = 0, rest_p50_ms = 0;
+  double transfer_p50_ms = 0, sync_wait_p50_ms = 0, rest_p50_ms = 0;
   int unmatched_transfers = 0;  // over every step
   double idle_p50_ms = 0, warmup_idle_p50_ms = 0, cooldown_idle_p50_ms = 0;
   double imbalance_idle_p50_ms = 0, transfer_idle_p50_ms = 0, schedule_idle_p50_ms = 0;
@@ -48,6 +49,9 @@ struct StragglerReport {
   Straggler who;
   double critical_share_p50 = 0;
   double gain_ms = 0, gain_share = 0;  // p50 over its slow steps; share of the step time
+  // What it costs the other replicas: the mean of their ranks' waits at
+  // the gradient sync, p50 over its slow steps (none with one replica).
+  std::optional<double> others_sync_wait_ms;
 };
 
 struct ImbalanceReport {
@@ -61,6 +65,15 @@ struct StepWhatIf {
   int replica = 0, stage = -1, rank = -1;
   double step_ms = 0;  // the step's time (its longest step span)
   double slack_ms = 0, gain_at_baseline_ms = 0, gain_at_median_ms = 0;
+  double sync_wait_ms = 0;     // at the gradient sync, for the last replica to arrive
+  int sync_last_replica = -1;  // that replica (-1: no sync)
+};
+
+// Which replica set a step: the one that arrived last at the gradient sync.
+struct StepSetter {
+  std::int64_t step = 0;
+  int replica = 0;
+  double step_ms = 0, critical_path_ms = 0;
 };
 
 struct Analysis {
@@ -77,6 +90,8 @@ struct Analysis {
   std::vector<StragglerReport> stragglers;
   std::vector<ImbalanceReport> imbalance;
   std::vector<StepWhatIf> what_if;  // by replica, stage, then step
+  std::vector<StepSetter> set_by;   // by step
+  int replicas = 1;
   // The slowest stage's relative score, whatever the verdict.
   int slowest_stage = -1;
   double slowest_relative = 0;
@@ -96,15 +111,17 @@ class AnalysisBuilder {
     int rank = -1, replica = 0;
     std::vector<std::int64_t> steps;
     std::vector<double> per_microbatch, compute, critical_share, step, late_sender, transfer,
-        late_receiver, rest, idle, warmup, cooldown, imbalance, transfer_idle, schedule_idle, slack,
-        gain_at_baseline, gain_at_median;
+        late_receiver, sync_wait, rest, idle, warmup, cooldown, imbalance, transfer_idle,
+        schedule_idle, slack, gain_at_baseline, gain_at_median;
+    std::vector<int> sync_last_replica;
     std::vector<double> step_time;  // the step's time (the longest step span), for shares
     int unmatched = 0;
   };
   std::map<std::pair<int, int>, Series> series_;  // (replica, stage)
   std::vector<double> step_ms_, critical_ms_, critical_compute_ms_, critical_transfer_ms_,
       critical_all_reduce_ms_, bubble_;
-  int stages_ = 0, microbatches_ = 0, virtual_stages_ = 1, impossible_edges_ = 0;
+  std::vector<StepSetter> set_by_;
+  int stages_ = 0, microbatches_ = 0, virtual_stages_ = 1, impossible_edges_ = 0, replicas_ = 1;
   std::size_t steps_ = 0;
 };
 

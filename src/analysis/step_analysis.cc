@@ -36,7 +36,7 @@ double median(std::vector<double> v) {
 
 // The figures of one replica's stages.
 std::map<int, StageFigures> stage_figures(const StepGraph& g, int replica, int stages,
-                                         std::int64_t deadline_ns) {
+                                          std::int64_t deadline_ns) {
   // The schedule's own idle: what 1F1B idles on every stage with this
   // work spread evenly, (P - 1) x (mean forward + mean backward).
   double forward_sum = 0, backward_sum = 0;
@@ -117,6 +117,55 @@ std::map<int, StageFigures> stage_figures(const StepGraph& g, int replica, int s
   return figures;
 }
 
+// A critical path walked back from one node: each node was released by
+// whichever it needed that came later, its input's arrival (the transfer
+// from the neighbour's end to the receive's end is on the path) or its own
+// rank's previous node.
+struct Walk {
+  std::vector<PathSegment> path;  // in time order
+  double length_ms = 0;           // from its first start to its last end
+  double transfer_ms = 0;
+};
+
+Walk walk_back(const StepGraph& g, int from) {
+  Walk w;
+  const auto at = [&](std::int64_t ns) { return ms(ns - g.window_start); };
+  int i = from;
+  std::int64_t first_start = 0;
+  // Each node once: spans a file got wrong (two computes of one microbatch
+  // on a stage, clocks far apart) could otherwise make the walk go round.
+  std::vector<bool> visited(g.nodes.size(), false);
+  while (i >= 0 && !visited[static_cast<std::size_t>(i)]) {
+    visited[static_cast<std::size_t>(i)] = true;
+    const GraphNode& n = g.nodes[static_cast<std::size_t>(i)];
+    w.path.push_back({segment_kind(n.kind), n.stage, n.rank, n.microbatch, at(n.start), at(n.end),
+                      n.start, n.end});
+    first_start = n.start;
+    const GraphNode* local = n.local >= 0 ? &g.nodes[static_cast<std::size_t>(n.local)] : nullptr;
+    const GraphNode* cross = n.cross >= 0 ? &g.nodes[static_cast<std::size_t>(n.cross)] : nullptr;
+    if (cross && n.released_by_neighbour(g.nodes)) {
+      if (n.arrival > cross->end) {
+        w.path.push_back({PathSegment::Kind::kTransfer, n.stage, n.rank, n.microbatch,
+                          at(cross->end), at(n.arrival), cross->end, n.arrival});
+        w.transfer_ms += ms(n.arrival - cross->end);
+      }
+      i = n.cross;
+    } else {
+      // Released by its own rank: the receive was posted after the send
+      // began, and the message's transfer from then is on the path.
+      if (cross && n.measured_arrival && local && n.posted >= local->end && n.arrival > n.posted) {
+        w.path.push_back({PathSegment::Kind::kTransfer, n.stage, n.rank, n.microbatch, at(n.posted),
+                          at(n.arrival), n.posted, n.arrival});
+        w.transfer_ms += ms(n.arrival - n.posted);
+      }
+      i = n.local;
+    }
+  }
+  std::reverse(w.path.begin(), w.path.end());
+  if (from >= 0) w.length_ms = ms(g.nodes[static_cast<std::size_t>(from)].end - first_start);
+  return w;
+}
+
 }  // namespace
 
 StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, int>& replica_of) {
@@ -136,17 +185,26 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
     for (const auto& n : g.nodes)
       if (n.compute()) computing.insert(n.stage);
     out.complete = out.complete || static_cast<int>(computing.size()) == stages;
-    if (slowest == nullptr || g.nodes[static_cast<std::size_t>(g.last)].end >
-                                  slowest->nodes[static_cast<std::size_t>(slowest->last)].end) {
+    // The replica that set the step: the one whose compute ended last
+    // (its arrival at the data-parallel sync).
+    const auto arrival = [](const StepGraph& x) {
+      return x.nodes[static_cast<std::size_t>(x.last_compute >= 0 ? x.last_compute : x.last)].end;
+    };
+    if (slowest == nullptr || arrival(g) > arrival(*slowest)) {
       slowest = &g;
       out.critical_replica = replica;
     }
     out.impossible_edges += g.impossible_edges;
     out.waits.insert(out.waits.end(), g.waits.intervals.begin(), g.waits.intervals.end());
   }
-  // Each replica's figures; a replica's slack runs to the step's end.
+  // Each replica's figures; a replica's slack runs to the slowest
+  // replica's arrival at the sync (its last compute's end).
   const std::int64_t deadline =
-      slowest ? slowest->nodes[static_cast<std::size_t>(slowest->last)].end : 0;
+      slowest ? slowest
+                    ->nodes[static_cast<std::size_t>(
+                        slowest->last_compute >= 0 ? slowest->last_compute : slowest->last)]
+                    .end
+              : 0;
   for (const auto& [replica, g] : out.graphs)
     if (!g.empty())
       for (auto& [stage, f] : stage_figures(g, replica, stages, deadline))
@@ -156,63 +214,74 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
     if (it != out.graphs.end()) f.microbatches /= it->second.chunks;  // forwards per chunk
     out.microbatches = std::max(out.microbatches, f.microbatches);
   }
+  // Waits at the gradient sync: a stage's replicas meet there; each waits
+  // from its own arrival to the last one's (never more than its sync took).
+  std::map<int, std::pair<std::int64_t, int>> last_arrival;  // stage -> (time, replica)
+  for (const auto& [replica, rg] : out.graphs)
+    for (const auto& [stage, sync] : rg.sync) {
+      const auto [it, first] = last_arrival.try_emplace(stage, sync.first, replica);
+      if (!first && sync.first > it->second.first) it->second = {sync.first, replica};
+    }
+  for (auto& f : out.stages_figures) {
+    const auto rg = out.graphs.find(f.replica);
+    const auto last = last_arrival.find(f.stage);
+    if (rg == out.graphs.end() || last == last_arrival.end()) continue;
+    const auto own = rg->second.sync.find(f.stage);
+    if (own == rg->second.sync.end()) continue;
+    const auto [arrived, left] = own->second;
+    f.sync_wait_ms = ms(std::clamp<std::int64_t>(last->second.first - arrived, 0, left - arrived));
+    f.sync_last_replica = last->second.second;
+    f.rest_ms -= f.sync_wait_ms;
+  }
   if (slowest == nullptr) return out;
-
-  // The critical path, walked back from the compute that ended last: each
-  // node was released by whichever it needed that came later, its input's
-  // arrival (the transfer from the neighbour's end to the receive's end is
-  // on the path) or its own rank's previous node.
   const StepGraph& g = *slowest;
   for (const auto& [stage, ms_] : g.step_ms) out.step_ms = std::max(out.step_ms, ms_);
-  std::vector<PathSegment> path;
-  const auto at = [&](std::int64_t ns) { return ms(ns - g.window_start); };
-  int i = g.last;
-  std::int64_t first_start = 0;
-  // Each node once: spans a file got wrong (two computes of one microbatch
-  // on a stage, clocks far apart) could otherwise make the walk go round.
-  std::vector<bool> visited(g.nodes.size(), false);
-  while (i >= 0 && !visited[static_cast<std::size_t>(i)]) {
-    visited[static_cast<std::size_t>(i)] = true;
-    const GraphNode& n = g.nodes[static_cast<std::size_t>(i)];
-    path.push_back({segment_kind(n.kind), n.stage, n.rank, n.microbatch, at(n.start), at(n.end),
-                    n.start, n.end});
-    first_start = n.start;
-    const GraphNode* local = n.local >= 0 ? &g.nodes[static_cast<std::size_t>(n.local)] : nullptr;
-    const GraphNode* cross = n.cross >= 0 ? &g.nodes[static_cast<std::size_t>(n.cross)] : nullptr;
-    if (cross && n.released_by_neighbour(g.nodes)) {
-      if (n.arrival > cross->end) {
-        path.push_back({PathSegment::Kind::kTransfer, n.stage, n.rank, n.microbatch,
-                        at(cross->end), at(n.arrival), cross->end, n.arrival});
-        out.critical_transfer_ms += ms(n.arrival - cross->end);
-      }
-      i = n.cross;
-    } else {
-      // Released by its own rank: the receive was posted after the send
-      // began, and the message's transfer from then is on the path.
-      if (cross && n.measured_arrival && local && n.posted >= local->end && n.arrival > n.posted) {
-        path.push_back({PathSegment::Kind::kTransfer, n.stage, n.rank, n.microbatch, at(n.posted),
-                        at(n.arrival), n.posted, n.arrival});
-        out.critical_transfer_ms += ms(n.arrival - n.posted);
-      }
-      i = n.local;
-    }
+
+  // The step's path: walked back from the end of the rank whose compute
+  // ended last in the replica that arrived last at the sync (its sync and
+  // optimizer, then that compute), so the sync is on it once.
+  int from = g.last;
+  if (g.last_compute >= 0) {
+    const int stage = g.nodes[static_cast<std::size_t>(g.last_compute)].stage;
+    from = g.last_compute;
+    for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i)
+      if (g.nodes[static_cast<std::size_t>(i)].stage == stage &&
+          g.nodes[static_cast<std::size_t>(i)].end >= g.nodes[static_cast<std::size_t>(from)].end)
+        from = i;
   }
-  std::reverse(path.begin(), path.end());
-  out.critical_path = std::move(path);
-  out.critical_path_ms = ms(g.nodes[static_cast<std::size_t>(g.last)].end - first_start);
+  Walk walk = walk_back(g, from);
+  out.critical_path = std::move(walk.path);
+  out.critical_path_ms = walk.length_ms;
+  out.critical_transfer_ms = walk.transfer_ms;
   for (const auto& seg : out.critical_path) {
     if (seg.kind == PathSegment::Kind::kAllReduce)
       out.critical_all_reduce_ms += seg.end_ms - seg.start_ms;
     else if (seg.kind != PathSegment::Kind::kTransfer)
       out.critical_compute_ms += seg.end_ms - seg.start_ms;
   }
-  for (auto& f : out.stages_figures) {
-    if (f.replica != out.critical_replica) continue;
-    for (const auto& seg : out.critical_path)
-      if (seg.kind != PathSegment::Kind::kTransfer && seg.kind != PathSegment::Kind::kAllReduce &&
-          seg.stage == f.stage)
-        f.critical_ms += seg.end_ms - seg.start_ms;
-    f.critical_share = out.critical_path_ms > 0 ? f.critical_ms / out.critical_path_ms : 0;
+  // Every replica's own path, from its last compute: a stage's share is of
+  // its own replica's path, so a replica that did not set the step still
+  // shows which of its stages set its own arrival.
+  for (const auto& [replica, rg] : out.graphs) {
+    if (rg.empty()) continue;
+    Walk own;
+    const Walk* w = &own;
+    if (replica == out.critical_replica)
+      w = &walk;
+    else if (rg.last_compute >= 0)
+      own = walk_back(rg, rg.last_compute);
+    else
+      continue;
+    out.replica_path_ms[replica] = w->length_ms;
+    const auto& path = replica == out.critical_replica ? out.critical_path : own.path;
+    for (auto& f : out.stages_figures) {
+      if (f.replica != replica) continue;
+      for (const auto& seg : path)
+        if (seg.kind != PathSegment::Kind::kTransfer && seg.kind != PathSegment::Kind::kAllReduce &&
+            seg.stage == f.stage)
+          f.critical_ms += seg.end_ms - seg.start_ms;
+      f.critical_share = w->length_ms > 0 ? f.critical_ms / w->length_ms : 0;
+    }
   }
   return out;
 }

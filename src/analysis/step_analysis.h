@@ -26,20 +26,28 @@ struct StageFigures {
   double forward_ms = 0, backward_ms = 0;
   double all_reduce_ms = 0, optimizer_ms = 0;
   // The rank's step span, split so that the columns add up exactly:
-  // step = compute + late sender + late receiver + transfer + rest.
+  // step = compute + late sender + late receiver + transfer + sync wait +
+  // rest.
   double step_ms = 0;
   double compute_ms = 0;        // forward + backward
   double late_sender_ms = 0;    // its receives waiting for the send to begin
   double late_receiver_ms = 0;  // its sends blocked until the receive was posted
   double transfer_ms = 0;       // the rest of its p2p spans: the transfers themselves
-  double rest_ms = 0;           // the rest of the step (optimizer, all-reduce, framework)
+  // At the data-parallel gradient sync: from its arrival (its first
+  // all-reduce's start) to the last replica's arrival, at most its sync's
+  // length; and that last replica (-1: no sync).
+  double sync_wait_ms = 0;
+  int sync_last_replica = -1;
+  double rest_ms = 0;           // the rest of the step (optimizer, the sync itself, framework)
   int unmatched_transfers = 0;  // receives or sends without their other half
-  double critical_ms = 0;       // this stage's compute (and optimizer) on the critical path
-  double critical_share = 0;    // critical_ms / the critical path's length
-  double window_ms = 0;         // the replica's forward-backward window
-  double idle_ms = 0;           // window - compute
-  double warmup_idle_ms = 0;    // before this stage's first compute
-  double cooldown_idle_ms = 0;  // after its last compute
+  // This stage's compute (and optimizer) on its replica's path (the step's
+  // path in the replica that set the step), and its share of that path.
+  double critical_ms = 0;
+  double critical_share = 0;
+  double window_ms = 0;          // the replica's forward-backward window
+  double idle_ms = 0;            // window - compute
+  double warmup_idle_ms = 0;     // before this stage's first compute
+  double cooldown_idle_ms = 0;   // after its last compute
   double imbalance_idle_ms = 0;  // between them, waiting on a slower neighbour (late sender)
   double transfer_idle_ms = 0;   // between them, the rest (transfers, p2p overhead)
   double schedule_idle_ms = 0;   // what 1F1B idles with the same work balanced: (P-1)(f+b)
@@ -75,13 +83,17 @@ struct StepAnalysis {
   std::vector<WaitInterval> waits;           // every replica's
   int impossible_edges = 0;                  // step_graph.h, every replica's
   bool complete = false;                     // every stage had its compute spans
-  int critical_replica = 0;                  // the replica whose path is walked
-  std::map<int, StepGraph> graphs;           // by replica, for replays
+  // The replica that set the step: its compute ended last, so it arrived
+  // last at the gradient sync; the step's path runs through it.
+  int critical_replica = 0;
+  std::map<int, double> replica_path_ms;  // each replica's own path (the step's for critical)
+  std::map<int, StepGraph> graphs;        // by replica, for replays
 };
 
 // The step of `view` (one StepView of a PipelineView), with each rank's
 // replica (dl.data_parallel.rank; 0 when absent). The critical path is the
-// one of the replica whose compute ends last.
+// one of the replica whose compute ends last, walked back from the end of
+// its rank that computed last (through its sync, once).
 StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, int>& replica_of);
 
 }  // namespace lens::tools

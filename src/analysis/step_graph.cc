@@ -119,10 +119,19 @@ StepGraph build_step_graph(const std::vector<const StepOnRank*>& ranks, int stag
     }
     if (c.end > n.start) ++g.impossible_edges;
   }
-  for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i)
-    if (g.last < 0 ||
-        g.nodes[static_cast<std::size_t>(i)].end > g.nodes[static_cast<std::size_t>(g.last)].end)
-      g.last = i;
+  const auto end_of = [&](int i) { return g.nodes[static_cast<std::size_t>(i)].end; };
+  for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
+    const GraphNode& n = g.nodes[static_cast<std::size_t>(i)];
+    if (g.last < 0 || n.end > end_of(g.last)) g.last = i;
+    if (n.compute() && (g.last_compute < 0 || n.end > end_of(g.last_compute))) g.last_compute = i;
+    if (n.kind == NodeKind::kAllReduce) {
+      const auto [it, first] = g.sync.try_emplace(n.stage, n.start, n.end);
+      if (!first) {
+        it->second.first = std::min(it->second.first, n.start);
+        it->second.second = std::max(it->second.second, n.end);
+      }
+    }
+  }
   return g;
 }
 

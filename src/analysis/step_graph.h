@@ -34,8 +34,8 @@ struct GraphNode {
   int chunk = 0;                 // dl.virtual_pipeline.rank (interleaved schedule)
   int stage = -1, rank = -1;
   std::int64_t start = 0, end = 0;
-  int local = -1;             // the node before it on its rank, or -1
-  int cross = -1;             // the neighbour's compute it needs, or -1
+  int local = -1;  // the node before it on its rank, or -1
+  int cross = -1;  // the neighbour's compute it needs, or -1
   // When the cross node's output arrived (cross >= 0): the end of the
   // receive that brought it, else the neighbour's compute end. With a
   // receive: when it was posted, and when the matched send began (-1:
@@ -50,13 +50,19 @@ struct GraphNode {
 };
 
 struct StepGraph {
-  std::vector<GraphNode> nodes;  // by stage, then start
+  std::vector<GraphNode> nodes;                   // by stage, then start
   std::int64_t window_start = 0, window_end = 0;  // the forward-backward window
-  std::map<int, std::int64_t> rank_start;  // stage -> when its schedule began
-  std::map<int, int> rank_of;              // stage -> rank
-  std::map<int, double> step_ms;           // stage -> its step span's length
-  int last = -1;    // the node that ends last
-  int chunks = 1;   // model chunks per stage
+  std::map<int, std::int64_t> rank_start;         // stage -> when its schedule began
+  std::map<int, int> rank_of;                     // stage -> rank
+  std::map<int, double> step_ms;                  // stage -> its step span's length
+  int last = -1;                                  // the node that ends last
+  int last_compute = -1;  // the forward or backward that ends last: its replica's arrival at
+                          // the data-parallel sync
+  // Per stage, its gradient sync (megatron.grads.all_reduce spans): when
+  // the rank arrived (the first one's start) and when it left (the last
+  // one's end); stages without one are absent.
+  std::map<int, std::pair<std::int64_t, std::int64_t>> sync;
+  int chunks = 1;  // model chunks per stage
   // Computes that began before the neighbour's compute they need had ended
   // (clocks disagree beyond what alignment corrected): counted, not hidden.
   int impossible_edges = 0;

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-
 #include <string>
 #include <tuple>
 #include <vector>
@@ -30,7 +29,7 @@ struct Compute {
 struct Transfer {
   int stage;
   std::string name;
-  int peer;  // the peer's stage
+  int peer;                      // the peer's stage
   int received = -1, sent = -1;  // microbatch ids
   double start_ms, end_ms;
 };
@@ -112,7 +111,6 @@ Run three_stages(double slow, std::int64_t step = 7, int replica = 0) {
                     {0, B, 0, 3 + 2 * slow, 4 + 2 * slow}},
                    step, replica);
 }
-
 
 TEST(StepAnalysis, OneMicrobatchOnTwoStagesIsOneChain) {
   // F0 on 0, F0 on 1, B0 on 1, B0 on 0, back to back (no transfer time).
@@ -228,14 +226,13 @@ TEST(StepAnalysis, WaitsAreMeasuredFromTheTransferSpansAndAddUpToTheStep) {
 TEST(StepAnalysis, ALateReceiverIsASendBlockedUntilTheReceiveWasPosted) {
   // Stage 1 is busy with microbatch 0 until 3.5; stage 0's send of
   // microbatch 1 begins at 2.2 and blocks until stage 1 posts its receive.
-  const tools::Run run =
-      make_step(2, {{0, 4}, {0, 6.3}}, {{0, F, 0, 0, 1}, {0, F, 1, 1.2, 2.2}, {1, F, 0, 1.3, 3.5},
-                                        {1, F, 1, 4.1, 6.3}},
-                7, 0,
-                {{0, "send_forward", 1, -1, 0, 1, 1.2},
-                 {0, "send_forward", 1, -1, 1, 2.2, 4},
-                 {1, "recv_forward", 0, 0, -1, 0, 1.3},
-                 {1, "recv_forward", 0, 1, -1, 3.5, 4.1}});
+  const tools::Run run = make_step(
+      2, {{0, 4}, {0, 6.3}},
+      {{0, F, 0, 0, 1}, {0, F, 1, 1.2, 2.2}, {1, F, 0, 1.3, 3.5}, {1, F, 1, 4.1, 6.3}}, 7, 0,
+      {{0, "send_forward", 1, -1, 0, 1, 1.2},
+       {0, "send_forward", 1, -1, 1, 2.2, 4},
+       {1, "recv_forward", 0, 0, -1, 0, 1.3},
+       {1, "recv_forward", 0, 1, -1, 3.5, 4.1}});
   const StepAnalysis a = analyze(run, 2);
   EXPECT_NEAR(stage(a, 0).late_receiver_ms, 1.3, 1e-9);  // 3.5 - 2.2
   EXPECT_NEAR(stage(a, 0).transfer_ms, 0.2 + 0.5, 1e-9);
@@ -447,6 +444,76 @@ TEST(StepAnalysis, TheOptimizerAndTheGradientAllReduceEndThePath) {
   // The microbatch figures are as without them.
   EXPECT_DOUBLE_EQ(stage(a, 0).compute_ms, 3);
   EXPECT_DOUBLE_EQ(stage(a, 1).cooldown_idle_ms, 2);
+}
+
+// Two replicas of P = 2, M = 1 meeting at the gradient sync: replica 0's
+// passes take 1 ms; replica 1's stage 1 takes 3. Each rank's all-reduce
+// runs from its last compute until the last replica's rank of its stage
+// arrives, plus 0.5 ms; then 0.5 ms of optimizer.
+Run two_replicas_at_the_sync() {
+  tools::Run run;
+  for (int replica = 0; replica < 2; ++replica) {
+    const double slow = replica == 1 ? 3 : 1;
+    const double end0 = 2 + 2 * slow;  // stage 0's last compute ends
+    tools::Run r = make_step(2, {{0, 9}, {0, 8}},
+                             {{0, F, 0, 0, 1},
+                              {1, F, 0, 1, 1 + slow},
+                              {1, B, 0, 1 + slow, 1 + 2 * slow},
+                              {0, B, 0, 1 + 2 * slow, end0}},
+                             7, replica);
+    auto add = [&](int s, const char* name, double a, double b) {
+      SpanRow x = r.files[static_cast<std::size_t>(s)].spans.front();
+      x.name = name;
+      x.span_id += name;
+      x.attributes.clear();
+      x.start_ns = ns(a);
+      x.end_ns = ns(b);
+      r.files[static_cast<std::size_t>(s)].spans.push_back(x);
+    };
+    add(0, "megatron.grads.all_reduce", end0, 8.5);
+    add(0, "megatron.optimizer.step", 8.5, 9);
+    add(1, "megatron.grads.all_reduce", 1 + 2 * slow, 7.5);
+    add(1, "megatron.optimizer.step", 7.5, 8);
+    for (auto& f : r.files) run.files.push_back(std::move(f));
+  }
+  return run;
+}
+
+TEST(StepAnalysis, ThePathRunsThroughTheReplicaLastAtTheSyncAndTheOthersWaitThere) {
+  const StepAnalysis a = analyze(two_replicas_at_the_sync(), 2);
+  ASSERT_TRUE(a.complete);
+  // Replica 1's compute ended last (8 against 4): it set the step. Its
+  // path: F0@0 0-1, F0@1 1-4, B0@1 4-7, B0@0 7-8, then its sync 8-8.5 and
+  // optimizer 8.5-9, the sync once.
+  EXPECT_EQ(a.critical_replica, 1);
+  EXPECT_DOUBLE_EQ(a.critical_path_ms, 9);
+  EXPECT_DOUBLE_EQ(a.critical_all_reduce_ms, 0.5);
+  EXPECT_DOUBLE_EQ(a.critical_compute_ms, 8.5);
+  ASSERT_EQ(a.critical_path.size(), 6u);
+  for (const auto& seg : a.critical_path) EXPECT_GE(seg.rank, 2) << "replica 1's ranks only";
+  EXPECT_EQ(a.critical_path[4].kind, PathSegment::Kind::kAllReduce);
+  EXPECT_EQ(a.replica_path_ms.at(1), 9);
+  EXPECT_EQ(a.replica_path_ms.at(0), 4) << "replica 0's own path: its computes, 0-4";
+  for (const auto& f : a.stages_figures) {
+    if (f.replica == 0) {
+      // Replica 0 waits at the sync from its arrival to replica 1's: stage
+      // 0 from 4 to 8, stage 1 from 3 to 7; and its own path is shared.
+      EXPECT_DOUBLE_EQ(f.sync_wait_ms, 4) << "stage " << f.stage;
+      EXPECT_DOUBLE_EQ(f.critical_share, 0.5) << "stage " << f.stage;
+    } else {
+      EXPECT_DOUBLE_EQ(f.sync_wait_ms, 0) << "stage " << f.stage;
+      EXPECT_NEAR(f.critical_share, f.stage == 1 ? 6.0 / 9 : 2.5 / 9, 1e-12);
+    }
+    EXPECT_EQ(f.sync_last_replica, 1);
+    EXPECT_NEAR(f.compute_ms + f.late_sender_ms + f.late_receiver_ms + f.transfer_ms +
+                    f.sync_wait_ms + f.rest_ms,
+                f.step_ms, 1e-9)
+        << "replica " << f.replica << " stage " << f.stage;
+  }
+  // Replica 0's stage 0: step 9 = compute 2 + sync 4 + rest 3 (idle 1-3,
+  // the sync's own 0.5 and the optimizer's 0.5).
+  for (const auto& f : a.stages_figures)
+    if (f.replica == 0 && f.stage == 0) EXPECT_DOUBLE_EQ(f.rest_ms, 3);
 }
 
 TEST(StepAnalysis, AStageWithoutComputeSpansLeavesTheStepIncomplete) {
