@@ -44,7 +44,7 @@ class Stage {
       output = loss;
     }
     in_flight_.push_back({input, output});
-    stretch(start, step_ >= ctx_.slow_from_step ? ctx_.slow_factor : 1.0);
+    stretch(start, ctx_.work_factor(step_, microbatch));
     return output;
   }
 
@@ -59,7 +59,7 @@ class Stage {
     } else {
       f.output.backward(output_grad);
     }
-    stretch(start, step_ >= ctx_.slow_from_step ? ctx_.slow_factor : 1.0);
+    stretch(start, ctx_.work_factor(step_, microbatch));
     return ctx_.p2p->first_stage() ? torch::Tensor() : f.input.grad();
   }
 
@@ -76,6 +76,23 @@ class Stage {
 };
 
 }  // namespace
+
+double ScheduleContext::work_factor(std::int64_t step, int microbatch) const {
+  double f = step >= slow_from_step ? slow_factor : 1.0;
+  if (microbatch_jitter > 1) {
+    // splitmix64 over the four: a uniform draw in [0, 1).
+    std::uint64_t x = seed ^ (static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ULL) ^
+                      (static_cast<std::uint64_t>(replica) << 40) ^
+                      static_cast<std::uint64_t>(microbatch);
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    x ^= x >> 31;
+    const double u = static_cast<double>(x >> 11) * 0x1.0p-53;
+    f *= 1 + (microbatch_jitter - 1) * u;
+  }
+  return f;
+}
 
 int interleaved_warmup(int stages, int stage, int microbatches, int virtual_stages) {
   const int total = microbatches * virtual_stages;
@@ -186,7 +203,7 @@ class Chunks {
       output = loss;
     }
     in_flight_[static_cast<std::size_t>(v)].push_back({input, output});
-    stretch(start, step_ >= ctx_.slow_from_step ? ctx_.slow_factor : 1.0);
+    stretch(start, ctx_.work_factor(step_, microbatch));
     span.end();
     if (!last_chunk(v)) ctx_.p2p->send_chunk(true, output, next_stage(), microbatch, v);
   }
@@ -205,7 +222,7 @@ class Chunks {
       f.output.backward();
     else
       f.output.backward(output_grad);
-    stretch(start, step_ >= ctx_.slow_from_step ? ctx_.slow_factor : 1.0);
+    stretch(start, ctx_.work_factor(step_, microbatch));
     span.end();
     if (!first_chunk(v))
       ctx_.p2p->send_chunk(false, f.input.grad(), previous_stage(), microbatch, v);

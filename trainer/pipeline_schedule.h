@@ -49,6 +49,15 @@ struct ScheduleContext {
   // The interleaved schedule's chunks, V of them (chunks[0] is `model`);
   // empty for the non-interleaved schedule.
   std::vector<StageModel> chunks;
+  // Work that varies by microbatch (--microbatch-jitter): each microbatch's
+  // forward and backward take a factor in [1, microbatch_jitter] as long,
+  // drawn from (seed, step, replica, microbatch), so the same on every
+  // stage, as a long sequence is. 1: none.
+  double microbatch_jitter = 1;
+  std::uint64_t seed = 0;
+
+  // How many times as long a compute of `microbatch` in `step` takes.
+  double work_factor(std::int64_t step, int microbatch) const;
 };
 
 // Runs forward and backward for every microbatch of `step`, accumulating

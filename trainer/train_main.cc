@@ -211,13 +211,20 @@ int run_rank(const TrainOptions& o) {
       write_failure_record(*telemetry, "lens-train: rank " + std::to_string(rank), what);
   };
   p2p.on_failure(record_failure);
-  const bool slowed =
-      stage == o.slow_stage && (o.slow_replica < 0 || o.slow_replica == replica);
-  ScheduleContext ctx{model,          &data,   &p2p,
-                      &step_trace,    tracer,  o.microbatches,
-                      replica,        slowed ? o.slow_factor : 1.0,
-                      o.slow_from_step, {}};
+  const bool slowed = stage == o.slow_stage && (o.slow_replica < 0 || o.slow_replica == replica);
+  ScheduleContext ctx{model,
+                      &data,
+                      &p2p,
+                      &step_trace,
+                      tracer,
+                      o.microbatches,
+                      replica,
+                      slowed ? o.slow_factor : 1.0,
+                      o.slow_from_step,
+                      {}};
   if (V > 1) ctx.chunks = chunks;
+  ctx.microbatch_jitter = o.microbatch_jitter;
+  ctx.seed = o.seed;
 
   RankReport report;
   report.rank = rank;

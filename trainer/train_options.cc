@@ -64,6 +64,11 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  "fault injection: --slow-stage is slow from this step on (a slowdown that begins "
                  "mid-run); default 0")
       ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--microbatch-jitter", o.microbatch_jitter,
+                 "TEST AID: each microbatch's forward and backward take a factor in [1, F] as "
+                 "long, drawn from --seed, the step, the replica and the microbatch: the same on "
+                 "every stage, as work that varies by microbatch (sequence lengths) is; default 1")
+      ->check(CLI::Range(1.0, 100.0));
   app.add_option("--test-clock-offsets-us", o.test_clock_offsets_us,
                  "TEST AID: one clock offset per rank, in µs, injected into each rank's span "
                  "clock (comma-separated, rank 0 first)")

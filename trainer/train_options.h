@@ -45,8 +45,11 @@ struct TrainOptions {
   // times as slowly, on every replica.
   int slow_stage = -1;
   double slow_factor = 1;
-  int slow_replica = -1;        // -1: every replica; else only this one (one slow rank)
+  int slow_replica = -1;            // -1: every replica; else only this one (one slow rank)
   std::int64_t slow_from_step = 0;  // the slowdown begins at this step
+  // Test aid: each microbatch's compute takes a seeded factor in [1, F] as
+  // long, the same on every stage (work that varies by microbatch). 1: none.
+  double microbatch_jitter = 1;
   std::vector<double> test_clock_offsets_us;
   std::vector<double> test_clock_drift_ppm;
   // Where each rank writes its JSON report (set by the local launcher).

@@ -52,6 +52,7 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
     critical_transfer_ms_.push_back(a.critical_transfer_ms);
     critical_all_reduce_ms_.push_back(a.critical_all_reduce_ms);
     set_by_.push_back({a.step, a.critical_replica, a.step_ms, a.critical_path_ms});
+    variability_.add(a.microbatch_costs, a.critical_replica);
     replicas_ = std::max(replicas_, static_cast<int>(a.graphs.size()));
     std::map<int, std::int64_t> measured_end;  // by replica
     for (const auto& f : a.stages_figures) {
@@ -115,6 +116,7 @@ Analysis AnalysisBuilder::finish() {
   out.virtual_stages = virtual_stages_;
   out.impossible_edges = impossible_edges_;
   out.set_by = set_by_;
+  out.variability = variability_.finish();
   out.replicas = replicas_;
   if (!bubble_.empty()) out.bubble_p50 = percentile(bubble_, 0.5);
   out.theoretical_bubble = theoretical_bubble(stages_, microbatches_, virtual_stages_);
@@ -279,6 +281,24 @@ std::string format_verdicts(const Analysis& a) {
   if (a.imbalance.empty())
     out += fmt::format("imbalance: none (no stage {:.2f}x the fastest from the first steps)\n",
                        kImbalanceThreshold);
+  const Variability& v = a.variability;
+  const std::string setter =
+      a.replicas > 1 ? fmt::format(
+                           "; the replica last at the gradient sync changed in {:.0f}% of "
+                           "steps",
+                           100 * v.setter_changes)
+                     : std::string();
+  if (v.variable)
+    out += fmt::format(
+        "variable work: microbatches differ in cost alike on every stage ({:.2f}x p90/p10 within "
+        "a step, correlated {:.2f} across stages): the work varies by microbatch (e.g. sequence "
+        "lengths), not by rank{}\n",
+        v.spread, v.correlation, setter);
+  else
+    out += fmt::format(
+        "variable work: none (microbatches {:.2f}x p90/p10 within a step, correlated {:.2f} "
+        "across stages; a verdict needs {:.1f}x and {:.1f}){}\n",
+        v.spread, v.correlation, kVariabilitySpread, kVariabilityCorrelation, setter);
   return out;
 }
 
@@ -360,6 +380,19 @@ std::string format_json(const Analysis& a) {
                        {"gain_at_median_ms", w.gain_at_median_ms},
                        {"sync_wait_ms", w.sync_wait_ms},
                        {"sync_last_replica", w.sync_last_replica}});
+  nlohmann::json spreads = nlohmann::json::array();
+  for (const auto& s : a.variability.stages)
+    spreads.push_back({{"stage", s.stage},
+                       {"microbatches", s.microbatches},
+                       {"p50_ms", s.p50_ms},
+                       {"p95_ms", s.p95_ms},
+                       {"max_over_min", s.max_over_min},
+                       {"relative_p90_p10", s.relative_p90_p10}});
+  const nlohmann::json variability = {{"variable", a.variability.variable},
+                                      {"spread", a.variability.spread},
+                                      {"correlation", a.variability.correlation},
+                                      {"setter_changes", a.variability.setter_changes},
+                                      {"stages", spreads}};
   nlohmann::json set_by = nlohmann::json::array();
   for (const auto& s : a.set_by)
     set_by.push_back({{"step", s.step},
@@ -440,6 +473,7 @@ std::string format_json(const Analysis& a) {
       {"slowest_relative", a.slowest_relative},
       {"clock", clock},
       {"what_if", what_if},
+      {"variability", variability},
       {"set_by", set_by},
       {"stages", stages}};
   return j.dump(1) + "\n";

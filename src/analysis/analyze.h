@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "clock_alignment.h"
+#include "microbatch_variability.h"
 #include "stage_verdicts.h"
 #include "step_analysis.h"
 #include "step_stream.h"
@@ -91,6 +92,7 @@ struct Analysis {
   std::vector<ImbalanceReport> imbalance;
   std::vector<StepWhatIf> what_if;  // by replica, stage, then step
   std::vector<StepSetter> set_by;   // by step
+  Variability variability;
   int replicas = 1;
   // The slowest stage's relative score, whatever the verdict.
   int slowest_stage = -1;
@@ -121,6 +123,7 @@ class AnalysisBuilder {
   std::vector<double> step_ms_, critical_ms_, critical_compute_ms_, critical_transfer_ms_,
       critical_all_reduce_ms_, bubble_;
   std::vector<StepSetter> set_by_;
+  MicrobatchVariability variability_;
   int stages_ = 0, microbatches_ = 0, virtual_stages_ = 1, impossible_edges_ = 0, replicas_ = 1;
   std::size_t steps_ = 0;
 };

@@ -233,6 +233,13 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
     f.sync_last_replica = last->second.second;
     f.rest_ms -= f.sync_wait_ms;
   }
+  for (const auto& [replica, rg] : out.graphs) {
+    std::map<std::pair<int, std::int64_t>, double> cost;  // (stage, microbatch)
+    for (const auto& n : rg.nodes)
+      if (n.compute()) cost[{n.stage, n.microbatch}] += ms(n.end - n.start);
+    for (const auto& [key, v] : cost)
+      out.microbatch_costs.push_back({replica, key.first, key.second, v});
+  }
   if (slowest == nullptr) return out;
   const StepGraph& g = *slowest;
   for (const auto& [stage, ms_] : g.step_ms) out.step_ms = std::max(out.step_ms, ms_);

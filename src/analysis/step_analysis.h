@@ -68,6 +68,14 @@ struct PathSegment {
   std::int64_t start_ns = 0, end_ns = 0;
 };
 
+// One microbatch's compute on one stage: its forwards and backwards (every
+// model chunk's) together.
+struct MicrobatchCost {
+  int replica = 0, stage = -1;
+  std::int64_t microbatch = -1;
+  double ms = 0;
+};
+
 struct StepAnalysis {
   std::int64_t step = 0;
   int stages = 0, microbatches = 0;
@@ -88,6 +96,7 @@ struct StepAnalysis {
   int critical_replica = 0;
   std::map<int, double> replica_path_ms;  // each replica's own path (the step's for critical)
   std::map<int, StepGraph> graphs;        // by replica, for replays
+  std::vector<MicrobatchCost> microbatch_costs;  // by replica, stage, microbatch
 };
 
 // The step of `view` (one StepView of a PipelineView), with each rank's

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "analyze.h"
+#include "microbatch_variability.h"
 #include "step_replay.h"
 
 namespace lens::tools {
@@ -514,6 +515,41 @@ TEST(StepAnalysis, ThePathRunsThroughTheReplicaLastAtTheSyncAndTheOthersWaitTher
   // the sync's own 0.5 and the optimizer's 0.5).
   for (const auto& f : a.stages_figures)
     if (f.replica == 0 && f.stage == 0) EXPECT_DOUBLE_EQ(f.rest_ms, 3);
+}
+
+TEST(MicrobatchVariability, WorkSharedByEveryStageIsVariableNoiseOnOneRankIsNot) {
+  // Two stages, four microbatches a step, six steps. Shared: microbatch m
+  // costs (1, 2, 3, 4)[m] ms on both stages (a long sequence is long
+  // everywhere). Noise: stage 0 as shared, stage 1 the reverse order.
+  MicrobatchVariability shared, noise;
+  for (int step = 0; step < 6; ++step) {
+    std::vector<MicrobatchCost> a, b;
+    for (int m = 0; m < 4; ++m) {
+      a.push_back({0, 0, m, 1.0 + m});
+      a.push_back({0, 1, m, 2.0 * (1 + m)});
+      b.push_back({0, 0, m, 1.0 + m});
+      b.push_back({0, 1, m, 4.0 - m});
+    }
+    shared.add(a, step % 2);  // the setting replica changes every step
+    noise.add(b, 0);
+  }
+  const Variability v = shared.finish();
+  // Relative to the step's median (2.5 on stage 0, 5 on stage 1): 0.4, 0.8,
+  // 1.2, 1.6; p10 0.4 and p90 1.6 over 24.
+  EXPECT_NEAR(v.spread, 4, 1e-9);
+  EXPECT_NEAR(v.correlation, 1, 1e-9);
+  EXPECT_TRUE(v.variable);
+  EXPECT_DOUBLE_EQ(v.setter_changes, 1);
+  ASSERT_EQ(v.stages.size(), 2u);
+  EXPECT_EQ(v.stages[1].microbatches, 24u);
+  EXPECT_DOUBLE_EQ(v.stages[1].max_over_min, 4);
+  EXPECT_DOUBLE_EQ(v.stages[1].p50_ms, 4);
+  EXPECT_DOUBLE_EQ(v.stages[1].p95_ms, 8);
+  const Variability n = noise.finish();
+  EXPECT_NEAR(n.spread, 4, 1e-9) << "as spread";
+  EXPECT_LT(n.correlation, 0) << "but not shared";
+  EXPECT_FALSE(n.variable);
+  EXPECT_DOUBLE_EQ(n.setter_changes, 0);
 }
 
 TEST(StepAnalysis, AStageWithoutComputeSpansLeavesTheStepIncomplete) {

@@ -1166,6 +1166,115 @@ TEST_F(AnalyzeCli, ARankSlowerThanItsPeerInTheOtherReplicaIsTheStraggler) {
   const double slowed = stage(a, 1, 1)["relative"].get<double>();
   for (const auto& im : a["imbalance"])
     if (im["stage"] == 1) EXPECT_LT(im["ratio"].get<double>(), 0.75 * slowed) << a.dump(1);
+
+  // Its cost: replica 0 waits for it at the gradient sync. Replica 1 is
+  // last there in most steps (all but a noisy first one, say), so the
+  // path runs through it and the straggler holds a large share of it.
+  const double step = a["step_p50_ms"].get<double>();
+  for (int st = 0; st < 2; ++st) {
+    EXPECT_GT(stage(a, st, 0)["sync_wait_p50_ms"].get<double>(), 0.25 * step) << a.dump(1);
+    EXPECT_LT(stage(a, st, 1)["sync_wait_p50_ms"].get<double>(), 0.1 * step) << a.dump(1);
+  }
+  ASSERT_TRUE(s["others_sync_wait_ms"].is_number()) << s.dump();
+  EXPECT_GT(s["others_sync_wait_ms"].get<double>(), 0.25 * step);
+  int set_by_1 = 0;
+  for (const auto& st : a["set_by"]) set_by_1 += st["replica"] == 1 ? 1 : 0;
+  EXPECT_GE(set_by_1, 4) << a["set_by"].dump();
+  EXPECT_GT(s["critical_share_p50"].get<double>(), 0.3) << s.dump();
+  EXPECT_FALSE(a["variability"]["variable"].get<bool>()) << a["variability"].dump();
+}
+
+// lens analyze over 2-replica runs (pp 2 x dp 2): stage 1 slowed 3x in both
+// replicas (the stage's, with both ranks, and each replica's path shows
+// it); every microbatch's compute scaled by a seeded factor in [1, 5], the
+// same on every stage (variable work, no straggler); and a balanced run
+// (none of these). Effects are 3x and up against thresholds of 1.25x-1.5x
+// and a correlation of 0.5; repeated under load with the others
+// (bench/README.md, "lens_cli under load").
+class DataParallelCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    base_ = fs::temp_directory_path() / ("lens-dp-test-" + std::to_string(getpid()));
+    fs::remove_all(base_);
+    const std::string layout =
+        " --pp 2 --dp 2 --layers 4 --microbatches 8 --steps 6 --hidden 128 --microbatch-size 32";
+    for (const auto& [name, args] :
+         {std::pair{"both", layout + " --slow-stage 1 --slow-factor 3"},
+          std::pair{"jitter", layout + " --microbatch-jitter 5"}, std::pair{"balanced", layout}}) {
+      Result r = run(std::string(LENS_TRAIN_BIN) + args +
+                     " --otel-enabled=true --otel-span-groups per_step,microbatch --trace-dir " +
+                     (base_ / name).string());
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      for (const auto& e : fs::directory_iterator(base_ / name)) dirs_[name] = e.path();
+    }
+  }
+  static void TearDownTestSuite() { fs::remove_all(base_); }
+  static json analysis(const std::string& name) {
+    Result r = run(std::string(LENS_BIN) + " analyze " + dirs_.at(name).string() + " --json");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return json::parse(r.output);
+  }
+  static const json& stage(const json& a, int s, int replica) {
+    for (const auto& st : a["stages"])
+      if (st["stage"] == s && st["replica"] == replica) return st;
+    throw std::runtime_error("no stage " + std::to_string(s));
+  }
+  static fs::path base_;
+  static std::map<std::string, fs::path> dirs_;
+};
+
+fs::path DataParallelCli::base_;
+std::map<std::string, fs::path> DataParallelCli::dirs_;
+
+TEST_F(DataParallelCli, AStageSlowInEveryReplicaIsTheStagesWithBothRanks) {
+  const json a = analysis("both");
+  EXPECT_EQ(a["stragglers"].size(), 0u) << a["stragglers"].dump(1);
+  bool named = false;
+  for (const auto& im : a["imbalance"])
+    if (im["stage"] == 1) {
+      named = true;
+      EXPECT_EQ(im["ranks"], json::array({2, 3})) << im.dump();
+      EXPECT_GE(im["ratio"].get<double>(), 2.0) << im.dump();
+    }
+  EXPECT_TRUE(named) << a.dump(1);
+  // Neither replica reads 0%: each stage 1 holds most of its own replica's
+  // path.
+  for (int replica = 0; replica < 2; ++replica)
+    EXPECT_GT(stage(a, 1, replica)["critical_share_p50"].get<double>(), 0.4)
+        << "replica " << replica << ": " << a.dump(1);
+  EXPECT_FALSE(a["variability"]["variable"].get<bool>()) << a["variability"].dump();
+}
+
+TEST_F(DataParallelCli, WorkThatVariesByMicrobatchIsItsOwnVerdictNotAStraggler) {
+  const json a = analysis("jitter");
+  const json& v = a["variability"];
+  EXPECT_TRUE(v["variable"].get<bool>()) << v.dump(1);
+  // The factor alone gives p90/p10 = (1 + 4 x 0.9) / (1 + 4 x 0.1) = 3.3.
+  EXPECT_GE(v["spread"].get<double>(), 1.8) << v.dump(1);
+  EXPECT_GE(v["correlation"].get<double>(), 0.6) << v.dump(1);
+  ASSERT_EQ(v["stages"].size(), 2u);
+  for (const auto& st : v["stages"]) {
+    EXPECT_EQ(st["microbatches"], 6 * 8 * 2) << "every step, microbatch and replica";
+    EXPECT_GE(st["max_over_min"].get<double>(), 2.0) << st.dump();
+    EXPECT_GE(st["p95_ms"].get<double>(), st["p50_ms"].get<double>());
+  }
+  EXPECT_EQ(a["stragglers"].size(), 0u) << a["stragglers"].dump(1);
+  Result table = run(std::string(LENS_BIN) + " analyze " + dirs_.at("jitter").string());
+  EXPECT_NE(table.output.find("variable work: microbatches differ in cost alike on every stage"),
+            std::string::npos)
+      << table.output;
+}
+
+TEST_F(DataParallelCli, ABalancedRunHasNoStragglerNoVariableWorkAndShortSyncWaits) {
+  const json a = analysis("balanced");
+  EXPECT_EQ(a["stragglers"].size(), 0u) << a["stragglers"].dump(1);
+  EXPECT_FALSE(a["variability"]["variable"].get<bool>()) << a["variability"].dump();
+  // Judged only where a 3x effect would show: no rank waits at the sync for
+  // half the step.
+  const double step = a["step_p50_ms"].get<double>();
+  for (const auto& st : a["stages"])
+    EXPECT_LT(st["sync_wait_p50_ms"].get<double>(), 0.5 * step) << st.dump();
+  ASSERT_EQ(a["set_by"].size(), 6u);
 }
 
 TEST_F(AnalyzeCli, EveryRanksColumnsAddUpToItsStep) {
