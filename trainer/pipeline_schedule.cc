@@ -1,6 +1,7 @@
 #include "pipeline_schedule.h"
 
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <thread>
@@ -8,14 +9,6 @@
 
 namespace lens::train {
 namespace {
-
-// Makes a compute that took since `start` take `factor` times as long.
-void stretch(std::chrono::steady_clock::time_point start, double factor) {
-  if (factor <= 1) return;
-  const auto took = std::chrono::steady_clock::now() - start;
-  std::this_thread::sleep_for(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(took * (factor - 1)));
-}
 
 struct InFlight {
   torch::Tensor input;   // what the stage received (requires grad), or undefined
@@ -44,7 +37,7 @@ class Stage {
       output = loss;
     }
     in_flight_.push_back({input, output});
-    stretch(start, ctx_.work_factor(step_, microbatch));
+    ctx_.stretch(start, step_, microbatch, false);
     return output;
   }
 
@@ -59,7 +52,7 @@ class Stage {
     } else {
       f.output.backward(output_grad);
     }
-    stretch(start, ctx_.work_factor(step_, microbatch));
+    ctx_.stretch(start, step_, microbatch, true);
     return ctx_.p2p->first_stage() ? torch::Tensor() : f.input.grad();
   }
 
@@ -77,21 +70,31 @@ class Stage {
 
 }  // namespace
 
-double ScheduleContext::work_factor(std::int64_t step, int microbatch) const {
-  double f = step >= slow_from_step ? slow_factor : 1.0;
-  if (microbatch_jitter > 1) {
-    // splitmix64 over the four: a uniform draw in [0, 1).
-    std::uint64_t x = seed ^ (static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ULL) ^
-                      (static_cast<std::uint64_t>(replica) << 40) ^
-                      static_cast<std::uint64_t>(microbatch);
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    x ^= x >> 31;
-    const double u = static_cast<double>(x >> 11) * 0x1.0p-53;
-    f *= 1 + (microbatch_jitter - 1) * u;
-  }
-  return f;
+double ScheduleContext::jitter(std::int64_t step, int microbatch) const {
+  if (microbatch_jitter <= 1) return 1;
+  // splitmix64 over the four: a uniform draw in [0, 1).
+  std::uint64_t x = seed ^ (static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ULL) ^
+                    (static_cast<std::uint64_t>(replica) << 40) ^
+                    static_cast<std::uint64_t>(microbatch);
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  x ^= x >> 31;
+  const double u = static_cast<double>(x >> 11) * 0x1.0p-53;
+  return 1 + (microbatch_jitter - 1) * u;
+}
+
+void ScheduleContext::stretch(std::chrono::steady_clock::time_point start, std::int64_t step,
+                              int microbatch, bool backward) {
+  const double took = static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
+  double& typical = typical_ns[backward ? 1 : 0];
+  typical = typical == 0 ? took : 0.8 * typical + 0.2 * took;
+  double wait = 0;
+  if (step >= slow_from_step && slow_factor > 1) wait += (slow_factor - 1) * took;
+  wait += (jitter(step, microbatch) - 1) * typical;
+  if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(std::llround(wait)));
 }
 
 int interleaved_warmup(int stages, int stage, int microbatches, int virtual_stages) {
@@ -203,7 +206,7 @@ class Chunks {
       output = loss;
     }
     in_flight_[static_cast<std::size_t>(v)].push_back({input, output});
-    stretch(start, ctx_.work_factor(step_, microbatch));
+    ctx_.stretch(start, step_, microbatch, false);
     span.end();
     if (!last_chunk(v)) ctx_.p2p->send_chunk(true, output, next_stage(), microbatch, v);
   }
@@ -222,7 +225,7 @@ class Chunks {
       f.output.backward();
     else
       f.output.backward(output_grad);
-    stretch(start, ctx_.work_factor(step_, microbatch));
+    ctx_.stretch(start, step_, microbatch, true);
     span.end();
     if (!first_chunk(v))
       ctx_.p2p->send_chunk(false, f.input.grad(), previous_stage(), microbatch, v);

@@ -26,6 +26,8 @@
 // Thread safety: runs on the training thread.
 #pragma once
 
+#include <chrono>
+
 #include "lens/step_trace.h"
 #include "p2p_communicator.h"
 #include "stage_model.h"
@@ -50,14 +52,24 @@ struct ScheduleContext {
   // empty for the non-interleaved schedule.
   std::vector<StageModel> chunks;
   // Work that varies by microbatch (--microbatch-jitter): each microbatch's
-  // forward and backward take a factor in [1, microbatch_jitter] as long,
-  // drawn from (seed, step, replica, microbatch), so the same on every
-  // stage, as a long sequence is. 1: none.
+  // forward and backward take (factor - 1) times this rank's typical
+  // compute longer, the factor in [1, microbatch_jitter] drawn from (seed,
+  // step, replica, microbatch), so the same on every stage, as a long
+  // sequence is. The wait follows the typical compute, not this one's, so
+  // that the factor, not the machine's noise, sets the spread. 1: none.
   double microbatch_jitter = 1;
   std::uint64_t seed = 0;
 
-  // How many times as long a compute of `microbatch` in `step` takes.
-  double work_factor(std::int64_t step, int microbatch) const;
+  // The factor of `microbatch` in `step`: 1 to microbatch_jitter.
+  double jitter(std::int64_t step, int microbatch) const;
+  // Makes a forward or backward that began at `start` take as long as the
+  // fault injection and the jitter say (a wait after it).
+  void stretch(std::chrono::steady_clock::time_point start, std::int64_t step, int microbatch,
+               bool backward);
+
+  // Forward, backward: a moving average of this rank's computes (before any
+  // wait), which the jitter's waits follow.
+  double typical_ns[2] = {0, 0};
 };
 
 // Runs forward and backward for every microbatch of `step`, accumulating

@@ -67,12 +67,17 @@ Verdicts judge_stages(const std::vector<RankSeries>& series) {
     for (std::size_t k = 0; k < s.steps.size(); ++k) {
       const std::int64_t step = s.steps[k];
       const double cost = s.per_microbatch_ms[k];
-      std::vector<double> others;
+      // How the others moved: the other ranks of its replica, which ran
+      // the same microbatches (work that varies by microbatch moves them
+      // all), or every other rank when it is its replica's only one.
+      std::vector<double> same_replica, others;
       double fastest = std::numeric_limits<double>::max();
       for (const auto& [j, c] : at_step[step]) {
-        if (j != i) others.push_back(own_ratio(j, c));
+        if (j != i)
+          (series[j].replica == s.replica ? same_replica : others).push_back(own_ratio(j, c));
         if (series[j].replica == s.replica) fastest = std::min(fastest, c);
       }
+      if (!same_replica.empty()) others = same_replica;
       const double moved = others.empty() ? 1.0 : median(others);
       against_own.push_back(moved > 0 ? own_ratio(i, cost) / moved : 1.0);
       const double peers = peers_median(i, step);

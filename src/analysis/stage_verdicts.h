@@ -11,8 +11,11 @@
 // - straggler: a rank at least kStragglerThreshold times slower than what
 //   it should cost, for kConsecutiveSteps steps in a row, either
 //   * against its own baseline (its median over the first kBaselineSteps
-//     steps), relative to how the other ranks moved against theirs in the
-//     same step (a machine that slows everyone is nobody's straggler), or
+//     steps), relative to how the other ranks of its replica moved against
+//     theirs in the same step (every other rank when it is alone in its
+//     replica): a machine that slows everyone is nobody's straggler, and
+//     microbatches that carry more work slow every stage of their replica
+//     alike; or
 //   * against its peers: the median of the ranks doing the same work (the
 //     same stage in the other replicas) in the same step.
 //   It is named with the step where the run of slow steps began.
