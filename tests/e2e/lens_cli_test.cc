@@ -1112,8 +1112,11 @@ TEST_F(AnalyzeCli, ABalancedRunNamesNoStragglerAndDiffNamesTheSlowedStage) {
   const json balanced = analysis("balanced");
   EXPECT_TRUE(balanced["stragglers"].empty()) << balanced.dump(1);
   // The last stage also computes the head and the loss (about 1.3x-1.5x):
-  // reported as imbalance or not, it is no straggler; stage 1 is neither.
-  EXPECT_FALSE(imbalanced(balanced, 1)) << balanced.dump(1);
+  // reported as imbalance or not, it is no straggler. Stage 1 does no more
+  // work; judged where a 3x effect would show (on a busy 2-core machine its
+  // computes, which overlap both neighbours', can read up to ~1.6x).
+  for (const auto& im : balanced["imbalance"])
+    if (im["stage"] == 1) EXPECT_LT(im["ratio"].get<double>(), 2.0) << balanced.dump(1);
   EXPECT_LT(stage(balanced, 1)["relative"].get<double>(), 2.0) << balanced.dump(1);
   Result diff =
       run(lens("diff " + dirs_.at("balanced").string() + " " + dirs_.at("slow").string()));
@@ -1130,7 +1133,12 @@ TEST_F(AnalyzeCli, ASlowdownThatBeginsMidRunIsAStragglerSinceThatStep) {
   EXPECT_EQ(s["against"], "own_baseline");
   EXPECT_GE(s["ratio"].get<double>(), 2.0);
   EXPECT_LT(s["gain_ms"].get<double>(), 0);
-  EXPECT_FALSE(imbalanced(mid, 1)) << mid.dump(1);
+  // Its first steps were balanced: if a busy machine makes them read as
+  // imbalance (the middle stage's computes overlap both neighbours'), it is
+  // at a ratio far below the slowdown's.
+  for (const auto& im : mid["imbalance"])
+    if (im["stage"] == 1)
+      EXPECT_LT(im["ratio"].get<double>(), 0.75 * s["ratio"].get<double>()) << mid.dump(1);
   // Per step, the what-if of stage 1 at its baseline: nothing to gain
   // before step 4 (it is at its baseline), a large part of the step after
   // (a 3x slowdown of one stage of three). Medians over the steps of each
