@@ -1073,11 +1073,6 @@ class AnalyzeCli : public ::testing::Test {
       if (st["stage"] == s && st["replica"] == replica) return st;
     throw std::runtime_error("no stage " + std::to_string(s));
   }
-  static bool imbalanced(const json& a, int s) {
-    for (const auto& im : a["imbalance"])
-      if (im["stage"] == s) return true;
-    return false;
-  }
   static fs::path base_;
   static std::map<std::string, fs::path> dirs_;
 };
