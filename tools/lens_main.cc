@@ -95,6 +95,10 @@ int run_lens(int argc, char** argv) {
 
   auto* check = app.add_subcommand("check", "verify the run's cross-rank correlation");
   check->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+  bool allow_late = false;
+  check->add_flag("--allow-late", allow_late,
+                  "pass even when spans arrived after their step was checked (they are counted, "
+                  "not checked); a span delivered twice still fails");
 
   bool as_json = false;
   auto* summary = app.add_subcommand("summary", "time per step and stage, bubble, slowest stage");
@@ -200,8 +204,11 @@ int run_lens(int argc, char** argv) {
   ClockAlignment clock;
   ClockReport clock_report;
   clock_report.raw_asked = raw_clock;
+  LateSpans late_spans;
   const auto view_options = [&](const std::string& run_dir) {
     StreamOptions so = reading_options();
+    late_spans = {};
+    so.late = &late_spans;
     if (!raw_clock) clock = read_clock_alignment(run_dir);
     clock_report = ClockReport::of(clock);
     clock_report.raw_asked = raw_clock;
@@ -220,6 +227,20 @@ int run_lens(int argc, char** argv) {
             "verified\n",
             r.unverifiable_links);
       if (!r.start_order.empty()) std::printf("note: %s\n", r.start_order.c_str());
+      const bool late_fails = r.late.late > 0 && !allow_late;
+      if (r.late.late > 0) {
+        const LateSpan& first = r.late.late_list.front();
+        std::printf(
+            "%s %zu spans arrived after their step had been checked and were not checked (the "
+            "first: rank %d, %s line %zu, %s %s of step %lld)%s\n",
+            late_fails ? "FAIL" : "note:", r.late.late, first.rank, first.path.filename().c_str(),
+            first.line, first.name.c_str(), first.span_id.c_str(),
+            static_cast<long long>(first.step), late_fails ? "; --allow-late to pass anyway" : "");
+      }
+      if (r.late.forgot)
+        std::printf(
+            "note: the run is long enough that span ids of early steps were forgotten: a span "
+            "delivered twice long after its step is counted as late, not as a duplicate\n");
       if (r.stopped_spans > 0)
         std::printf(
             "note: the run was stopped by %s: %zu spans ended by it; %zu steps a rank was in "
@@ -227,17 +248,21 @@ int run_lens(int argc, char** argv) {
             r.stopped_by.c_str(), r.stopped_spans, r.interrupted_steps);
       std::printf("%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), r.files, r.steps,
                   r.spans,
-                  r.violations.empty()
+                  late_fails ? (std::to_string(r.violations.size()) + " violations, " +
+                                std::to_string(r.late.late) + " spans not checked")
+                                   .c_str()
+                  : r.violations.empty()
                       ? (r.pipeline_scope ? "every replica's step is one trace, linked to rank "
                                             "0's; every link resolves"
                                           : "every step is one trace; every link resolves")
                       : (std::to_string(r.violations.size()) + " violations").c_str());
-      return r.violations.empty() ? kOk : kViolations;
+      return r.violations.empty() && !late_fails ? kOk : kViolations;
     }
     if (summary->parsed()) {
       std::vector<std::string> warnings;
       Summary s = summarize_dir(dir, view_options(dir), &warnings);
       s.clock = clock_report;
+      s.left_out = late_spans;
       print_warnings(warnings);
       std::fputs((as_json ? format_json(s) : format_table(s)).c_str(), stdout);
       return kOk;
@@ -246,6 +271,7 @@ int run_lens(int argc, char** argv) {
       std::vector<std::string> warnings;
       Analysis a = analyze_dir(dir, view_options(dir), &warnings);
       a.clock = clock_report;
+      a.left_out = late_spans;
       print_warnings(warnings);
       std::fputs((as_json ? format_json(a) : format_table(a)).c_str(), stdout);
       return kOk;
@@ -318,6 +344,7 @@ int run_lens(int argc, char** argv) {
       std::printf("wrote %s (%zu ranks, steps %lld-%lld)\n%s\n", output.c_str(), run.files.size(),
                   static_cast<long long>(o.first_step), static_cast<long long>(o.last_step),
                   clock_report.describe().c_str());
+      if (const std::string l = late_spans.describe(); !l.empty()) std::printf("%s\n", l.c_str());
       return kOk;
     }
     if (exp->parsed()) {
@@ -352,6 +379,7 @@ int run_lens(int argc, char** argv) {
                     perfetto_format ? "open it in ui.perfetto.dev or chrome://tracing"
                                     : "load it in Jaeger UI: Search -> JSON File");
         std::printf("%s\n", clock_report.describe().c_str());
+        if (const std::string l = late_spans.describe(); !l.empty()) std::printf("%s\n", l.c_str());
       }
       return kOk;
     }

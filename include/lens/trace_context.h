@@ -14,10 +14,13 @@
 ///   DIGIT, "_", "-", "*", "/" or "@" (so `foo@` and a 256-character key
 ///   holding `@` are valid; 257 characters are not); values are 1-256
 ///   printable characters without ',' or '=' and not ending in a space. One
-///   invalid list member, a repeated key, or more than 32 members (after the
-///   header's fields are combined with ',') invalidates the whole tracestate:
-///   it is discarded, not trimmed member by member. Empty list members and
-///   optional whitespace around members are allowed.
+///   invalid list member, or more than 32 distinct keys (after the header's
+///   fields are combined with ','), invalidates the whole tracestate: it is
+///   discarded, not trimmed member by member. A repeated key is not invalid:
+///   its first member is kept and the later ones are dropped (the W3C
+///   suite's test_tracestate_duplicated_keys accepts either that or keeping
+///   both). Empty list members and optional whitespace around members are
+///   allowed.
 ///
 /// Thread safety: pure functions.
 #pragma once

@@ -196,7 +196,8 @@ Analysis AnalysisBuilder::finish() {
   // over the steps it concerns, against those steps' step time.
   const auto share = [](double gain, double step) { return step > 0 ? gain / step : 0.0; };
   for (const Straggler& who : verdicts.stragglers) {
-    StragglerReport r{who};
+    StragglerReport r;
+    r.who = who;
     const Series& s = *series_of_rank.at(who.rank);
     std::vector<double> gains, steps, shares;
     for (std::size_t i = 0; i < s.steps.size(); ++i)
@@ -357,6 +358,7 @@ std::string format_table(const Analysis& a) {
   }
   out += format_verdicts(a);
   out += a.clock.describe() + "\n";
+  if (const std::string l = a.left_out.describe(); !l.empty()) out += l + "\n";
   if (a.impossible_edges > 0)
     out += fmt::format(
         "clock error: {} computes began before the neighbour's compute they need had ended, "
@@ -472,6 +474,7 @@ std::string format_json(const Analysis& a) {
       {"slowest_stage", a.slowest_stage},
       {"slowest_relative", a.slowest_relative},
       {"clock", clock},
+      {"left_out", a.left_out.to_json()},
       {"what_if", what_if},
       {"variability", variability},
       {"set_by", set_by},

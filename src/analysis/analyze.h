@@ -101,6 +101,7 @@ struct Analysis {
   // over every step (step_graph.h): clock errors alignment did not remove.
   int impossible_edges = 0;
   ClockReport clock;
+  LateSpans left_out;  // spans the step windows left out (set by the caller)
 };
 
 class AnalysisBuilder {

@@ -541,13 +541,16 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
   }
   const ClockAlignment clock = read_clock_alignment(dir);
   RunChecker checker(StartOrder::of(hosts, ranks, clock));
+  StreamOptions stream = options;
+  if (stream.late == nullptr) stream.late = &result.late;
   Run rest = stream_steps(
       dir,
       [&](StepWindow& w) {
         result.spans += w.run.span_count();
         checker.add(w.run, build_view(w.run));
       },
-      options);
+      stream);
+  if (stream.late != &result.late) result.late = *stream.late;
   result.spans += rest.span_count();
   result.files = rest.files.size();
   for (const auto& f : rest.files) result.pipeline_scope |= f.trace_scope == "pipeline";
@@ -559,6 +562,20 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
         if (auto it = wanted.find(s.span_id); it != wanted.end()) it->second = s.trace_id;
     });
   });
+  // A span id twice in a file is a batch delivered twice (a retried export,
+  // a repeated upload): the trace holds a span twice.
+  for (const LateSpan& d : result.late.duplicate_list)
+    result.violations.push_back(
+        {d.step, d.rank,
+         d.path.filename().string() + " line " + std::to_string(d.line) +
+             " repeats a span of this step read before (a batch delivered twice)",
+         d.name + " " + d.span_id});
+  if (result.late.duplicates > result.late.duplicate_list.size())
+    result.violations.push_back(
+        {-1, -1,
+         std::to_string(result.late.duplicates - result.late.duplicate_list.size()) +
+             " more spans repeat a span read before",
+         ""});
   result.steps = checker.steps();
   result.start_order = checker.start_order();
   result.stopped_spans = checker.stopped_spans();

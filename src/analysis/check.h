@@ -173,6 +173,10 @@ struct CheckResult {
   std::size_t stopped_spans = 0;       // ended by the signal that stopped a process
   std::size_t interrupted_steps = 0;   // some rank was in them when it stopped
   std::string stopped_by;              // that signal ("SIGTERM")
+  // Spans that arrived after their step had been checked: the duplicates
+  // are violations too (one per kept duplicate); the others were not
+  // checked, which `lens check` fails on unless told to allow it.
+  LateSpans late;
 };
 CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& options = {});
 

@@ -109,6 +109,8 @@ class RankFileReader {
   // looks for a few spans by name).
   void only_lines_containing(std::string needle) { needle_ = std::move(needle); }
   std::uintmax_t bytes_read() const { return bytes_; }
+  // The number of the line last read (1-based; 0 before the first).
+  std::size_t line_number() const { return number_; }
   RankFile& file() { return file_; }
   RankFile take() { return std::move(file_); }
 

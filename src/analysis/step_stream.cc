@@ -1,10 +1,12 @@
 #include "step_stream.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <map>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "clock_alignment.h"
 #include "pipeline_view.h"
@@ -22,15 +24,46 @@ struct Cursor {
   std::unordered_map<std::string, std::int64_t> complete_trace;
   std::int64_t last_complete = -1;
   std::vector<SpanRow> late;  // step spans that arrived after their step was handed over
+  // What was handed over, to tell a span delivered twice from a late one:
+  // the trace ids of handed-over steps, and the latest span ids (bounded,
+  // oldest first).
+  std::unordered_map<std::string, std::int64_t> handed_trace;
+  std::deque<std::string> handed_trace_order;
+  std::unordered_set<std::string> handed_ids;
+  std::deque<std::string> handed_order;
 };
 
-void take_line(Cursor& c, std::int64_t handed_over) {
+// Remembers a handed-over span's id (and forgets the oldest beyond the bound).
+void remember(Cursor& c, const SpanRow& row, LateSpans* late) {
+  if (late == nullptr) return;
+  if (!c.handed_ids.insert(row.span_id).second) return;
+  c.handed_order.push_back(row.span_id);
+  if (c.handed_order.size() > LateSpans::kRememberedIds) {
+    c.handed_ids.erase(c.handed_order.front());
+    c.handed_order.pop_front();
+    late->forgot = true;
+  }
+}
+
+// A span of a step already handed over: a duplicate or late.
+void count_late(const Cursor& c, const SpanRow& row, std::int64_t step, LateSpans* late) {
+  if (late == nullptr) return;
+  const bool duplicate = c.handed_ids.count(row.span_id) != 0;
+  (duplicate ? late->duplicates : late->late) += 1;
+  auto& list = duplicate ? late->duplicate_list : late->late_list;
+  if (list.size() < LateSpans::kKept)
+    list.push_back(
+        {row.rank, c.reader->file().path, c.reader->line_number(), step, row.name, row.span_id});
+}
+
+void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
   std::vector<SpanRow> rows = std::move(c.reader->file().spans);
   c.reader->file().spans.clear();
   for (auto& row : rows) {
     if (is_step_span(row)) {
       const std::int64_t step = row.int_attr("dl.step");
       if (step <= handed_over) {
+        count_late(c, row, step, late);
         c.late.push_back(std::move(row));
         continue;
       }
@@ -46,14 +79,33 @@ void take_line(Cursor& c, std::int64_t handed_over) {
       continue;
     }
     auto done = c.complete_trace.find(row.trace_id);
-    if (done != c.complete_trace.end())
+    if (done != c.complete_trace.end()) {
       c.complete[done->second].push_back(std::move(row));  // ended after its step span
-    else
+    } else if (auto gone = c.handed_trace.find(row.trace_id); gone != c.handed_trace.end()) {
+      count_late(c, row, gone->second, late);  // its step was handed over
+      c.late.push_back(std::move(row));
+    } else {
       c.open[row.trace_id].push_back(std::move(row));
+    }
   }
 }
 
 }  // namespace
+
+std::string LateSpans::describe() const {
+  if (late + duplicates == 0) return {};
+  std::string out = "left out: " + std::to_string(late + duplicates) +
+                    " spans that arrived after their step was read";
+  if (duplicates > 0)
+    out += " (" + std::to_string(duplicates) +
+           " of them repeat a span read before: a batch "
+           "delivered twice)";
+  return out + "; lens check names them";
+}
+
+nlohmann::json LateSpans::to_json() const {
+  return {{"late", late}, {"duplicates", duplicates}, {"ids_forgotten", forgot}};
+}
 
 Run stream_steps(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
                  const StreamOptions& options) {
@@ -85,7 +137,19 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
         if (it != c.complete.end()) {
           f.spans = std::move(it->second);
           c.complete.erase(it);
-          std::erase_if(c.complete_trace, [&](const auto& kv) { return kv.second == step; });
+          std::erase_if(c.complete_trace, [&](const auto& kv) {
+            if (kv.second != step) return false;
+            if (options.late && c.handed_trace.emplace(kv.first, step).second) {
+              c.handed_trace_order.push_back(kv.first);
+              if (c.handed_trace_order.size() > LateSpans::kRememberedTraces) {
+                c.handed_trace.erase(c.handed_trace_order.front());
+                c.handed_trace_order.pop_front();
+                options.late->forgot = true;
+              }
+            }
+            return true;
+          });
+          for (const auto& s : f.spans) remember(c, s, options.late);
         }
         window.run.files.push_back(std::move(f));
       }
@@ -113,7 +177,7 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
         behind = &c;
     if (behind == nullptr || stopped) break;
     const std::uintmax_t before = behind->reader->bytes_read();
-    if (behind->reader->next_line()) take_line(*behind, handed_over);
+    if (behind->reader->next_line()) take_line(*behind, handed_over, options.late);
     bytes += behind->reader->bytes_read() - before;
     if (options.progress) options.progress(bytes, total_bytes);
     std::int64_t ready = std::numeric_limits<std::int64_t>::max();
@@ -131,7 +195,7 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
       for (auto& row : rows) f.spans.push_back(std::move(row));
     if (!c.late.empty())
       f.warnings.push_back(f.path.string() + ": " + std::to_string(c.late.size()) +
-                           " step span(s) came after later steps and are left out of the "
+                           " span(s) came after their step was read and are left out of the "
                            "per-step views");
     for (auto& row : c.late) f.spans.push_back(std::move(row));
     if (options.clock && !options.clock->align(f) && options.clock_report)

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "run_reader.h"
 
@@ -34,6 +35,35 @@ struct StepWindow {
 class ClockAlignment;
 struct ClockReport;
 
+// A span that arrived in a file after its step had been handed over (its
+// step span came after later steps', or its batch was delivered again).
+struct LateSpan {
+  int rank = -1;
+  std::filesystem::path path;
+  std::size_t line = 0;  // 1-based
+  std::int64_t step = -1;
+  std::string name, span_id;
+};
+
+// What the stream left out of the step windows.
+struct LateSpans {
+  static constexpr std::size_t kKept = 16;
+  // Per file, the span ids of this many of the latest handed-over spans are
+  // remembered to recognise a span delivered twice; older ones are
+  // forgotten (and `forgot` says so).
+  static constexpr std::size_t kRememberedIds = 1 << 18;
+  static constexpr std::size_t kRememberedTraces = 1 << 16;  // handed-over traces, per file
+
+  std::size_t duplicates = 0;  // the same span id as a span of the same file already handed over
+  std::size_t late = 0;        // the others: genuinely late, left out of the step windows
+  std::vector<LateSpan> duplicate_list, late_list;  // the first kKept of each
+  bool forgot = false;
+
+  // "" when nothing was left out; else one line for a view's output.
+  std::string describe() const;
+  nlohmann::json to_json() const;
+};
+
 struct StreamOptions {
   // Called after each line read with (bytes read, bytes in all files).
   std::function<void(std::uintmax_t, std::uintmax_t)> progress;
@@ -48,6 +78,9 @@ struct StreamOptions {
   // the report's moves, and ranks with spans `clock` could not align to its
   // unaligned_ranks.
   ClockReport* clock_report = nullptr;
+  // When set, spans of steps already handed over are counted here (and
+  // kept in the returned files' spans, as before).
+  LateSpans* late = nullptr;
 };
 
 // Calls `on_step` for every step, in increasing step number. Returns the

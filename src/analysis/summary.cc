@@ -131,6 +131,7 @@ std::string format_table(const Summary& s) {
     out += line;
   }
   out += s.clock.describe() + "\n";
+  if (const std::string l = s.left_out.describe(); !l.empty()) out += l + "\n";
   return out;
 }
 
@@ -159,6 +160,7 @@ std::string format_json(const Summary& s) {
        s.theoretical_bubble >= 0 ? nlohmann::json(s.theoretical_bubble) : nlohmann::json(nullptr)},
       {"slowest_stage", s.slowest_stage},
       {"clock", s.clock.to_json()},
+      {"left_out", s.left_out.to_json()},
       {"rows", rows}};
   return j.dump(1) + "\n";
 }

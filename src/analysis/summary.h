@@ -29,7 +29,8 @@ struct Summary {
   double theoretical_bubble = -1;  // (P-1)/(VM+P-1): V = 1 without interleaving
   int slowest_stage = -1;          // most forward+backward time per step
   double slowest_stage_compute_ms = 0;
-  ClockReport clock;  // how the times were put on one clock (set by the caller)
+  ClockReport clock;   // how the times were put on one clock (set by the caller)
+  LateSpans left_out;  // spans the step windows left out (set by the caller)
 };
 
 // Builds a summary a part at a time: each step's view as it is read, then

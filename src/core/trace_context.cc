@@ -84,8 +84,9 @@ bool valid_tracestate_value(std::string_view value) {
 }
 
 std::string sanitize_tracestate(std::string_view header) {
-  // Any invalid member, a repeated key or more than 32 members invalidates
-  // the whole value: it is then not propagated at all.
+  // Any invalid member, or more than 32 distinct keys, invalidates the whole
+  // value: it is then not propagated at all. A repeated key keeps its first
+  // member; the later ones are dropped.
   std::vector<std::string_view> keys;
   std::string out;
   std::size_t pos = 0;
@@ -99,7 +100,7 @@ std::string sanitize_tracestate(std::string_view header) {
     if (eq == std::string_view::npos) return {};
     const std::string_view key = member.substr(0, eq);
     if (!valid_tracestate_key(key) || !valid_tracestate_value(member.substr(eq + 1))) return {};
-    if (std::find(keys.begin(), keys.end(), key) != keys.end()) return {};
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
     keys.push_back(key);
     if (keys.size() > kMaxTracestateMembers) return {};
     if (!out.empty()) out.push_back(',');

@@ -514,7 +514,9 @@ TEST(StepAnalysis, ThePathRunsThroughTheReplicaLastAtTheSyncAndTheOthersWaitTher
   // Replica 0's stage 0: step 9 = compute 2 + sync 4 + rest 3 (idle 1-3,
   // the sync's own 0.5 and the optimizer's 0.5).
   for (const auto& f : a.stages_figures)
-    if (f.replica == 0 && f.stage == 0) EXPECT_DOUBLE_EQ(f.rest_ms, 3);
+    if (f.replica == 0 && f.stage == 0) {
+      EXPECT_DOUBLE_EQ(f.rest_ms, 3);
+    }
 }
 
 TEST(MicrobatchVariability, WorkSharedByEveryStageIsVariableNoiseOnOneRankIsNot) {

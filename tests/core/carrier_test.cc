@@ -34,6 +34,14 @@ TEST(Carrier, RoundTrips) {
   EXPECT_EQ(d.carrier->step, c.step);
 }
 
+TEST(Carrier, ARepeatedTracestateKeyArrivesWithItsFirstMember) {
+  StepCarrier c = sample_carrier();
+  c.context.tracestate = "foo=1,congo=2,foo=2";
+  auto d = decode_carrier(encode_carrier(c));
+  ASSERT_TRUE(d.carrier);
+  EXPECT_EQ(d.carrier->context.tracestate, "foo=1,congo=2");
+}
+
 TEST(Carrier, UnsampledFlagTravels) {
   StepCarrier c = sample_carrier();
   c.context.trace_flags = 0;

@@ -143,7 +143,10 @@ INSTANTIATE_TEST_SUITE_P(
         TracestateCase{"@vendor=1,a=2", "", "a key must start with a letter or digit"},
         TracestateCase{"_abc=1,a=2", "", "a key must start with a letter or digit"},
         TracestateCase{"a_b-c*d/e@f=1", "a_b-c*d/e@f=1", "key punctuation allowed"},
-        TracestateCase{"a=1,a=2,b=3", "", "a repeated key discards the whole value"},
+        TracestateCase{"a=1,a=2,b=3", "a=1,b=3", "a repeated key keeps its first member"},
+        TracestateCase{"foo=1,foo=1", "foo=1", "a member repeated as is is kept once"},
+        TracestateCase{"foo=1,bar=2,foo=2", "foo=1,bar=2", "a later repeat is dropped in place"},
+        TracestateCase{"a=1,a=2,B=3", "", "an invalid member still discards the whole value"},
         TracestateCase{"a=\x01,b=3", "", "a control character discards the whole value"}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
 

@@ -162,6 +162,79 @@ TEST_F(LensCli, TraceIdChangedOnOneRankIsReported) {
       << r.output;
 }
 
+TEST_F(LensCli, ABatchDeliveredTwiceFailsNamingRankFileAndLine) {
+  // Rank 2's first batch appended again at the end, as a retried export or
+  // a repeated upload leaves it: its spans arrive after their step was
+  // checked, and each is the same span again.
+  fs::path dir = copy("delivered-twice");
+  auto lines = read_lines(dir / "rank-2.otlp.jsonl");
+  const std::size_t again = lines.size() + 1;
+  lines.push_back(lines.front());
+  write_lines(dir / "rank-2.otlp.jsonl", lines);
+  Result r = run(lens("check " + dir.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(", rank 2: rank-2.otlp.jsonl line " + std::to_string(again) +
+                          " repeats a span of this step read before (a batch delivered twice)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("every step is one trace"), std::string::npos) << r.output;
+  // The views say what they left out.
+  Result summary = run(lens("summary " + dir.string()));
+  ASSERT_EQ(summary.exit_code, 0) << summary.output;
+  EXPECT_NE(summary.output.find("left out: "), std::string::npos) << summary.output;
+  EXPECT_NE(summary.output.find("repeat a span read before"), std::string::npos) << summary.output;
+  // (The reader's warning on stderr left aside: only the JSON.)
+  Result j = run("(" + lens("analyze " + dir.string() + " --json") + " 2>/dev/null)");
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  EXPECT_GT(json::parse(j.output)["left_out"]["duplicates"].get<int>(), 0) << j.output;
+}
+
+TEST_F(LensCli, ASpanLateForItsStepIsNotCheckedAndFailsUnlessAllowed) {
+  // A span of step 0 on rank 2, new (not a repeat), written after every
+  // step: it reaches the reader after step 0 was checked.
+  fs::path dir = copy("late-span");
+  auto lines = read_lines(dir / "rank-2.otlp.jsonl");
+  json late;
+  for (const auto& l : lines) {
+    const json line = json::parse(l);
+    for (const auto& rs : line["resourceSpans"])
+      for (const auto& ss : rs["scopeSpans"])
+        for (const auto& sp : ss["spans"])
+          if (sp["name"] == "megatron.train_step" && attr_int(sp, "dl.step") == 0) {
+            late = line;
+            json note = sp;
+            note["name"] = "user.note";
+            note["parentSpanId"] = sp["spanId"];
+            note["spanId"] = "00000000000abcde";
+            note["attributes"] = json::array();
+            note["links"] = json::array();
+            late["resourceSpans"] = json::array({rs});
+            late["resourceSpans"][0]["scopeSpans"] = json::array({ss});
+            late["resourceSpans"][0]["scopeSpans"][0]["spans"] = json::array({note});
+          }
+  }
+  ASSERT_FALSE(late.is_null());
+  lines.push_back(late.dump());
+  write_lines(dir / "rank-2.otlp.jsonl", lines);
+  Result r = run(lens("check " + dir.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("FAIL 1 spans arrived after their step had been checked and were not "
+                          "checked (the first: rank 2, rank-2.otlp.jsonl line " +
+                          std::to_string(lines.size()) +
+                          ", user.note 00000000000abcde of step 0); --allow-late to pass anyway"),
+            std::string::npos)
+      << r.output;
+  Result allowed = run(lens("check " + dir.string() + " --allow-late"));
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
+  EXPECT_NE(allowed.output.find("note: 1 spans arrived after their step"), std::string::npos)
+      << allowed.output;
+  Result summary = run(lens("summary " + dir.string()));
+  EXPECT_NE(summary.output.find("left out: 1 spans that arrived after their step was read; lens "
+                                "check names them"),
+            std::string::npos)
+      << summary.output;
+}
+
 TEST_F(LensCli, TornLastLineIsSkippedWithAWarning) {
   fs::path dir = copy("torn");
   auto lines = read_lines(dir / "rank-0.otlp.jsonl");
@@ -1029,6 +1102,17 @@ TEST_F(ClockAlignmentCli, SpansShiftedBeyondTheSamplesAreAClockErrorNamingBothRa
   EXPECT_EQ(json::parse(clean.output)["clock"]["clock_errors"], 0) << clean.output;
 }
 
+// The stragglers an analysis names at `ratio` or more. The runs' injected
+// slowdowns are 3x (they read 2.5x and up); with 3-4 ranks on a busy 2-core
+// machine, noise alone has been named at 1.53x for 3 steps in a row
+// (bench/README.md, "lens_cli under load"). So "no straggler" is judged
+// where a 3x effect would show: none at 2x or more.
+int stragglers_at_least(const json& a, double ratio) {
+  int n = 0;
+  for (const auto& s : a["stragglers"]) n += s["ratio"].get<double>() >= ratio ? 1 : 0;
+  return n;
+}
+
 // lens analyze and lens diff over trainer runs of 3 stages: one balanced
 // (with --layers 5 every stage has two linear layers, the last one's head
 // included), one with stage 1 made 3x slower by the fault injection from
@@ -1083,7 +1167,8 @@ std::map<std::string, fs::path> AnalyzeCli::dirs_;
 TEST_F(AnalyzeCli, AStageSlowFromTheStartIsImbalanceWithTheLargestCriticalShare) {
   const json slow = analysis("slow");
   EXPECT_EQ(slow["steps"], 8);
-  EXPECT_TRUE(slow["stragglers"].empty()) << slow.dump(1);
+  EXPECT_EQ(stragglers_at_least(slow, 2.0), 0) << slow.dump(1);
+  for (const auto& st : slow["stragglers"]) EXPECT_NE(st["stage"], 1) << slow.dump(1);
   ASSERT_FALSE(slow["imbalance"].empty()) << slow.dump(1);
   EXPECT_EQ(slow["imbalance"][0]["stage"], 1) << slow.dump(1);
   EXPECT_GE(slow["imbalance"][0]["ratio"].get<double>(), 2.0) << slow.dump(1);
@@ -1099,19 +1184,21 @@ TEST_F(AnalyzeCli, AStageSlowFromTheStartIsImbalanceWithTheLargestCriticalShare)
 
   Result table = run(lens("analyze " + dirs_.at("slow").string()));
   EXPECT_NE(table.output.find("imbalance: stage 1 (rank 1)"), std::string::npos) << table.output;
-  EXPECT_NE(table.output.find("straggler: none"), std::string::npos) << table.output;
+  EXPECT_EQ(table.output.find("straggler: rank 1 "), std::string::npos) << table.output;
   EXPECT_NE(table.output.find("clock: aligned to rank 0"), std::string::npos) << table.output;
 }
 
 TEST_F(AnalyzeCli, ABalancedRunNamesNoStragglerAndDiffNamesTheSlowedStage) {
   const json balanced = analysis("balanced");
-  EXPECT_TRUE(balanced["stragglers"].empty()) << balanced.dump(1);
+  EXPECT_EQ(stragglers_at_least(balanced, 2.0), 0) << balanced.dump(1);
   // The last stage also computes the head and the loss (about 1.3x-1.5x):
   // reported as imbalance or not, it is no straggler. Stage 1 does no more
   // work; judged where a 3x effect would show (on a busy 2-core machine its
   // computes, which overlap both neighbours', can read up to ~1.6x).
   for (const auto& im : balanced["imbalance"])
-    if (im["stage"] == 1) EXPECT_LT(im["ratio"].get<double>(), 2.0) << balanced.dump(1);
+    if (im["stage"] == 1) {
+      EXPECT_LT(im["ratio"].get<double>(), 2.0) << balanced.dump(1);
+    }
   EXPECT_LT(stage(balanced, 1)["relative"].get<double>(), 2.0) << balanced.dump(1);
   Result diff =
       run(lens("diff " + dirs_.at("balanced").string() + " " + dirs_.at("slow").string()));
@@ -1121,9 +1208,13 @@ TEST_F(AnalyzeCli, ABalancedRunNamesNoStragglerAndDiffNamesTheSlowedStage) {
 
 TEST_F(AnalyzeCli, ASlowdownThatBeginsMidRunIsAStragglerSinceThatStep) {
   const json mid = analysis("mid");
-  ASSERT_EQ(mid["stragglers"].size(), 1u) << mid.dump(1);
-  const json& s = mid["stragglers"][0];
-  EXPECT_EQ(s["rank"], 1);
+  // The slowed rank, and no other at a 3x effect's ratio.
+  ASSERT_EQ(stragglers_at_least(mid, 2.0), 1) << mid.dump(1);
+  const json* found = nullptr;
+  for (const auto& st : mid["stragglers"])
+    if (st["rank"] == 1) found = &st;
+  ASSERT_NE(found, nullptr) << mid.dump(1);
+  const json& s = *found;
   EXPECT_EQ(s["since_step"], 4);
   EXPECT_EQ(s["against"], "own_baseline");
   EXPECT_GE(s["ratio"].get<double>(), 2.0);
@@ -1132,8 +1223,9 @@ TEST_F(AnalyzeCli, ASlowdownThatBeginsMidRunIsAStragglerSinceThatStep) {
   // imbalance (the middle stage's computes overlap both neighbours'), it is
   // at a ratio far below the slowdown's.
   for (const auto& im : mid["imbalance"])
-    if (im["stage"] == 1)
+    if (im["stage"] == 1) {
       EXPECT_LT(im["ratio"].get<double>(), 0.75 * s["ratio"].get<double>()) << mid.dump(1);
+    }
   // Per step, the what-if of stage 1 at its baseline: nothing to gain
   // before step 4 (it is at its baseline), a large part of the step after
   // (a 3x slowdown of one stage of three). Medians over the steps of each
@@ -1155,8 +1247,12 @@ TEST_F(AnalyzeCli, ASlowdownThatBeginsMidRunIsAStragglerSinceThatStep) {
 
 TEST_F(AnalyzeCli, ARankSlowerThanItsPeerInTheOtherReplicaIsTheStraggler) {
   const json a = analysis("replica");
-  ASSERT_EQ(a["stragglers"].size(), 1u) << a.dump(1);
-  const json& s = a["stragglers"][0];
+  ASSERT_EQ(stragglers_at_least(a, 2.0), 1) << a.dump(1);
+  const json* found = nullptr;
+  for (const auto& st : a["stragglers"])
+    if (st["rank"] == 3) found = &st;
+  ASSERT_NE(found, nullptr) << a.dump(1);
+  const json& s = *found;
   EXPECT_EQ(s["stage"], 1);
   EXPECT_EQ(s["replica"], 1);
   // Slow from the start; the first step also carries one-time costs both
@@ -1168,7 +1264,9 @@ TEST_F(AnalyzeCli, ARankSlowerThanItsPeerInTheOtherReplicaIsTheStraggler) {
   // but at the healthy replica's ratio, not the slowed rank's.
   const double slowed = stage(a, 1, 1)["relative"].get<double>();
   for (const auto& im : a["imbalance"])
-    if (im["stage"] == 1) EXPECT_LT(im["ratio"].get<double>(), 0.75 * slowed) << a.dump(1);
+    if (im["stage"] == 1) {
+      EXPECT_LT(im["ratio"].get<double>(), 0.75 * slowed) << a.dump(1);
+    }
 
   // Its cost: replica 0 waits for it at the gradient sync. Replica 1 is
   // last there in most steps (all but a noisy first one, say), so the
@@ -1231,7 +1329,7 @@ std::map<std::string, fs::path> DataParallelCli::dirs_;
 
 TEST_F(DataParallelCli, AStageSlowInEveryReplicaIsTheStagesWithBothRanks) {
   const json a = analysis("both");
-  EXPECT_EQ(a["stragglers"].size(), 0u) << a["stragglers"].dump(1);
+  EXPECT_EQ(stragglers_at_least(a, 2.0), 0) << a["stragglers"].dump(1);
   bool named = false;
   for (const auto& im : a["imbalance"])
     if (im["stage"] == 1) {
@@ -1261,7 +1359,7 @@ TEST_F(DataParallelCli, WorkThatVariesByMicrobatchIsItsOwnVerdictNotAStraggler) 
     EXPECT_GE(st["max_over_min"].get<double>(), 2.0) << st.dump();
     EXPECT_GE(st["p95_ms"].get<double>(), st["p50_ms"].get<double>());
   }
-  EXPECT_EQ(a["stragglers"].size(), 0u) << a["stragglers"].dump(1);
+  EXPECT_EQ(stragglers_at_least(a, 2.0), 0) << a["stragglers"].dump(1);
   Result table = run(std::string(LENS_BIN) + " analyze " + dirs_.at("jitter").string());
   EXPECT_NE(table.output.find("variable work: microbatches differ in cost alike on every stage"),
             std::string::npos)
@@ -1270,7 +1368,7 @@ TEST_F(DataParallelCli, WorkThatVariesByMicrobatchIsItsOwnVerdictNotAStraggler) 
 
 TEST_F(DataParallelCli, ABalancedRunHasNoStragglerNoVariableWorkAndShortSyncWaits) {
   const json a = analysis("balanced");
-  EXPECT_EQ(a["stragglers"].size(), 0u) << a["stragglers"].dump(1);
+  EXPECT_EQ(stragglers_at_least(a, 2.0), 0) << a["stragglers"].dump(1);
   EXPECT_FALSE(a["variability"]["variable"].get<bool>()) << a["variability"].dump();
   // Judged only where a 3x effect would show: no rank waits at the sync for
   // half the step.

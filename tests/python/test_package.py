@@ -201,6 +201,14 @@ class StepCarrier(Traced):
         lens.state.set_pp_trace_carrier(None)
         self.assertIsNone(lens.state.get_pp_trace_carrier())
 
+    def test_a_repeated_tracestate_key_keeps_its_first_member(self):
+        ctx = lens.SpanContext.from_traceparent(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "foo=1,bar=2,foo=2")
+        self.assertEqual(ctx.tracestate, "foo=1,bar=2")
+        same = lens.SpanContext.from_traceparent(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "foo=1,foo=1")
+        self.assertEqual(same.tracestate, "foo=1")
+
     def test_malformed_frames_give_no_context_and_are_counted(self):
         before = lens._lens.pipeline_stats()["frames_malformed"]
         good = lens._lens.encode_carrier(lens._lens.reserve_step_carrier(2))
