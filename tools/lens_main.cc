@@ -336,7 +336,7 @@ int run_lens(int argc, char** argv) {
         return kBadInput;
       }
       const PipelineView view = build_view(run);
-      for (const auto& f : run.files) o.replica_of[f.rank] = std::max(0, f.replica);
+      o.pipeline_of = pipelines_of(run);
       o.title += clock_report.aligned ? " (clock aligned to rank " +
                                             std::to_string(clock_report.reference_rank) + ")"
                                       : std::string(" (raw clocks)");

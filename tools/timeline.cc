@@ -88,7 +88,7 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
   for (const auto* sv : steps) {
     int stages = view.pipeline_stages;
     for (const auto& [rank, sr] : sv->ranks) stages = std::max(stages, sr.stage + 1);
-    const StepAnalysis a = analyze_step(*sv, stages, o.replica_of);
+    const StepAnalysis a = analyze_step(*sv, stages, o.pipeline_of);
     for (const auto& w : a.waits) {
       if (!lane_y.count(w.rank)) continue;
       const bool late_sender = w.kind == WaitInterval::Kind::kLateSender;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "pipeline_view.h"
+#include "step_analysis.h"
 
 namespace lens::tools {
 
@@ -19,7 +20,7 @@ struct TimelineOptions {
   std::string title;
   // Each rank's data-parallel replica, for the step analysis drawn over
   // the spans (its critical path outlined, its waits shaded).
-  std::map<int, int> replica_of;
+  std::map<int, PipelineKey> pipeline_of;
 };
 
 std::string render_timeline(const PipelineView& view, const TimelineOptions& options);

@@ -26,12 +26,11 @@ double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
 }  // namespace
 
 void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
-  std::map<int, int> replica_of;
-  for (const auto& f : run.files) replica_of[f.rank] = std::max(0, f.replica);
+  const std::map<int, PipelineKey> pipeline_of = pipelines_of(run);
   for (const auto& sv : view.steps) {
     int stages = view.pipeline_stages;
     for (const auto& [rank, sr] : sv.ranks) stages = std::max(stages, sr.stage + 1);
-    const StepAnalysis a = analyze_step(sv, stages, replica_of);
+    const StepAnalysis a = analyze_step(sv, stages, pipeline_of);
     if (!a.complete) continue;
     ++steps_;
     stages_ = std::max(stages_, stages);
@@ -51,13 +50,18 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
     critical_compute_ms_.push_back(a.critical_compute_ms);
     critical_transfer_ms_.push_back(a.critical_transfer_ms);
     critical_all_reduce_ms_.push_back(a.critical_all_reduce_ms);
-    set_by_.push_back({a.step, a.critical_replica, a.step_ms, a.critical_path_ms});
+    set_by_.push_back(
+        {a.step, a.critical_replica, a.critical_tensor, a.step_ms, a.critical_path_ms});
     variability_.add(a.microbatch_costs, a.critical_replica);
-    replicas_ = std::max(replicas_, static_cast<int>(a.graphs.size()));
-    std::map<int, std::int64_t> measured_end;  // by replica
+    for (const auto& [pipeline, g] : a.graphs) {
+      replicas_ = std::max(replicas_, pipeline.replica + 1);
+      tensors_ = std::max(tensors_, pipeline.tensor + 1);
+    }
+    std::map<PipelineKey, std::int64_t> measured_end;
     for (const auto& f : a.stages_figures) {
       if (f.microbatches == 0) continue;
-      Series& s = series_[{f.replica, f.stage}];
+      Series& s = series_[{f.replica, f.tensor, f.stage}];
+      s.tensor = f.tensor;
       const double cost = f.compute_ms / f.microbatches;
       s.rank = f.rank;
       s.replica = f.replica;
@@ -90,14 +94,16 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
           median({s.per_microbatch.begin(), s.per_microbatch.begin() + static_cast<long>(b)});
       std::vector<double> peers;
       for (const auto& p : a.stages_figures)
-        if (p.stage == f.stage && p.replica != f.replica && p.microbatches > 0)
+        if (p.stage == f.stage && (p.replica != f.replica || p.tensor != f.tensor) &&
+            p.microbatches > 0)
           peers.push_back(p.compute_ms / p.microbatches);
       if (!peers.empty()) expected = std::min(expected, median(peers));
       double gain = 0;
-      const auto g = a.graphs.find(f.replica);
+      const PipelineKey pipeline{f.replica, f.tensor};
+      const auto g = a.graphs.find(pipeline);
       if (g != a.graphs.end() && cost > expected && expected > 0) {
-        // The replica's replayed end as measured, once per replica.
-        const auto [end, first] = measured_end.try_emplace(f.replica, 0);
+        // The pipeline's replayed end as measured, once per pipeline.
+        const auto [end, first] = measured_end.try_emplace(pipeline, 0);
         if (first) end->second = replay_end(g->second, {});
         gain =
             static_cast<double>(replay_end(g->second, {{f.stage, expected / cost}}) - end->second) /
@@ -118,6 +124,7 @@ Analysis AnalysisBuilder::finish() {
   out.set_by = set_by_;
   out.variability = variability_.finish();
   out.replicas = replicas_;
+  out.tensors = tensors_;
   if (!bubble_.empty()) out.bubble_p50 = percentile(bubble_, 0.5);
   out.theoretical_bubble = theoretical_bubble(stages_, microbatches_, virtual_stages_);
   out.steps = steps_;
@@ -127,15 +134,22 @@ Analysis AnalysisBuilder::finish() {
   out.critical_compute_p50_ms = percentile(critical_compute_ms_, 0.5);
   out.critical_transfer_p50_ms = percentile(critical_transfer_ms_, 0.5);
   out.critical_all_reduce_p50_ms = percentile(critical_all_reduce_ms_, 0.5);
+  // The verdicts judge pipelines: a rank's peers are the same stage in
+  // every other pipeline (its replicas and its TP peers do the same work),
+  // and "its replica" for them is its own pipeline.
+  std::map<std::pair<int, int>, int> pipeline_index;  // (replica, tensor) -> dense index
+  for (const auto& [key, s] : series_)
+    pipeline_index.try_emplace({s.replica, s.tensor}, static_cast<int>(pipeline_index.size()));
+  const auto pipeline = [&](const Series& s) { return pipeline_index.at({s.replica, s.tensor}); };
   std::vector<RankSeries> ranks;
   for (const auto& [key, s] : series_)
-    ranks.push_back({s.rank, key.second, key.first, s.steps, s.per_microbatch});
+    ranks.push_back({s.rank, std::get<2>(key), pipeline(s), s.steps, s.per_microbatch});
   const Verdicts verdicts = judge_stages(ranks);
-  // Per step and replica, the fastest stage's compute per microbatch.
-  std::map<std::pair<int, std::int64_t>, double> fastest;  // (replica, step)
+  // Per step and pipeline, the fastest stage's compute per microbatch.
+  std::map<std::pair<int, std::int64_t>, double> fastest;  // (pipeline, step)
   for (const auto& [key, s] : series_)
     for (std::size_t i = 0; i < s.steps.size(); ++i) {
-      auto k = std::pair{s.replica, s.steps[i]};
+      auto k = std::pair{pipeline(s), s.steps[i]};
       auto it = fastest.find(k);
       if (it == fastest.end() || s.per_microbatch[i] < it->second) fastest[k] = s.per_microbatch[i];
     }
@@ -144,8 +158,9 @@ Analysis AnalysisBuilder::finish() {
   for (const auto& [key, s] : series_) {
     series_of_rank[s.rank] = &s;
     StageAnalysis st;
-    st.replica = key.first;
-    st.stage = key.second;
+    st.replica = s.replica;
+    st.tensor = s.tensor;
+    st.stage = std::get<2>(key);
     st.rank = s.rank;
     st.steps = s.steps.size();
     st.compute_per_microbatch_ms = percentile(s.per_microbatch, 0.5);
@@ -154,7 +169,7 @@ Analysis AnalysisBuilder::finish() {
     ++index;
     std::vector<double> relative, individual;
     for (std::size_t i = 0; i < s.steps.size(); ++i) {
-      const double best = fastest[{s.replica, s.steps[i]}];
+      const double best = fastest[{pipeline(s), s.steps[i]}];
       relative.push_back(best > 0 ? s.per_microbatch[i] / best : 1);
       individual.push_back(st.baseline_per_microbatch_ms > 0
                                ? s.per_microbatch[i] / st.baseline_per_microbatch_ms
@@ -183,8 +198,8 @@ Analysis AnalysisBuilder::finish() {
     st.gain_at_baseline_p50_ms = percentile(s.gain_at_baseline, 0.5);
     st.gain_at_median_p50_ms = percentile(s.gain_at_median, 0.5);
     for (std::size_t i = 0; i < s.steps.size(); ++i)
-      out.what_if.push_back({s.steps[i], st.replica, st.stage, st.rank, s.step_time[i], s.slack[i],
-                             s.gain_at_baseline[i], s.gain_at_median[i], s.sync_wait[i],
+      out.what_if.push_back({s.steps[i], st.replica, st.tensor, st.stage, st.rank, s.step_time[i],
+                             s.slack[i], s.gain_at_baseline[i], s.gain_at_median[i], s.sync_wait[i],
                              s.sync_last_replica[i]});
     if (st.relative > out.slowest_relative) {
       out.slowest_relative = st.relative;
@@ -199,6 +214,8 @@ Analysis AnalysisBuilder::finish() {
     StragglerReport r;
     r.who = who;
     const Series& s = *series_of_rank.at(who.rank);
+    r.who.replica = s.replica;  // the verdicts counted pipelines
+    r.tensor = s.tensor;
     std::vector<double> gains, steps, shares;
     for (std::size_t i = 0; i < s.steps.size(); ++i)
       if (s.steps[i] >= who.since_step) {
@@ -253,11 +270,15 @@ std::string format_verdicts(const Analysis& a) {
   for (const auto& r : a.stragglers) {
     const Straggler& w = r.who;
     out += fmt::format(
-        "straggler: rank {} (stage {}, replica {}): {:.2f}x {} since step {}, {:.0f}% of the "
+        "straggler: rank {} (stage {}, replica {}{}): {:.2f}x {} since step {}, {:.0f}% of the "
         "critical path; at its expected cost the step would change by {:+.2f} ms ({:+.0f}%)\n",
-        w.rank, w.stage, w.replica, w.ratio,
-        w.against == Straggler::Against::kPeers ? "the same stage's cost in the other replicas"
-                                                : "its own baseline (against how the others moved)",
+        w.rank, w.stage, w.replica,
+        a.tensors > 1 ? fmt::format(", tensor rank {}", r.tensor) : std::string(), w.ratio,
+        w.against == Straggler::Against::kPeers
+            ? (a.tensors > 1
+                   ? "the same stage's cost in the other pipelines (replicas and TP peers)"
+                   : "the same stage's cost in the other replicas")
+            : "its own baseline (against how the others moved)",
         w.since_step, 100 * r.critical_share_p50, r.gain_ms, 100 * r.gain_share);
     if (r.others_sync_wait_ms)
       out += fmt::format(
@@ -329,19 +350,24 @@ std::string format_table(const Analysis& a) {
       "rest the stages' own time between computes\n",
       a.step_p50_ms, a.step_p95_ms, a.critical_path_p50_ms, a.critical_compute_p50_ms,
       a.critical_transfer_p50_ms, a.critical_all_reduce_p50_ms);
+  // With tensor parallelism each (replica, tensor rank) is a pipeline of its
+  // own: its rows say both ("dp.tp").
+  const bool tp = a.tensors > 1;
+  const int place_width = tp ? 5 : 3;
   out += fmt::format(
-      "{:>5} {:>4} {:>3} {:>8} {:>8} {:>5} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | "
+      "{:>5} {:>4} {:>{}} {:>8} {:>8} {:>5} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | "
       "{:>8} {:>8} {:>8}\n",
-      "stage", "rank", "dp", "ms/mb", "relative", "crit", "step", "compute", "late-snd", "late-rcv",
-      "transfer", "sync", "rest", "idle", "slack", "imbal");
+      "stage", "rank", tp ? "dp.tp" : "dp", place_width, "ms/mb", "relative", "crit", "step",
+      "compute", "late-snd", "late-rcv", "transfer", "sync", "rest", "idle", "slack", "imbal");
   for (const auto& s : a.stages_analysis)
     out += fmt::format(
-        "{:>5} {:>4} {:>3} {:>8.3f} {:>7.2f}x {:>4.0f}% | {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} "
+        "{:>5} {:>4} {:>{}} {:>8.3f} {:>7.2f}x {:>4.0f}% | {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} "
         "{:>8.2f} {:>8.2f} {:>8.2f} | {:>8.2f} {:>8.2f} {:>8.2f}\n",
-        s.stage, s.rank, s.replica, s.compute_per_microbatch_ms, s.relative,
-        100 * s.critical_share_p50, s.step_p50_ms, s.compute_p50_ms, s.late_sender_p50_ms,
-        s.late_receiver_p50_ms, s.transfer_p50_ms, s.sync_wait_p50_ms, s.rest_p50_ms, s.idle_p50_ms,
-        s.slack_p50_ms, s.imbalance_idle_p50_ms);
+        s.stage, s.rank, tp ? fmt::format("{}.{}", s.replica, s.tensor) : std::to_string(s.replica),
+        place_width, s.compute_per_microbatch_ms, s.relative, 100 * s.critical_share_p50,
+        s.step_p50_ms, s.compute_p50_ms, s.late_sender_p50_ms, s.late_receiver_p50_ms,
+        s.transfer_p50_ms, s.sync_wait_p50_ms, s.rest_p50_ms, s.idle_p50_ms, s.slack_p50_ms,
+        s.imbalance_idle_p50_ms);
   out +=
       "(ms per step, p50 over steps; ms/mb: forward+backward per microbatch; each step's step = "
       "compute + late-snd + late-rcv + transfer + sync + rest exactly; sync: waiting at the "
@@ -374,6 +400,7 @@ std::string format_json(const Analysis& a) {
   for (const auto& w : a.what_if)
     what_if.push_back({{"step", w.step},
                        {"replica", w.replica},
+                       {"tensor", w.tensor},
                        {"stage", w.stage},
                        {"rank", w.rank},
                        {"step_ms", w.step_ms},
@@ -399,6 +426,7 @@ std::string format_json(const Analysis& a) {
   for (const auto& s : a.set_by)
     set_by.push_back({{"step", s.step},
                       {"replica", s.replica},
+                      {"tensor", s.tensor},
                       {"step_ms", s.step_ms},
                       {"critical_path_ms", s.critical_path_ms}});
   nlohmann::json stages = nlohmann::json::array();
@@ -406,6 +434,7 @@ std::string format_json(const Analysis& a) {
     stages.push_back({{"stage", s.stage},
                       {"rank", s.rank},
                       {"replica", s.replica},
+                      {"tensor", s.tensor},
                       {"steps", s.steps},
                       {"compute_per_microbatch_ms", s.compute_per_microbatch_ms},
                       {"baseline_per_microbatch_ms", s.baseline_per_microbatch_ms},
@@ -438,6 +467,7 @@ std::string format_json(const Analysis& a) {
         {{"rank", r.who.rank},
          {"stage", r.who.stage},
          {"replica", r.who.replica},
+         {"tensor", r.tensor},
          {"since_step", r.who.since_step},
          {"ratio", r.who.ratio},
          {"against", against_name(r.who.against)},
@@ -476,6 +506,8 @@ std::string format_json(const Analysis& a) {
       {"clock", clock},
       {"left_out", a.left_out.to_json()},
       {"what_if", what_if},
+      {"replicas", a.replicas},
+      {"tensor_parallel", a.tensors},
       {"variability", variability},
       {"set_by", set_by},
       {"stages", stages}};

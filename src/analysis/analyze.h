@@ -22,7 +22,7 @@
 namespace lens::tools {
 
 struct StageAnalysis {
-  int stage = -1, rank = -1, replica = 0;
+  int stage = -1, rank = -1, replica = 0, tensor = 0;
   std::size_t steps = 0;
   double compute_per_microbatch_ms = 0;   // median over steps
   double baseline_per_microbatch_ms = 0;  // median over its first kBaselineSteps steps
@@ -48,6 +48,7 @@ struct StageAnalysis {
 // A named straggler, with what fixing it would gain.
 struct StragglerReport {
   Straggler who;
+  int tensor = 0;  // its tensor-parallel rank
   double critical_share_p50 = 0;
   double gain_ms = 0, gain_share = 0;  // p50 over its slow steps; share of the step time
   // What it costs the other replicas: the mean of their ranks' waits at
@@ -63,7 +64,7 @@ struct ImbalanceReport {
 // One stage's what-ifs in one step (step_replay.h), for --json.
 struct StepWhatIf {
   std::int64_t step = 0;
-  int replica = 0, stage = -1, rank = -1;
+  int replica = 0, tensor = 0, stage = -1, rank = -1;
   double step_ms = 0;  // the step's time (its longest step span)
   double slack_ms = 0, gain_at_baseline_ms = 0, gain_at_median_ms = 0;
   double sync_wait_ms = 0;     // at the gradient sync, for the last replica to arrive
@@ -73,7 +74,7 @@ struct StepWhatIf {
 // Which replica set a step: the one that arrived last at the gradient sync.
 struct StepSetter {
   std::int64_t step = 0;
-  int replica = 0;
+  int replica = 0, tensor = 0;  // the pipeline of it whose compute ended last
   double step_ms = 0, critical_path_ms = 0;
 };
 
@@ -93,7 +94,7 @@ struct Analysis {
   std::vector<StepWhatIf> what_if;  // by replica, stage, then step
   std::vector<StepSetter> set_by;   // by step
   Variability variability;
-  int replicas = 1;
+  int replicas = 1, tensors = 1;
   // The slowest stage's relative score, whatever the verdict.
   int slowest_stage = -1;
   double slowest_relative = 0;
@@ -111,7 +112,7 @@ class AnalysisBuilder {
 
  private:
   struct Series {
-    int rank = -1, replica = 0;
+    int rank = -1, replica = 0, tensor = 0;
     std::vector<std::int64_t> steps;
     std::vector<double> per_microbatch, compute, critical_share, step, late_sender, transfer,
         late_receiver, sync_wait, rest, idle, warmup, cooldown, imbalance, transfer_idle,
@@ -120,12 +121,13 @@ class AnalysisBuilder {
     std::vector<double> step_time;  // the step's time (the longest step span), for shares
     int unmatched = 0;
   };
-  std::map<std::pair<int, int>, Series> series_;  // (replica, stage)
+  std::map<std::tuple<int, int, int>, Series> series_;  // (replica, tensor, stage)
   std::vector<double> step_ms_, critical_ms_, critical_compute_ms_, critical_transfer_ms_,
       critical_all_reduce_ms_, bubble_;
   std::vector<StepSetter> set_by_;
   MicrobatchVariability variability_;
-  int stages_ = 0, microbatches_ = 0, virtual_stages_ = 1, impossible_edges_ = 0, replicas_ = 1;
+  int stages_ = 0, microbatches_ = 0, virtual_stages_ = 1, impossible_edges_ = 0, replicas_ = 1,
+      tensors_ = 1;
   std::size_t steps_ = 0;
 };
 

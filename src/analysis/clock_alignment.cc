@@ -319,11 +319,6 @@ std::string ClockViolation::describe() const {
   std::string out =
       fmt::format("step {}: rank {}'s {} ended {:.1f} us before rank {}'s send began", step,
                   receiver_rank, receive, static_cast<double>(early_ns) / 1e3, sender_rank);
-  if (held_by_parent)
-    return out + fmt::format(
-                     " (within the ranks' uncertainty, {:.1f} us, but moving it would "
-                     "end it after its parent)",
-                     static_cast<double>(bound_ns) / 1e3);
   return out +
          fmt::format(" (the ranks' samples allow {:.1f} us)", static_cast<double>(bound_ns) / 1e3);
 }
@@ -343,6 +338,11 @@ std::string ClockReport::describe() const {
         reference_rank, samples, ranks, static_cast<double>(max_uncertainty_ns) / 1e3, moves.moved,
         moves.transfers, static_cast<double>(moves.max_shift_ns) / 1e3);
   }
+  if (moves.held > 0)
+    out += fmt::format(
+        "; {} left early within the ranks' uncertainty (moving them would end them after their "
+        "parent)",
+        moves.held);
   if (moves.violation_count > 0)
     out += fmt::format(
         "; CLOCK ERROR: {} receives end before their send by more than the alignment allows "
@@ -376,8 +376,7 @@ nlohmann::json ClockReport::to_json() const {
                           {"receiver_rank", v.receiver_rank},
                           {"receive", v.receive},
                           {"early_us", static_cast<double>(v.early_ns) / 1e3},
-                          {"bound_us", static_cast<double>(v.bound_ns) / 1e3},
-                          {"held_by_parent", v.held_by_parent}});
+                          {"bound_us", static_cast<double>(v.bound_ns) / 1e3}});
   return {{"aligned", aligned},
           {"reference_rank", aligned ? nlohmann::json(reference_rank) : nlohmann::json(nullptr)},
           {"ranks", ranks},
@@ -389,6 +388,7 @@ nlohmann::json ClockReport::to_json() const {
           {"unaligned_ranks", unaligned_ranks},
           {"receives_checked", moves.transfers},
           {"receives_moved", moves.moved},
+          {"receives_held", moves.held},
           {"max_move_us", static_cast<double>(moves.max_shift_ns) / 1e3},
           {"clock_errors", moves.violation_count},
           {"clock_error_list", violations},
@@ -398,6 +398,7 @@ nlohmann::json ClockReport::to_json() const {
 void CausalityMoves::add(const CausalityMoves& o) {
   transfers += o.transfers;
   moved += o.moved;
+  held += o.held;
   max_shift_ns = std::max(max_shift_ns, o.max_shift_ns);
   total_shift_ns = shifted(total_shift_ns, o.total_shift_ns);
   for (const auto& v : o.violations) add(v);
@@ -473,8 +474,7 @@ struct Pass {
         if (auto p = by_id.find(recv.parent_span_id);
             !recv.parent_span_id.empty() && p != by_id.end() &&
             shifted(recv.end_ns, shift) > p->second->end_ns) {
-          v.held_by_parent = true;
-          moves.add(v);
+          ++moves.held;
           continue;
         }
         recv.start_ns = shifted(recv.start_ns, shift);
@@ -490,13 +490,15 @@ struct Pass {
 }  // namespace
 
 CausalityMoves enforce_transfer_order(Run& step, const ClockAlignment* clock) {
-  // Per (replica, stage): the step's sends and receives in each direction,
-  // in time order; linked receives apart.
+  // Per pipeline (replica, tensor rank) and stage: the step's sends and
+  // receives in each direction, in time order; linked receives apart. Each
+  // TP rank of a stage sends to the same TP rank of the next, so TP peers'
+  // spans are never paired.
   struct Ends {
     std::vector<SpanRow*> send[2], recv[2], linked;
   };
   Pass pass{clock, -1, {}, {}};
-  std::map<std::pair<int, int>, Ends> by_stage;
+  std::map<std::tuple<int, int, int>, Ends> by_stage;  // (replica, tensor, stage)
   for (auto& f : step.files) {
     int stage = -1;
     for (const auto& s : f.spans) {
@@ -507,7 +509,7 @@ CausalityMoves enforce_transfer_order(Run& step, const ClockAlignment* clock) {
       }
     }
     if (stage < 0) continue;
-    Ends& e = by_stage[{f.replica, stage}];
+    Ends& e = by_stage[{f.replica, std::max(0, f.tensor_rank), stage}];
     for (auto& s : f.spans) {
       if (kind_of(s) == SpanKind::kLinked) {
         e.linked.push_back(&s);
@@ -523,14 +525,14 @@ CausalityMoves enforce_transfer_order(Run& step, const ClockAlignment* clock) {
       std::sort(v->begin(), v->end(), by_start);
   }
   for (auto& [key, e] : by_stage) {
-    const auto [replica, stage] = key;
-    if (auto prev = by_stage.find({replica, stage - 1}); prev != by_stage.end()) {
+    const auto [replica, tensor, stage] = key;
+    if (auto prev = by_stage.find({replica, tensor, stage - 1}); prev != by_stage.end()) {
       // Forward: stage - 1 sent what this stage receives; the linked spans
       // wrap the first receives.
       pass.order(prev->second.send[0], e.recv[0], true);
       pass.order(prev->second.send[0], e.linked, false);
     }
-    if (auto next = by_stage.find({replica, stage + 1}); next != by_stage.end())
+    if (auto next = by_stage.find({replica, tensor, stage + 1}); next != by_stage.end())
       pass.order(next->second.send[1], e.recv[1], true);  // backward: stage + 1 sent
   }
   return pass.moves;

@@ -137,9 +137,6 @@ struct ClockViolation {
   std::string receive;        // the receive span's name
   std::int64_t early_ns = 0;  // how far the receive ended before the send began
   std::int64_t bound_ns = 0;  // the two ranks' stated uncertainty there (the most a move may be)
-  // Early by no more than the bound, but the move would have ended the
-  // receive after its parent: left as it is too.
-  bool held_by_parent = false;
 
   std::string describe() const;
 };
@@ -153,6 +150,10 @@ struct CausalityMoves {
                               // (without a clock: that ended before, counted only)
   std::int64_t max_shift_ns = 0;
   std::int64_t total_shift_ns = 0;
+  // Early by no more than the bound, but moving them would have ended them
+  // after their parent: left as they are (within what the samples allow, so
+  // not clock errors; the analysis counts the impossible edges they leave).
+  std::size_t held = 0;
   std::size_t violation_count = 0;
   std::vector<ClockViolation> violations;  // the kKeptViolations earliest-ending, largest first
   void add(const CausalityMoves& other);
@@ -160,15 +161,17 @@ struct CausalityMoves {
 };
 
 // The causality pass over one step of a run (every file's spans of that
-// step): on each channel between neighbouring stages of a replica (forward
+// step): on each channel between neighbouring stages of a pipeline (a
+// replica's tensor-parallel rank: TP peers are never paired) (forward
 // s -> s+1, backward s+1 -> s), the k-th send of the step is the k-th
 // receive's match (p2p transfers on a channel arrive in order), and a
 // linked receive span counts as the receive it wraps. With `clock` (the
 // spans aligned by it), a receive that ends before its matching send began
 // is moved (start and end) to end 1 ns after the send's start when the gap
 // is within the bound (the two ranks' uncertainty_at plus 1 µs of rounding)
-// and the receive then still ends within its parent; otherwise it is left
-// and counted as a ClockViolation. Without `clock` (raw clocks) such
+// and the receive then still ends within its parent; a receive held by its
+// parent is left and counted as held, one beyond the bound is left and
+// counted as a ClockViolation. Without `clock` (raw clocks) such
 // receives are only counted.
 CausalityMoves enforce_transfer_order(Run& step, const ClockAlignment* clock);
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace lens::tools {
 namespace {
@@ -20,21 +21,24 @@ void MicrobatchVariability::add(const std::vector<MicrobatchCost>& costs, int se
   if (last_setter_ && *last_setter_ != setter) ++changes_;
   last_setter_ = setter;
   ++steps_;
-  // Per replica and stage, this step's costs, and each one's relative cost.
-  std::map<std::pair<int, int>, std::vector<const MicrobatchCost*>> by_stage;
+  // Per pipeline (replica, tensor rank) and stage, this step's costs, and
+  // each one's relative cost.
+  std::map<std::tuple<int, int, int>, std::vector<const MicrobatchCost*>> by_stage;
   for (const auto& c : costs)
-    if (c.ms > 0) by_stage[{c.replica, c.stage}].push_back(&c);
-  std::map<std::pair<int, std::int64_t>, std::map<int, double>> log_relative;  // (replica, mb)
+    if (c.ms > 0) by_stage[{c.replica, c.tensor, c.stage}].push_back(&c);
+  // (replica, tensor, microbatch) -> stage -> log relative cost
+  std::map<std::tuple<int, int, std::int64_t>, std::map<int, double>> log_relative;
   for (const auto& [key, list] : by_stage) {
     std::vector<double> v;
     for (const auto* c : list) v.push_back(c->ms);
     const double median = quantile(v, 0.5);
     if (median <= 0) continue;
+    const int stage = std::get<2>(key);
     for (const auto* c : list) {
-      cost_ms_[key.second].push_back(c->ms);
+      cost_ms_[stage].push_back(c->ms);
       const double r = c->ms / median;
-      relative_[key.second].push_back(r);
-      log_relative[{key.first, c->microbatch}][key.second] = std::log(r);
+      relative_[stage].push_back(r);
+      log_relative[{c->replica, c->tensor, c->microbatch}][stage] = std::log(r);
     }
   }
   for (const auto& [mb, stages] : log_relative)

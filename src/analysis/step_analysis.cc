@@ -35,7 +35,7 @@ double median(std::vector<double> v) {
 }
 
 // The figures of one replica's stages.
-std::map<int, StageFigures> stage_figures(const StepGraph& g, int replica, int stages,
+std::map<int, StageFigures> stage_figures(const StepGraph& g, PipelineKey pipeline, int stages,
                                           std::int64_t deadline_ns) {
   // The schedule's own idle: what 1F1B idles on every stage with this
   // work spread evenly, (P - 1) x (mean forward + mean backward).
@@ -53,7 +53,8 @@ std::map<int, StageFigures> stage_figures(const StepGraph& g, int replica, int s
     StageFigures& f = figures[stage];
     f.rank = rank;
     f.stage = stage;
-    f.replica = replica;
+    f.replica = pipeline.replica;
+    f.tensor = pipeline.tensor;
     f.window_ms = ms(g.window_end - g.window_start);
     const auto step = g.step_ms.find(stage);
     f.step_ms = step == g.step_ms.end() ? 0 : step->second;
@@ -168,18 +169,27 @@ Walk walk_back(const StepGraph& g, int from) {
 
 }  // namespace
 
-StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, int>& replica_of) {
+std::map<int, PipelineKey> pipelines_of(const Run& run) {
+  std::map<int, PipelineKey> out;
+  for (const auto& f : run.files)
+    out[f.rank] = {std::max(0, f.replica), std::max(0, f.tensor_rank)};
+  return out;
+}
+
+StepAnalysis analyze_step(const StepView& step, int stages,
+                          const std::map<int, PipelineKey>& pipeline_of) {
   StepAnalysis out;
   out.step = step.step;
   out.stages = stages;
-  std::map<int, std::vector<const StepOnRank*>> by_replica;
+  std::map<PipelineKey, std::vector<const StepOnRank*>> by_pipeline;
   for (const auto& [rank, sr] : step.ranks) {
-    auto it = replica_of.find(rank);
-    by_replica[it == replica_of.end() ? 0 : std::max(0, it->second)].push_back(&sr);
+    auto it = pipeline_of.find(rank);
+    by_pipeline[it == pipeline_of.end() ? PipelineKey{} : it->second].push_back(&sr);
   }
   const StepGraph* slowest = nullptr;
-  for (const auto& [replica, ranks] : by_replica) {
-    StepGraph& g = out.graphs[replica] = build_step_graph(ranks, stages);
+  PipelineKey critical;
+  for (const auto& [pipeline, ranks] : by_pipeline) {
+    StepGraph& g = out.graphs[pipeline] = build_step_graph(ranks, stages);
     if (g.empty()) continue;
     std::set<int> computing;
     for (const auto& n : g.nodes)
@@ -192,7 +202,7 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
     };
     if (slowest == nullptr || arrival(g) > arrival(*slowest)) {
       slowest = &g;
-      out.critical_replica = replica;
+      critical = pipeline;
     }
     out.impossible_edges += g.impossible_edges;
     out.waits.insert(out.waits.end(), g.waits.intervals.begin(), g.waits.intervals.end());
@@ -205,26 +215,32 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
                         slowest->last_compute >= 0 ? slowest->last_compute : slowest->last)]
                     .end
               : 0;
-  for (const auto& [replica, g] : out.graphs)
+  out.critical_replica = critical.replica;
+  out.critical_tensor = critical.tensor;
+  const auto key = [](const auto& x) { return PipelineKey{x.replica, x.tensor}; };
+  for (const auto& [pipeline, g] : out.graphs)
     if (!g.empty())
-      for (auto& [stage, f] : stage_figures(g, replica, stages, deadline))
+      for (auto& [stage, f] : stage_figures(g, pipeline, stages, deadline))
         out.stages_figures.push_back(f);
   for (auto& f : out.stages_figures) {
-    const auto it = out.graphs.find(f.replica);
+    const auto it = out.graphs.find(key(f));
     if (it != out.graphs.end()) f.microbatches /= it->second.chunks;  // forwards per chunk
     out.microbatches = std::max(out.microbatches, f.microbatches);
   }
-  // Waits at the gradient sync: a stage's replicas meet there; each waits
-  // from its own arrival to the last one's (never more than its sync took).
-  std::map<int, std::pair<std::int64_t, int>> last_arrival;  // stage -> (time, replica)
-  for (const auto& [replica, rg] : out.graphs)
+  // Waits at the gradient sync: the replicas of a stage and tensor rank
+  // meet there; each waits from its own arrival to the last one's (never
+  // more than its sync took).
+  std::map<std::pair<int, int>, std::pair<std::int64_t, int>> last_arrival;
+  // (stage, tensor) -> (time, replica)
+  for (const auto& [pipeline, rg] : out.graphs)
     for (const auto& [stage, sync] : rg.sync) {
-      const auto [it, first] = last_arrival.try_emplace(stage, sync.first, replica);
-      if (!first && sync.first > it->second.first) it->second = {sync.first, replica};
+      const auto [it, first] =
+          last_arrival.try_emplace({stage, pipeline.tensor}, sync.first, pipeline.replica);
+      if (!first && sync.first > it->second.first) it->second = {sync.first, pipeline.replica};
     }
   for (auto& f : out.stages_figures) {
-    const auto rg = out.graphs.find(f.replica);
-    const auto last = last_arrival.find(f.stage);
+    const auto rg = out.graphs.find(key(f));
+    const auto last = last_arrival.find({f.stage, f.tensor});
     if (rg == out.graphs.end() || last == last_arrival.end()) continue;
     const auto own = rg->second.sync.find(f.stage);
     if (own == rg->second.sync.end()) continue;
@@ -233,12 +249,12 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
     f.sync_last_replica = last->second.second;
     f.rest_ms -= f.sync_wait_ms;
   }
-  for (const auto& [replica, rg] : out.graphs) {
+  for (const auto& [pipeline, rg] : out.graphs) {
     std::map<std::pair<int, std::int64_t>, double> cost;  // (stage, microbatch)
     for (const auto& n : rg.nodes)
       if (n.compute()) cost[{n.stage, n.microbatch}] += ms(n.end - n.start);
-    for (const auto& [key, v] : cost)
-      out.microbatch_costs.push_back({replica, key.first, key.second, v});
+    for (const auto& [at, v] : cost)
+      out.microbatch_costs.push_back({pipeline.replica, at.first, pipeline.tensor, at.second, v});
   }
   if (slowest == nullptr) return out;
   const StepGraph& g = *slowest;
@@ -266,23 +282,23 @@ StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, 
     else if (seg.kind != PathSegment::Kind::kTransfer)
       out.critical_compute_ms += seg.end_ms - seg.start_ms;
   }
-  // Every replica's own path, from its last compute: a stage's share is of
-  // its own replica's path, so a replica that did not set the step still
+  // Every pipeline's own path, from its last compute: a stage's share is of
+  // its own pipeline's path, so a replica that did not set the step still
   // shows which of its stages set its own arrival.
-  for (const auto& [replica, rg] : out.graphs) {
+  for (const auto& [pipeline, rg] : out.graphs) {
     if (rg.empty()) continue;
     Walk own;
     const Walk* w = &own;
-    if (replica == out.critical_replica)
+    if (pipeline == critical)
       w = &walk;
     else if (rg.last_compute >= 0)
       own = walk_back(rg, rg.last_compute);
     else
       continue;
-    out.replica_path_ms[replica] = w->length_ms;
-    const auto& path = replica == out.critical_replica ? out.critical_path : own.path;
+    out.pipeline_path_ms[pipeline] = w->length_ms;
+    const auto& path = pipeline == critical ? out.critical_path : own.path;
     for (auto& f : out.stages_figures) {
-      if (f.replica != replica) continue;
+      if (key(f) != pipeline) continue;
       for (const auto& seg : path)
         if (seg.kind != PathSegment::Kind::kTransfer && seg.kind != PathSegment::Kind::kAllReduce &&
             seg.stage == f.stage)

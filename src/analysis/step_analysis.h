@@ -19,9 +19,23 @@
 
 namespace lens::tools {
 
+// Which chain of stages a rank is in: its data-parallel replica and its
+// tensor-parallel rank (each TP rank of a stage sends to the same TP rank of
+// the next stage, so a (replica, tensor) pair is one pipeline). Its TP
+// peers (the same stage and replica) run their own pipelines; its replicas
+// (the same stage and tensor) meet it at the gradient sync.
+struct PipelineKey {
+  int replica = 0, tensor = 0;
+  auto operator<=>(const PipelineKey&) const = default;
+};
+
+// Each rank's pipeline, from its file's dl.data_parallel.rank and
+// dl.tensor_parallel.rank (0 when absent).
+std::map<int, PipelineKey> pipelines_of(const Run& run);
+
 // One stage's figures for one step (milliseconds).
 struct StageFigures {
-  int rank = -1, stage = -1, replica = 0;
+  int rank = -1, stage = -1, replica = 0, tensor = 0;
   int microbatches = 0;  // forward spans seen
   double forward_ms = 0, backward_ms = 0;
   double all_reduce_ms = 0, optimizer_ms = 0;
@@ -34,8 +48,9 @@ struct StageFigures {
   double late_receiver_ms = 0;  // its sends blocked until the receive was posted
   double transfer_ms = 0;       // the rest of its p2p spans: the transfers themselves
   // At the data-parallel gradient sync: from its arrival (its first
-  // all-reduce's start) to the last replica's arrival, at most its sync's
-  // length; and that last replica (-1: no sync).
+  // all-reduce's start) to the arrival of the last replica of its stage and
+  // tensor rank, at most its sync's length; and that last replica (-1: no
+  // sync).
   double sync_wait_ms = 0;
   int sync_last_replica = -1;
   double rest_ms = 0;           // the rest of the step (optimizer, the sync itself, framework)
@@ -71,7 +86,7 @@ struct PathSegment {
 // One microbatch's compute on one stage: its forwards and backwards (every
 // model chunk's) together.
 struct MicrobatchCost {
-  int replica = 0, stage = -1;
+  int replica = 0, stage = -1, tensor = 0;
   std::int64_t microbatch = -1;
   double ms = 0;
 };
@@ -94,15 +109,19 @@ struct StepAnalysis {
   // The replica that set the step: its compute ended last, so it arrived
   // last at the gradient sync; the step's path runs through it.
   int critical_replica = 0;
-  std::map<int, double> replica_path_ms;  // each replica's own path (the step's for critical)
-  std::map<int, StepGraph> graphs;        // by replica, for replays
+  int critical_tensor = 0;  // and the pipeline of it that did (its TP rank)
+  // Each pipeline's own path (the step's for the critical one).
+  std::map<PipelineKey, double> pipeline_path_ms;
+  std::map<PipelineKey, StepGraph> graphs;       // by pipeline, for replays
   std::vector<MicrobatchCost> microbatch_costs;  // by replica, stage, microbatch
 };
 
 // The step of `view` (one StepView of a PipelineView), with each rank's
-// replica (dl.data_parallel.rank; 0 when absent). The critical path is the
-// one of the replica whose compute ends last, walked back from the end of
-// its rank that computed last (through its sync, once).
-StepAnalysis analyze_step(const StepView& step, int stages, const std::map<int, int>& replica_of);
+// pipeline (dl.data_parallel.rank and dl.tensor_parallel.rank; 0 when
+// absent). The critical path is the one of the pipeline whose compute ends
+// last, walked back from the end of its rank that computed last (through
+// its sync, once).
+StepAnalysis analyze_step(const StepView& step, int stages,
+                          const std::map<int, PipelineKey>& pipeline_of);
 
 }  // namespace lens::tools

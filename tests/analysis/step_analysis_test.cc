@@ -88,9 +88,7 @@ Run make_step(int stages, const std::vector<std::pair<double, double>>& windows,
 StepAnalysis analyze(const Run& run, int stages) {
   const PipelineView view = build_view(run);
   EXPECT_EQ(view.steps.size(), 1u);
-  std::map<int, int> replica_of;
-  for (const auto& f : run.files) replica_of[f.rank] = f.replica;
-  return analyze_step(view.steps.at(0), stages, replica_of);
+  return analyze_step(view.steps.at(0), stages, pipelines_of(run));
 }
 
 const StageFigures& stage(const StepAnalysis& a, int s) {
@@ -216,7 +214,7 @@ TEST(StepAnalysis, WaitsAreMeasuredFromTheTransferSpansAndAddUpToTheStep) {
   EXPECT_EQ(a.impossible_edges, 0);
   // Replayed with stage 1 twice as slow: F0@1 2 -> 4, B0@1 4 -> 7, the
   // gradient arrives 0.5 later at 7.5, B0@0 ends at 8.5: 2.5 ms later.
-  const StepGraph& g = a.graphs.at(0);
+  const StepGraph& g = a.graphs.at({});
   EXPECT_EQ(replay_end(g, {}), ns(6));
   EXPECT_EQ(replay_end(g, {{1, 2.0}}) - replay_end(g, {}), ns(2.5));
   // Both stages are on the path: neither has slack.
@@ -493,8 +491,8 @@ TEST(StepAnalysis, ThePathRunsThroughTheReplicaLastAtTheSyncAndTheOthersWaitTher
   ASSERT_EQ(a.critical_path.size(), 6u);
   for (const auto& seg : a.critical_path) EXPECT_GE(seg.rank, 2) << "replica 1's ranks only";
   EXPECT_EQ(a.critical_path[4].kind, PathSegment::Kind::kAllReduce);
-  EXPECT_EQ(a.replica_path_ms.at(1), 9);
-  EXPECT_EQ(a.replica_path_ms.at(0), 4) << "replica 0's own path: its computes, 0-4";
+  EXPECT_EQ(a.pipeline_path_ms.at({1, 0}), 9);
+  EXPECT_EQ(a.pipeline_path_ms.at({0, 0}), 4) << "replica 0's own path: its computes, 0-4";
   for (const auto& f : a.stages_figures) {
     if (f.replica == 0) {
       // Replica 0 waits at the sync from its arrival to replica 1's: stage
@@ -527,10 +525,10 @@ TEST(MicrobatchVariability, WorkSharedByEveryStageIsVariableNoiseOnOneRankIsNot)
   for (int step = 0; step < 6; ++step) {
     std::vector<MicrobatchCost> a, b;
     for (int m = 0; m < 4; ++m) {
-      a.push_back({0, 0, m, 1.0 + m});
-      a.push_back({0, 1, m, 2.0 * (1 + m)});
-      b.push_back({0, 0, m, 1.0 + m});
-      b.push_back({0, 1, m, 4.0 - m});
+      a.push_back({0, 0, 0, m, 1.0 + m});
+      a.push_back({0, 1, 0, m, 2.0 * (1 + m)});
+      b.push_back({0, 0, 0, m, 1.0 + m});
+      b.push_back({0, 1, 0, m, 4.0 - m});
     }
     shared.add(a, step % 2);  // the setting replica changes every step
     noise.add(b, 0);
@@ -552,6 +550,85 @@ TEST(MicrobatchVariability, WorkSharedByEveryStageIsVariableNoiseOnOneRankIsNot)
   EXPECT_LT(n.correlation, 0) << "but not shared";
   EXPECT_FALSE(n.variable);
   EXPECT_DOUBLE_EQ(n.setter_changes, 0);
+}
+
+// Tensor parallelism: two TP ranks per stage, each TP rank of stage 0
+// sending to the same TP rank of stage 1, so (replica 0, tensor 0) and
+// (replica 0, tensor 1) are two pipelines. Tensor rank 1's stage 1 takes
+// 3 ms a pass, the others 1 ms.
+Run two_tensor_ranks() {
+  tools::Run run;
+  for (int tensor = 0; tensor < 2; ++tensor) {
+    const double slow = tensor == 1 ? 3 : 1;
+    tools::Run r = make_step(2, {{0, 2 + 2 * slow}, {0, 1 + 2 * slow}},
+                             {{0, F, 0, 0, 1},
+                              {1, F, 0, 1, 1 + slow},
+                              {1, B, 0, 1 + slow, 1 + 2 * slow},
+                              {0, B, 0, 1 + 2 * slow, 2 + 2 * slow}},
+                             7, tensor);  // distinct ranks: stage + 2 x tensor
+    for (auto& f : r.files) {
+      f.replica = 0;
+      f.tensor_rank = tensor;
+      run.files.push_back(std::move(f));
+    }
+  }
+  return run;
+}
+
+TEST(StepAnalysis, TensorParallelPeersAreSeparatePipelinesAndNoComputeCountsTwice) {
+  const tools::Run run = two_tensor_ranks();
+  const StepAnalysis a = analyze(run, 2);
+  ASSERT_TRUE(a.complete);
+  ASSERT_EQ(a.graphs.size(), 2u);
+  EXPECT_EQ(a.stages_figures.size(), 4u);
+  for (const auto& f : a.stages_figures) {
+    // Each rank's own computes only: 2 ms on every stage but tensor rank 1's
+    // stage 1 (6 ms); keyed by stage alone the two would add up.
+    EXPECT_DOUBLE_EQ(f.compute_ms, f.tensor == 1 && f.stage == 1 ? 6 : 2) << "rank " << f.rank;
+    EXPECT_NEAR(f.compute_ms + f.late_sender_ms + f.late_receiver_ms + f.transfer_ms +
+                    f.sync_wait_ms + f.rest_ms,
+                f.step_ms, 1e-9);
+  }
+  // The slower pipeline sets the step; its path is no longer than its step.
+  EXPECT_EQ(a.critical_tensor, 1);
+  EXPECT_DOUBLE_EQ(a.critical_path_ms, 8);
+  EXPECT_LE(a.critical_path_ms, a.step_ms);
+  for (const auto& seg : a.critical_path) EXPECT_GE(seg.rank, 2) << "tensor rank 1's ranks";
+}
+
+TEST(StepAnalysis, AStragglerAmongTensorParallelPeersIsNamedByRank) {
+  // Five steps; from step 2 on, rank 3 (stage 1, tensor rank 1) takes 3 ms a
+  // pass, its TP peer rank 1 (stage 1, tensor rank 0) 1 ms.
+  AnalysisBuilder b;
+  for (int step = 0; step < 5; ++step) {
+    tools::Run run;
+    for (int tensor = 0; tensor < 2; ++tensor) {
+      const double slow = tensor == 1 && step >= 2 ? 3 : 1;
+      tools::Run r = make_step(2, {{0, 2 + 2 * slow}, {0, 1 + 2 * slow}},
+                               {{0, F, 0, 0, 1},
+                                {1, F, 0, 1, 1 + slow},
+                                {1, B, 0, 1 + slow, 1 + 2 * slow},
+                                {0, B, 0, 1 + 2 * slow, 2 + 2 * slow}},
+                               step, tensor);
+      for (auto& f : r.files) {
+        f.replica = 0;
+        f.tensor_rank = tensor;
+        run.files.push_back(std::move(f));
+      }
+    }
+    b.add(build_view(run), run);
+  }
+  const Analysis a = b.finish();
+  EXPECT_EQ(a.tensors, 2);
+  ASSERT_EQ(a.stragglers.size(), 1u);
+  EXPECT_EQ(a.stragglers[0].who.rank, 3);
+  EXPECT_EQ(a.stragglers[0].who.stage, 1);
+  EXPECT_EQ(a.stragglers[0].tensor, 1);
+  EXPECT_EQ(a.stragglers[0].who.since_step, 2);
+  const std::string table = format_table(a);
+  EXPECT_NE(table.find("straggler: rank 3 (stage 1, replica 0, tensor rank 1)"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("dp.tp"), std::string::npos) << table;
 }
 
 TEST(StepAnalysis, AStageWithoutComputeSpansLeavesTheStepIncomplete) {

@@ -1091,8 +1091,10 @@ TEST_F(ClockAlignmentCli, SpansShiftedBeyondTheSamplesAreAClockErrorNamingBothRa
     EXPECT_GT(v["early_us"].get<double>(), v["bound_us"].get<double>()) << v.dump();
     if (v["sender_rank"] == 1 && v["receiver_rank"] == 2) {
       forward_named = true;
-      // Early by the shift less what the receive had to spare: within 5 ms.
-      EXPECT_LE(v["early_us"].get<double>(), shift_ns / 1e3) << v.dump();
+      // Early by the shift, less what the receive had to spare, give or
+      // take the alignment's own error (at most the bound).
+      EXPECT_LE(v["early_us"].get<double>(), shift_ns / 1e3 + v["bound_us"].get<double>())
+          << v.dump();
     }
   }
   EXPECT_TRUE(forward_named) << clock.dump(1);
