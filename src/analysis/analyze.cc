@@ -8,22 +8,11 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "stats.h"
 #include "step_replay.h"
 
 namespace lens::tools {
-namespace {
-
-// Nearest-rank percentile; 0 for no values.
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto k = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, k == 0 ? 0 : k - 1)];
-}
-
-double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
-
-}  // namespace
+namespace {}  // namespace
 
 void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
   const std::map<int, PipelineKey> pipeline_of = pipelines_of(run);
@@ -91,13 +80,13 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
       // being seen) or its peers' median this step, the lower.
       const std::size_t b = std::min(kBaselineSteps, s.per_microbatch.size());
       double expected =
-          median({s.per_microbatch.begin(), s.per_microbatch.begin() + static_cast<long>(b)});
+          p50({s.per_microbatch.begin(), s.per_microbatch.begin() + static_cast<long>(b)});
       std::vector<double> peers;
       for (const auto& p : a.stages_figures)
         if (p.stage == f.stage && (p.replica != f.replica || p.tensor != f.tensor) &&
             p.microbatches > 0)
           peers.push_back(p.compute_ms / p.microbatches);
-      if (!peers.empty()) expected = std::min(expected, median(peers));
+      if (!peers.empty()) expected = std::min(expected, p50(peers));
       double gain = 0;
       const PipelineKey pipeline{f.replica, f.tensor};
       const auto g = a.graphs.find(pipeline);
@@ -223,9 +212,9 @@ Analysis AnalysisBuilder::finish() {
         steps.push_back(s.step_time[i]);
         shares.push_back(s.critical_share[i]);
       }
-    r.gain_ms = median(gains);
-    r.gain_share = share(r.gain_ms, median(steps));
-    r.critical_share_p50 = median(shares);
+    r.gain_ms = p50(gains);
+    r.gain_share = share(r.gain_ms, p50(steps));
+    r.critical_share_p50 = p50(shares);
     // Its cost to the other replicas: per slow step, the mean of their
     // ranks' waits at the gradient sync; p50 over those steps.
     std::map<std::int64_t, std::pair<double, int>> others;  // step -> (sum, ranks)
@@ -239,7 +228,7 @@ Analysis AnalysisBuilder::finish() {
           }
     std::vector<double> waits;
     for (const auto& [step, v] : others) waits.push_back(v.first / v.second);
-    if (!waits.empty()) r.others_sync_wait_ms = median(waits);
+    if (!waits.empty()) r.others_sync_wait_ms = p50(waits);
     out.stragglers.push_back(r);
   }
   for (const Imbalance& what : verdicts.imbalance) {
@@ -247,7 +236,7 @@ Analysis AnalysisBuilder::finish() {
     std::vector<double> gains;
     for (const auto& st : out.stages_analysis)
       if (st.stage == what.stage) gains.push_back(st.gain_at_median_p50_ms);
-    r.gain_ms = median(gains);
+    r.gain_ms = p50(gains);
     r.gain_share = share(r.gain_ms, out.step_p50_ms);
     out.imbalance.push_back(r);
   }

@@ -5,17 +5,9 @@
 #include <cmath>
 #include <tuple>
 
+#include "stats.h"
+
 namespace lens::tools {
-namespace {
-
-double quantile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto k = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, k == 0 ? 0 : k - 1)];
-}
-
-}  // namespace
 
 void MicrobatchVariability::add(const std::vector<MicrobatchCost>& costs, int setter) {
   if (last_setter_ && *last_setter_ != setter) ++changes_;
@@ -31,7 +23,7 @@ void MicrobatchVariability::add(const std::vector<MicrobatchCost>& costs, int se
   for (const auto& [key, list] : by_stage) {
     std::vector<double> v;
     for (const auto* c : list) v.push_back(c->ms);
-    const double median = quantile(v, 0.5);
+    const double median = percentile(v, 0.5);
     if (median <= 0) continue;
     const int stage = std::get<2>(key);
     for (const auto* c : list) {
@@ -61,17 +53,17 @@ Variability MicrobatchVariability::finish() const {
     StageSpread s;
     s.stage = stage;
     s.microbatches = costs.size();
-    s.p50_ms = quantile(costs, 0.5);
-    s.p95_ms = quantile(costs, 0.95);
+    s.p50_ms = percentile(costs, 0.5);
+    s.p95_ms = percentile(costs, 0.95);
     const auto [lo, hi] = std::minmax_element(costs.begin(), costs.end());
     s.max_over_min = *lo > 0 ? *hi / *lo : 0;
     const auto& rel = relative_.at(stage);
-    const double p10 = quantile(rel, 0.1);
-    s.relative_p90_p10 = p10 > 0 ? quantile(rel, 0.9) / p10 : 0;
+    const double p10 = percentile(rel, 0.1);
+    s.relative_p90_p10 = p10 > 0 ? percentile(rel, 0.9) / p10 : 0;
     spreads.push_back(s.relative_p90_p10);
     out.stages.push_back(s);
   }
-  out.spread = quantile(spreads, 0.5);
+  out.spread = percentile(spreads, 0.5);
   double sum = 0;
   int pairs = 0;
   for (const auto& [key, s] : pairs_) {

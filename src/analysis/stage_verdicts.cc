@@ -5,15 +5,10 @@
 #include <limits>
 #include <map>
 
+#include "stats.h"
+
 namespace lens::tools {
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t k = v.size() / 2;
-  return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
-}
 
 // The first index from `from` that starts kConsecutiveSteps scores in a row
 // at or above the threshold, or -1.

@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "stats.h"
 #include "step_replay.h"
 
 namespace lens::tools {
@@ -25,13 +26,6 @@ PathSegment::Kind segment_kind(NodeKind k) {
       return PathSegment::Kind::kOptimizer;
   }
   return PathSegment::Kind::kForward;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t k = v.size() / 2;
-  return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
 }
 
 // The figures of one replica's stages.

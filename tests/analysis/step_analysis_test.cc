@@ -555,17 +555,17 @@ TEST(MicrobatchVariability, WorkSharedByEveryStageIsVariableNoiseOnOneRankIsNot)
 // Tensor parallelism: two TP ranks per stage, each TP rank of stage 0
 // sending to the same TP rank of stage 1, so (replica 0, tensor 0) and
 // (replica 0, tensor 1) are two pipelines. Tensor rank 1's stage 1 takes
-// 3 ms a pass, the others 1 ms.
-Run two_tensor_ranks() {
+// `slowed` ms a pass, the others 1 ms.
+Run two_tensor_ranks(std::int64_t step = 7, double slowed = 3) {
   tools::Run run;
   for (int tensor = 0; tensor < 2; ++tensor) {
-    const double slow = tensor == 1 ? 3 : 1;
+    const double slow = tensor == 1 ? slowed : 1;
     tools::Run r = make_step(2, {{0, 2 + 2 * slow}, {0, 1 + 2 * slow}},
                              {{0, F, 0, 0, 1},
                               {1, F, 0, 1, 1 + slow},
                               {1, B, 0, 1 + slow, 1 + 2 * slow},
                               {0, B, 0, 1 + 2 * slow, 2 + 2 * slow}},
-                             7, tensor);  // distinct ranks: stage + 2 x tensor
+                             step, tensor);  // distinct ranks: stage + 2 x tensor
     for (auto& f : r.files) {
       f.replica = 0;
       f.tensor_rank = tensor;
@@ -601,21 +601,7 @@ TEST(StepAnalysis, AStragglerAmongTensorParallelPeersIsNamedByRank) {
   // pass, its TP peer rank 1 (stage 1, tensor rank 0) 1 ms.
   AnalysisBuilder b;
   for (int step = 0; step < 5; ++step) {
-    tools::Run run;
-    for (int tensor = 0; tensor < 2; ++tensor) {
-      const double slow = tensor == 1 && step >= 2 ? 3 : 1;
-      tools::Run r = make_step(2, {{0, 2 + 2 * slow}, {0, 1 + 2 * slow}},
-                               {{0, F, 0, 0, 1},
-                                {1, F, 0, 1, 1 + slow},
-                                {1, B, 0, 1 + slow, 1 + 2 * slow},
-                                {0, B, 0, 1 + 2 * slow, 2 + 2 * slow}},
-                               step, tensor);
-      for (auto& f : r.files) {
-        f.replica = 0;
-        f.tensor_rank = tensor;
-        run.files.push_back(std::move(f));
-      }
-    }
+    const tools::Run run = two_tensor_ranks(step, step >= 2 ? 3 : 1);
     b.add(build_view(run), run);
   }
   const Analysis a = b.finish();

@@ -1126,20 +1126,17 @@ int stragglers_at_least(const json& a, double ratio) {
 // 2-core machine cannot flip a verdict; they were repeated with a
 // `yes > /dev/null` loop busy on the other core (the command and how far
 // it got: bench/README.md, "lens_cli under load").
-class AnalyzeCli : public ::testing::Test {
+// Trainer runs made once per suite (each Suite its own), analysed by name.
+template <typename Suite>
+class TrainerRuns : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    base_ = fs::temp_directory_path() / ("lens-analyze-test-" + std::to_string(getpid()));
+  // Runs lens-train with each (name, arguments), traced with the per_step and
+  // microbatch groups, under a folder named after `prefix` and this process.
+  static void make_runs(const std::string& prefix,
+                        const std::vector<std::pair<std::string, std::string>>& runs) {
+    base_ = fs::temp_directory_path() / (prefix + std::to_string(getpid()));
     fs::remove_all(base_);
-    const std::string three_stages =
-        " --pp 3 --layers 5 --microbatches 8 --steps 8 --hidden 256 --microbatch-size 32";
-    for (const auto& [name, args] :
-         {std::pair{"balanced", three_stages},
-          std::pair{"slow", three_stages + " --slow-stage 1 --slow-factor 3"},
-          std::pair{"mid", three_stages + " --slow-stage 1 --slow-factor 3 --slow-from-step 4"},
-          std::pair{"replica", std::string(" --pp 2 --dp 2 --layers 4 --microbatches 4 --steps 6 "
-                                           "--hidden 256 --microbatch-size 32 --slow-stage 1 "
-                                           "--slow-replica 1 --slow-factor 3")}}) {
+    for (const auto& [name, args] : runs) {
       Result r = run(std::string(LENS_TRAIN_BIN) + args +
                      " --otel-enabled=true --otel-span-groups per_step,microbatch --trace-dir " +
                      (base_ / name).string());
@@ -1159,12 +1156,24 @@ class AnalyzeCli : public ::testing::Test {
       if (st["stage"] == s && st["replica"] == replica) return st;
     throw std::runtime_error("no stage " + std::to_string(s));
   }
-  static fs::path base_;
-  static std::map<std::string, fs::path> dirs_;
+  static inline fs::path base_;
+  static inline std::map<std::string, fs::path> dirs_;
 };
 
-fs::path AnalyzeCli::base_;
-std::map<std::string, fs::path> AnalyzeCli::dirs_;
+class AnalyzeCli : public TrainerRuns<AnalyzeCli> {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string three_stages =
+        " --pp 3 --layers 5 --microbatches 8 --steps 8 --hidden 256 --microbatch-size 32";
+    make_runs("lens-analyze-test-",
+              {{"balanced", three_stages},
+               {"slow", three_stages + " --slow-stage 1 --slow-factor 3"},
+               {"mid", three_stages + " --slow-stage 1 --slow-factor 3 --slow-from-step 4"},
+               {"replica",
+                " --pp 2 --dp 2 --layers 4 --microbatches 4 --steps 6 --hidden 256 "
+                "--microbatch-size 32 --slow-stage 1 --slow-replica 1 --slow-factor 3"}});
+  }
+};
 
 TEST_F(AnalyzeCli, AStageSlowFromTheStartIsImbalanceWithTheLargestCriticalShare) {
   const json slow = analysis("slow");
@@ -1294,40 +1303,16 @@ TEST_F(AnalyzeCli, ARankSlowerThanItsPeerInTheOtherReplicaIsTheStraggler) {
 // (none of these). Effects are 3x and up against thresholds of 1.25x-1.5x
 // and a correlation of 0.5; repeated under load with the others
 // (bench/README.md, "lens_cli under load").
-class DataParallelCli : public ::testing::Test {
+class DataParallelCli : public TrainerRuns<DataParallelCli> {
  protected:
   static void SetUpTestSuite() {
-    base_ = fs::temp_directory_path() / ("lens-dp-test-" + std::to_string(getpid()));
-    fs::remove_all(base_);
     const std::string layout =
         " --pp 2 --dp 2 --layers 4 --microbatches 8 --steps 6 --hidden 128 --microbatch-size 32";
-    for (const auto& [name, args] :
-         {std::pair{"both", layout + " --slow-stage 1 --slow-factor 3"},
-          std::pair{"jitter", layout + " --microbatch-jitter 5"}, std::pair{"balanced", layout}}) {
-      Result r = run(std::string(LENS_TRAIN_BIN) + args +
-                     " --otel-enabled=true --otel-span-groups per_step,microbatch --trace-dir " +
-                     (base_ / name).string());
-      ASSERT_EQ(r.exit_code, 0) << r.output;
-      for (const auto& e : fs::directory_iterator(base_ / name)) dirs_[name] = e.path();
-    }
+    make_runs("lens-dp-test-", {{"both", layout + " --slow-stage 1 --slow-factor 3"},
+                                {"jitter", layout + " --microbatch-jitter 5"},
+                                {"balanced", layout}});
   }
-  static void TearDownTestSuite() { fs::remove_all(base_); }
-  static json analysis(const std::string& name) {
-    Result r = run(std::string(LENS_BIN) + " analyze " + dirs_.at(name).string() + " --json");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return json::parse(r.output);
-  }
-  static const json& stage(const json& a, int s, int replica) {
-    for (const auto& st : a["stages"])
-      if (st["stage"] == s && st["replica"] == replica) return st;
-    throw std::runtime_error("no stage " + std::to_string(s));
-  }
-  static fs::path base_;
-  static std::map<std::string, fs::path> dirs_;
 };
-
-fs::path DataParallelCli::base_;
-std::map<std::string, fs::path> DataParallelCli::dirs_;
 
 TEST_F(DataParallelCli, AStageSlowInEveryReplicaIsTheStagesWithBothRanks) {
   const json a = analysis("both");
@@ -1362,7 +1347,7 @@ TEST_F(DataParallelCli, WorkThatVariesByMicrobatchIsItsOwnVerdictNotAStraggler) 
     EXPECT_GE(st["p95_ms"].get<double>(), st["p50_ms"].get<double>());
   }
   EXPECT_EQ(stragglers_at_least(a, 2.0), 0) << a["stragglers"].dump(1);
-  Result table = run(std::string(LENS_BIN) + " analyze " + dirs_.at("jitter").string());
+  Result table = run(lens("analyze " + dirs_.at("jitter").string()));
   EXPECT_NE(table.output.find("variable work: microbatches differ in cost alike on every stage"),
             std::string::npos)
       << table.output;
