@@ -85,6 +85,18 @@ Run make_step(int stages, const std::vector<std::pair<double, double>>& windows,
   return run;
 }
 
+// Adds a span `name` over [a, b] ms to stage s's rank of `run`, in the
+// step's trace (a data-parallel all-reduce, an optimizer step).
+void add_span(Run& run, int s, const char* name, double a, double b) {
+  SpanRow r = run.files[static_cast<std::size_t>(s)].spans.front();
+  r.name = name;
+  r.span_id += name;
+  r.attributes.clear();
+  r.start_ns = ns(a);
+  r.end_ns = ns(b);
+  run.files[static_cast<std::size_t>(s)].spans.push_back(r);
+}
+
 StepAnalysis analyze(const Run& run, int stages) {
   const PipelineView view = build_view(run);
   EXPECT_EQ(view.steps.size(), 1u);
@@ -418,19 +430,10 @@ TEST(StepAnalysis, TheOptimizerAndTheGradientAllReduceEndThePath) {
   // all-reduce and the optimizer: stage 1's end earlier than stage 0's.
   tools::Run run = make_step(2, {{0, 6}, {0, 4}},
                              {{0, F, 0, 0, 1}, {1, F, 0, 1, 2}, {1, B, 0, 2, 4}, {0, B, 0, 4, 6}});
-  auto add = [&](int s, const char* name, double a, double b) {
-    SpanRow r = run.files[static_cast<std::size_t>(s)].spans.front();
-    r.name = name;
-    r.span_id += name;
-    r.attributes.clear();
-    r.start_ns = ns(a);
-    r.end_ns = ns(b);
-    run.files[static_cast<std::size_t>(s)].spans.push_back(r);
-  };
-  add(1, "megatron.grads.all_reduce", 4, 5);
-  add(1, "megatron.optimizer.step", 5, 5.5);
-  add(0, "megatron.grads.all_reduce", 6, 8);
-  add(0, "megatron.optimizer.step", 8, 9);
+  add_span(run, 1, "megatron.grads.all_reduce", 4, 5);
+  add_span(run, 1, "megatron.optimizer.step", 5, 5.5);
+  add_span(run, 0, "megatron.grads.all_reduce", 6, 8);
+  add_span(run, 0, "megatron.optimizer.step", 8, 9);
   const StepAnalysis a = analyze(run, 2);
   EXPECT_DOUBLE_EQ(a.critical_path_ms, 9);
   EXPECT_DOUBLE_EQ(a.critical_all_reduce_ms, 2);
@@ -460,19 +463,10 @@ Run two_replicas_at_the_sync() {
                               {1, B, 0, 1 + slow, 1 + 2 * slow},
                               {0, B, 0, 1 + 2 * slow, end0}},
                              7, replica);
-    auto add = [&](int s, const char* name, double a, double b) {
-      SpanRow x = r.files[static_cast<std::size_t>(s)].spans.front();
-      x.name = name;
-      x.span_id += name;
-      x.attributes.clear();
-      x.start_ns = ns(a);
-      x.end_ns = ns(b);
-      r.files[static_cast<std::size_t>(s)].spans.push_back(x);
-    };
-    add(0, "megatron.grads.all_reduce", end0, 8.5);
-    add(0, "megatron.optimizer.step", 8.5, 9);
-    add(1, "megatron.grads.all_reduce", 1 + 2 * slow, 7.5);
-    add(1, "megatron.optimizer.step", 7.5, 8);
+    add_span(r, 0, "megatron.grads.all_reduce", end0, 8.5);
+    add_span(r, 0, "megatron.optimizer.step", 8.5, 9);
+    add_span(r, 1, "megatron.grads.all_reduce", 1 + 2 * slow, 7.5);
+    add_span(r, 1, "megatron.optimizer.step", 7.5, 8);
     for (auto& f : r.files) run.files.push_back(std::move(f));
   }
   return run;
