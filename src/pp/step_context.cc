@@ -14,24 +14,43 @@ namespace lens {
 
 namespace {
 
+// SplitMix64's finaliser: a bijective mix of one word.
+std::uint64_t mix(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 // A step context drawn from the run's shared key, its id, the step and a
 // salt (0: the anchor): the same on every rank that has the same inputs.
+// Two 64-bit states, each its own mix of every input, give the trace id's
+// two halves, so two different inputs share a trace id only when both
+// states collide: the birthday bound is about 2^64 derived ids, not the
+// 2^32 of one 64-bit state (8,192 replicas x 500k steps is 2^32).
 SpanContext derived_context(std::uint64_t run_key, std::string_view run_id, std::uint64_t step,
                             std::uint64_t salt) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a of the run id
-  for (unsigned char c : run_id) h = (h ^ c) * 0x100000001b3ULL;
-  std::uint64_t state = run_key ^ h ^ (step * 0xd1b54a32d192ed03ULL);
-  if (salt != 0) state ^= detail::splitmix64(salt);
+  std::uint64_t h1 = 0xcbf29ce484222325ULL;  // FNV-1a of the run id
+  std::uint64_t h2 = 0x6a09e667f3bcc909ULL;  // and a second hash of it, mixed byte by byte
+  for (unsigned char c : run_id) {
+    h1 = (h1 ^ c) * 0x100000001b3ULL;
+    h2 = mix(h2 ^ c);
+  }
+  std::uint64_t a = run_key ^ h1 ^ (step * 0xd1b54a32d192ed03ULL);
+  std::uint64_t b = mix(run_key ^ 0x9e3779b97f4a7c15ULL) ^ h2 ^ (step * 0x8cb92ba72f3d8dd7ULL);
+  if (salt != 0) {
+    a ^= mix(salt);
+    b ^= mix(salt ^ 0x5851f42d4c957f2dULL);
+  }
   SpanContext c;
   do {
     std::array<std::uint8_t, TraceId::kSize> t{};
-    const std::uint64_t hi = detail::splitmix64(state), lo = detail::splitmix64(state);
+    const std::uint64_t hi = detail::splitmix64(a), lo = detail::splitmix64(b);
     for (int i = 0; i < 8; ++i) {
       t[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(hi >> (56 - 8 * i));
       t[static_cast<std::size_t>(8 + i)] = static_cast<std::uint8_t>(lo >> (56 - 8 * i));
     }
     c.trace_id = TraceId(t);
-    c.span_id = SpanId::from_word(detail::splitmix64(state));
+    c.span_id = SpanId::from_word(detail::splitmix64(a) ^ detail::splitmix64(b));
   } while (!c.valid());
   return c;
 }

@@ -289,6 +289,50 @@ INSTANTIATE_TEST_SUITE_P(
              std::string(trace_scope_name(std::get<1>(info.param)));
     });
 
+TEST(DerivedIds, AGridOfStepsReplicasAndTensorRanksHasNoDuplicate) {
+  // 1,000 steps x 32 replicas x 8 tensor ranks in pipeline scope: 256,000
+  // pipelines' steps, each its own trace id and source span id, and each
+  // half of the trace ids distinct too (the two halves come from two
+  // states, so neither half repeats where the other does not).
+  std::set<std::pair<std::uint64_t, std::uint64_t>> traces;
+  std::set<std::uint64_t> highs, lows;
+  std::set<std::string> spans;
+  std::size_t made = 0;
+  for (int dp = 0; dp < 32; ++dp)
+    for (int tp = 0; tp < 8; ++tp) {
+      TelemetryOptions o;
+      o.rank = 0;
+      o.world_size = 1;
+      o.trace_scope = TraceScope::kPipeline;
+      o.step_context = StepContextMode::kDerived;
+      o.clock_sync = false;
+      o.coordinates = {0, dp, tp};
+      o.run_key = 0x5eed;
+      testing::MemoryTelemetry mt(o);
+      StepBudget budget;
+      for (std::uint64_t step = 0; step < 1000; ++step) {
+        const StepCarrier c =
+            derive_step_context(*mt.telemetry, TraceScope::kPipeline, step, budget);
+        const auto& b = c.context.trace_id.bytes();
+        std::uint64_t hi = 0, lo = 0;
+        for (int i = 0; i < 8; ++i) {
+          hi = hi << 8 | b[static_cast<std::size_t>(i)];
+          lo = lo << 8 | b[static_cast<std::size_t>(8 + i)];
+        }
+        traces.insert({hi, lo});
+        highs.insert(hi);
+        lows.insert(lo);
+        spans.insert(c.context.span_id.to_hex());
+        ++made;
+      }
+    }
+  EXPECT_EQ(made, 256'000u);
+  EXPECT_EQ(traces.size(), made);
+  EXPECT_EQ(highs.size(), made);
+  EXPECT_EQ(lows.size(), made);
+  EXPECT_EQ(spans.size(), made);
+}
+
 TEST(StepBudgetShared, DecidesBySharedRateAloneWhateverEachRanksClock) {
   StepBudget a(2, /*shared=*/true), b(2, /*shared=*/true);
   StepBudget own(2);
