@@ -88,7 +88,7 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
           peers.push_back(p.compute_ms / p.microbatches);
       if (!peers.empty()) expected = std::min(expected, p50(peers));
       double gain = 0;
-      const PipelineKey pipeline{f.replica, f.tensor};
+      const PipelineKey pipeline = f.pipeline();
       const auto g = a.graphs.find(pipeline);
       if (g != a.graphs.end() && cost > expected && expected > 0) {
         // The pipeline's replayed end as measured, once per pipeline.
@@ -203,7 +203,7 @@ Analysis AnalysisBuilder::finish() {
     StragglerReport r;
     r.who = who;
     const Series& s = *series_of_rank.at(who.rank);
-    r.who.replica = s.replica;  // the verdicts counted pipelines
+    r.replica = s.replica;
     r.tensor = s.tensor;
     std::vector<double> gains, steps, shares;
     for (std::size_t i = 0; i < s.steps.size(); ++i)
@@ -219,7 +219,7 @@ Analysis AnalysisBuilder::finish() {
     // ranks' waits at the gradient sync; p50 over those steps.
     std::map<std::int64_t, std::pair<double, int>> others;  // step -> (sum, ranks)
     for (const auto& [key, o] : series_)
-      if (o.replica != who.replica)
+      if (o.replica != r.replica)
         for (std::size_t i = 0; i < o.steps.size(); ++i)
           if (o.steps[i] >= who.since_step) {
             auto& [sum, n] = others[o.steps[i]];
@@ -261,7 +261,7 @@ std::string format_verdicts(const Analysis& a) {
     out += fmt::format(
         "straggler: rank {} (stage {}, replica {}{}): {:.2f}x {} since step {}, {:.0f}% of the "
         "critical path; at its expected cost the step would change by {:+.2f} ms ({:+.0f}%)\n",
-        w.rank, w.stage, w.replica,
+        w.rank, w.stage, r.replica,
         a.tensors > 1 ? fmt::format(", tensor rank {}", r.tensor) : std::string(), w.ratio,
         w.against == Straggler::Against::kPeers
             ? (a.tensors > 1
@@ -455,7 +455,7 @@ std::string format_json(const Analysis& a) {
     stragglers.push_back(
         {{"rank", r.who.rank},
          {"stage", r.who.stage},
-         {"replica", r.who.replica},
+         {"replica", r.replica},
          {"tensor", r.tensor},
          {"since_step", r.who.since_step},
          {"ratio", r.who.ratio},

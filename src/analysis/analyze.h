@@ -48,7 +48,7 @@ struct StageAnalysis {
 // A named straggler, with what fixing it would gain.
 struct StragglerReport {
   Straggler who;
-  int tensor = 0;  // its tensor-parallel rank
+  int replica = 0, tensor = 0;  // its data-parallel replica and tensor-parallel rank
   double critical_share_p50 = 0;
   double gain_ms = 0, gain_share = 0;  // p50 over its slow steps; share of the step time
   // What it costs the other replicas: the mean of their ranks' waits at

@@ -69,8 +69,8 @@ Verdicts judge_stages(const std::vector<RankSeries>& series) {
       double fastest = std::numeric_limits<double>::max();
       for (const auto& [j, c] : at_step[step]) {
         if (j != i)
-          (series[j].replica == s.replica ? same_replica : others).push_back(own_ratio(j, c));
-        if (series[j].replica == s.replica) fastest = std::min(fastest, c);
+          (series[j].pipeline == s.pipeline ? same_replica : others).push_back(own_ratio(j, c));
+        if (series[j].pipeline == s.pipeline) fastest = std::min(fastest, c);
       }
       if (!same_replica.empty()) others = same_replica;
       const double moved = others.empty() ? 1.0 : median(others);
@@ -89,7 +89,7 @@ Verdicts judge_stages(const std::vector<RankSeries>& series) {
     Straggler st;
     st.rank = s.rank;
     st.stage = s.stage;
-    st.replica = s.replica;
+    st.pipeline = s.pipeline;
     const bool peers_first = by_peers >= 0 && (by_own < 0 || by_peers <= by_own);
     const int since = peers_first ? by_peers : by_own;
     const std::vector<double>& score = peers_first ? against_peers : against_own;

@@ -34,15 +34,17 @@ inline constexpr double kImbalanceThreshold = 1.25;
 inline constexpr std::size_t kBaselineSteps = 3;
 inline constexpr std::size_t kConsecutiveSteps = 3;
 
-// One rank's compute per microbatch, step by step.
+// One rank's compute per microbatch, step by step. `pipeline` numbers the
+// chains of stages (a replica's tensor-parallel rank): a rank's peers are
+// the same stage in the other pipelines, "its replica" is its pipeline.
 struct RankSeries {
-  int rank = -1, stage = -1, replica = 0;
+  int rank = -1, stage = -1, pipeline = 0;
   std::vector<std::int64_t> steps;
   std::vector<double> per_microbatch_ms;
 };
 
 struct Straggler {
-  int rank = -1, stage = -1, replica = 0;
+  int rank = -1, stage = -1, pipeline = 0;
   std::int64_t since_step = -1;
   double ratio = 0;  // median over its slow steps of its score
   enum class Against { kOwnBaseline, kPeers } against = Against::kOwnBaseline;

@@ -191,10 +191,7 @@ StepAnalysis analyze_step(const StepView& step, int stages,
     out.complete = out.complete || static_cast<int>(computing.size()) == stages;
     // The replica that set the step: the one whose compute ended last
     // (its arrival at the data-parallel sync).
-    const auto arrival = [](const StepGraph& x) {
-      return x.nodes[static_cast<std::size_t>(x.last_compute >= 0 ? x.last_compute : x.last)].end;
-    };
-    if (slowest == nullptr || arrival(g) > arrival(*slowest)) {
+    if (slowest == nullptr || g.arrival_ns() > slowest->arrival_ns()) {
       slowest = &g;
       critical = pipeline;
     }
@@ -203,21 +200,15 @@ StepAnalysis analyze_step(const StepView& step, int stages,
   }
   // Each replica's figures; a replica's slack runs to the slowest
   // replica's arrival at the sync (its last compute's end).
-  const std::int64_t deadline =
-      slowest ? slowest
-                    ->nodes[static_cast<std::size_t>(
-                        slowest->last_compute >= 0 ? slowest->last_compute : slowest->last)]
-                    .end
-              : 0;
+  const std::int64_t deadline = slowest ? slowest->arrival_ns() : 0;
   out.critical_replica = critical.replica;
   out.critical_tensor = critical.tensor;
-  const auto key = [](const auto& x) { return PipelineKey{x.replica, x.tensor}; };
   for (const auto& [pipeline, g] : out.graphs)
     if (!g.empty())
       for (auto& [stage, f] : stage_figures(g, pipeline, stages, deadline))
         out.stages_figures.push_back(f);
   for (auto& f : out.stages_figures) {
-    const auto it = out.graphs.find(key(f));
+    const auto it = out.graphs.find(f.pipeline());
     if (it != out.graphs.end()) f.microbatches /= it->second.chunks;  // forwards per chunk
     out.microbatches = std::max(out.microbatches, f.microbatches);
   }
@@ -233,7 +224,7 @@ StepAnalysis analyze_step(const StepView& step, int stages,
       if (!first && sync.first > it->second.first) it->second = {sync.first, pipeline.replica};
     }
   for (auto& f : out.stages_figures) {
-    const auto rg = out.graphs.find(key(f));
+    const auto rg = out.graphs.find(f.pipeline());
     const auto last = last_arrival.find({f.stage, f.tensor});
     if (rg == out.graphs.end() || last == last_arrival.end()) continue;
     const auto own = rg->second.sync.find(f.stage);
@@ -292,7 +283,7 @@ StepAnalysis analyze_step(const StepView& step, int stages,
     out.pipeline_path_ms[pipeline] = w->length_ms;
     const auto& path = pipeline == critical ? out.critical_path : own.path;
     for (auto& f : out.stages_figures) {
-      if (key(f) != pipeline) continue;
+      if (f.pipeline() != pipeline) continue;
       for (const auto& seg : path)
         if (seg.kind != PathSegment::Kind::kTransfer && seg.kind != PathSegment::Kind::kAllReduce &&
             seg.stage == f.stage)

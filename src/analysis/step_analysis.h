@@ -36,6 +36,7 @@ std::map<int, PipelineKey> pipelines_of(const Run& run);
 // One stage's figures for one step (milliseconds).
 struct StageFigures {
   int rank = -1, stage = -1, replica = 0, tensor = 0;
+  PipelineKey pipeline() const { return {replica, tensor}; }
   int microbatches = 0;  // forward spans seen
   double forward_ms = 0, backward_ms = 0;
   double all_reduce_ms = 0, optimizer_ms = 0;

