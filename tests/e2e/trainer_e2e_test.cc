@@ -260,7 +260,10 @@ TEST(TrainerErrors, TestAidAndFaultInjectionFlagsOutOfRangeAreRefusedNamingTheFl
       {"--test-clock-offsets-us 0,1,2", "--test-clock-offsets-us has 3 values for 2 ranks"},
       {"--test-clock-drift-ppm 5", "--test-clock-drift-ppm has 1 values for 2 ranks"},
       {"--slow-stage 2", "--slow-stage 2 is not a stage of --pp 2"},
-      {"--slow-stage 0 --slow-factor 0.5", "--slow-factor"}};
+      {"--slow-stage 0 --slow-factor 0.5", "--slow-factor"},
+      {"--slow-stage 0 --slow-replica 1", "--slow-replica 1 is not a replica of --dp 1"},
+      {"--microbatch-jitter 0.5", "--microbatch-jitter"},
+      {"--microbatch-jitter 101", "--microbatch-jitter"}};
   int i = 0;
   for (const auto& [flags, message] : cases) {
     TrainerRun r;
