@@ -58,7 +58,8 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
   const double scale = static_cast<double>(kWidth) / static_cast<double>(t1 - t0);
   auto x_of = [&](std::int64_t t) { return kLeft + (t - t0) * scale; };
 
-  // Lanes ordered by stage, then rank.
+  // Lanes ordered by stage, then rank (a stage's TP peers and replicas
+  // side by side).
   std::map<int, int> stage_of;
   for (const auto* sv : steps)
     for (const auto& [rank, sr] : sv->ranks) stage_of[rank] = sr.stage;
@@ -73,14 +74,20 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
     lane_y[lanes[i]] = kTop + static_cast<int>(i) * lane_height;
   const int height = kTop + static_cast<int>(lanes.size()) * lane_height + 40;
 
+  bool tensor_parallel = false;
+  for (const auto& [rank, p] : o.pipeline_of) tensor_parallel |= p.tensor > 0;
   std::string svg;
   for (int rank : lanes) {
+    std::string place =
+        stage_of.count(rank) ? " · stage " + std::to_string(stage_of[rank]) : std::string();
+    const auto p = o.pipeline_of.find(rank);
+    if (tensor_parallel && p != o.pipeline_of.end())
+      place += fmt::format(" · dp {} tp {}", p->second.replica, p->second.tensor);
     svg += fmt::format(
-        "<g class=\"lane\" data-rank=\"{}\"><rect class=\"lane-bg\" x=\"0\" y=\"{}\" "
-        "width=\"{}\" height=\"{}\"/><text x=\"6\" y=\"{}\">rank {}{}</text></g>\n",
-        rank, lane_y[rank] - 4, kLeft + kWidth + 10, kLaneRows * kRowHeight + 8,
-        lane_y[rank] + 2 * kRowHeight + 4, rank,
-        stage_of.count(rank) ? " · stage " + std::to_string(stage_of[rank]) : std::string());
+        "<g class=\"lane\" data-rank=\"{}\" data-stage=\"{}\"><rect class=\"lane-bg\" x=\"0\" "
+        "y=\"{}\" width=\"{}\" height=\"{}\"/><text x=\"6\" y=\"{}\">rank {}{}</text></g>\n",
+        rank, stage_of.count(rank) ? stage_of[rank] : -1, lane_y[rank] - 4, kLeft + kWidth + 10,
+        kLaneRows * kRowHeight + 8, lane_y[rank] + 2 * kRowHeight + 4, rank, place);
   }
   // The step analysis: waits under the spans, the critical path over them.
   std::string waits, critical;
@@ -91,19 +98,32 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
     const StepAnalysis a = analyze_step(*sv, stages, o.pipeline_of);
     for (const auto& w : a.waits) {
       if (!lane_y.count(w.rank)) continue;
-      const bool late_sender = w.kind == WaitInterval::Kind::kLateSender;
-      const bool late_receiver = w.kind == WaitInterval::Kind::kLateReceiver;
+      const char* css = "wait-transfer";
+      std::string what = "transfer";
+      switch (w.kind) {
+        case WaitInterval::Kind::kLateSender:
+          css = "wait-late-sender";
+          what = "late sender: the receive waited for the send to begin";
+          break;
+        case WaitInterval::Kind::kLateReceiver:
+          css = "wait-late-receiver";
+          what = "late receiver: the send waited for the receive to be posted";
+          break;
+        case WaitInterval::Kind::kCollective:
+          css = "wait-collective";
+          what = fmt::format("wait at collective: for TP rank {} to arrive", w.peer);
+          break;
+        case WaitInterval::Kind::kTransfer:
+          break;
+      }
+      // Collective waits lie inside a compute: drawn in the p2p row.
+      const SpanKind row =
+          w.kind == WaitInterval::Kind::kCollective ? SpanKind::kP2p : SpanKind::kForward;
       waits += fmt::format(
           "<rect class=\"{}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\"><title>{} "
           "{:.3f} ms (stage {}, step {})</title></rect>\n",
-          late_sender     ? "wait-late-sender"
-          : late_receiver ? "wait-late-receiver"
-                          : "wait-transfer",
-          x_of(w.start_ns), lane_y[w.rank] + lane_row(SpanKind::kForward) * kRowHeight,
-          std::max(1.0, (w.end_ns - w.start_ns) * scale), kRowHeight - 3,
-          late_sender     ? "late sender: the receive waited for the send to begin"
-          : late_receiver ? "late receiver: the send waited for the receive to be posted"
-                          : "transfer",
+          css, x_of(w.start_ns), lane_y[w.rank] + lane_row(row) * kRowHeight,
+          std::max(1.0, (w.end_ns - w.start_ns) * scale), kRowHeight - 3, escape(what),
           (w.end_ns - w.start_ns) / 1e6, w.stage, sv->step);
     }
     for (const auto& seg : a.critical_path) {
@@ -197,6 +217,7 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
  .critical { fill: none; stroke: #d62728; stroke-width: 1.6; pointer-events: none; }
  .critical.transfer { stroke-dasharray: 3 2; }
  .wait-late-sender { fill: #f4c7c3; } .wait-late-receiver { fill: #d6c8f0; } .wait-transfer { fill: #fde9c4; }
+ .wait-collective { fill: #e377c2; opacity: 0.7; } .collective { fill: #17becf; }
  .tick { stroke: #e0e0e0; } .axis { font-size: 10px; fill: #666; }
  #detail { position: fixed; bottom: 8px; left: 16px; background: #fff; border: 1px solid #ccc;
            padding: 4px 8px; min-height: 1em; }
@@ -212,6 +233,10 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
       R"(<span style="border:2px solid #d62728;width:9px;height:9px"></span>critical path)" +
       R"(<span style="background:#f4c7c3"></span>waiting for a neighbour's compute)" +
       R"(<span style="background:#fde9c4"></span>waiting for the transfer)" +
+      (tensor_parallel
+           ? std::string(
+                 R"(<span style="background:#17becf"></span>TP collective<span style="background:#e377c2"></span>waiting at it for the last TP peer)")
+           : std::string()) +
       (chunks > 1
            ? fmt::format(
                  R"(<span style="background:#3d7dd8;opacity:0.55"></span>lighter or outlined: model chunks 1 to {} (interleaved schedule; chunk 0 full colour))",
@@ -239,7 +264,7 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
   document.body.setAttribute('data-ready', 'lanes=' + document.querySelectorAll('g.lane').length +
       ' links=' + document.querySelectorAll('path.link').length + ' spans=' + spans.length +
       ' critical=' + document.querySelectorAll('rect.critical').length +
-      ' waits=' + document.querySelectorAll('rect.wait-late-sender, rect.wait-late-receiver, rect.wait-transfer').length +
+      ' waits=' + document.querySelectorAll('rect.wait-late-sender, rect.wait-late-receiver, rect.wait-transfer, rect.wait-collective').length +
       ' chunks=' + new Set(Array.prototype.map.call(document.querySelectorAll('rect[data-chunk]'),
                                                     function (r) { return r.getAttribute('data-chunk'); })).size);
 })();

@@ -22,7 +22,7 @@ class Stage {
   torch::Tensor forward(torch::Tensor input, int microbatch) {
     Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.forward");
     span.set_attribute("dl.microbatch_id", microbatch);
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = ctx_.begin_compute(step_);
     if (ctx_.p2p->first_stage()) {
       input = ctx_.data->input(step_, microbatch, ctx_.replica);
     } else {
@@ -44,7 +44,7 @@ class Stage {
   torch::Tensor backward(const torch::Tensor& output_grad, int microbatch) {
     Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.backward");
     span.set_attribute("dl.microbatch_id", microbatch);
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = ctx_.begin_compute(step_);
     InFlight f = std::move(in_flight_.front());
     in_flight_.pop_front();
     if (ctx_.p2p->last_stage()) {
@@ -84,15 +84,30 @@ double ScheduleContext::jitter(std::int64_t step, int microbatch) const {
   return 1 + (microbatch_jitter - 1) * u;
 }
 
+bool ScheduleContext::slowed(std::int64_t step) const {
+  return step >= slow_from_step && slow_factor > 1;
+}
+
+std::chrono::steady_clock::time_point ScheduleContext::begin_compute(std::int64_t step) {
+  if (tp != nullptr) {
+    tp->set_slow_factor(slowed(step) ? slow_factor : 1);
+    tp->mark();
+  }
+  return std::chrono::steady_clock::now();
+}
+
 void ScheduleContext::stretch(std::chrono::steady_clock::time_point start, std::int64_t step,
                               int microbatch, bool backward) {
+  // With tensor parallelism: the last stretch of local work since the last
+  // collective.
+  if (tp != nullptr) tp->pace();
   const double took = static_cast<double>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count());
   double& typical = typical_ns[backward ? 1 : 0];
   typical = typical == 0 ? took : 0.8 * typical + 0.2 * took;
   double wait = 0;
-  if (step >= slow_from_step && slow_factor > 1) wait += (slow_factor - 1) * took;
+  if (slowed(step) && tp == nullptr) wait += (slow_factor - 1) * took;
   wait += (jitter(step, microbatch) - 1) * typical;
   if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(std::llround(wait)));
 }
@@ -192,7 +207,7 @@ class Chunks {
     Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.forward");
     span.set_attribute("dl.microbatch_id", microbatch);
     span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{v});
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = ctx_.begin_compute(step_);
     if (first_chunk(v))
       input = ctx_.data->input(step_, microbatch, ctx_.replica);
     else
@@ -217,7 +232,7 @@ class Chunks {
     Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.backward");
     span.set_attribute("dl.microbatch_id", microbatch);
     span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{v});
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = ctx_.begin_compute(step_);
     auto& queue = in_flight_[static_cast<std::size_t>(v)];
     InFlight f = std::move(queue.front());
     queue.pop_front();

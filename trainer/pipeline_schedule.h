@@ -31,6 +31,7 @@
 #include "lens/step_trace.h"
 #include "p2p_communicator.h"
 #include "stage_model.h"
+#include "tensor_parallel.h"
 
 namespace lens::train {
 
@@ -59,9 +60,17 @@ struct ScheduleContext {
   // that the factor, not the machine's noise, sets the spread. 1: none.
   double microbatch_jitter = 1;
   std::uint64_t seed = 0;
+  // Tensor parallelism over more than one rank: the slowdown is then paced
+  // between the TP collectives (TensorParallel::pace), so a slow TP rank's
+  // peers wait for it at each collective, as they would for a slow GPU.
+  TensorParallel* tp = nullptr;
 
   // The factor of `microbatch` in `step`: 1 to microbatch_jitter.
   double jitter(std::int64_t step, int microbatch) const;
+  // Whether the fault injection slows `step`.
+  bool slowed(std::int64_t step) const;
+  // A forward or backward of `step` begins: its start.
+  std::chrono::steady_clock::time_point begin_compute(std::int64_t step);
   // Makes a forward or backward that began at `start` take as long as the
   // fault injection and the jitter say (a wait after it).
   void stretch(std::chrono::steady_clock::time_point start, std::int64_t step, int microbatch,

@@ -17,23 +17,34 @@ std::uint64_t mix(std::uint64_t x) {
 }  // namespace
 
 StageModelImpl::StageModelImpl(int first_layer, int count, int hidden, bool head,
-                               std::uint64_t seed) {
+                               std::uint64_t seed, TensorParallel* tp) {
+  const bool split = tp != nullptr && tp->size() > 1;
+  const auto make = [&](ParallelLinearImpl::Split how) -> std::shared_ptr<torch::nn::Module> {
+    if (!split) return torch::nn::Linear(hidden, hidden).ptr();
+    return ParallelLinear(hidden, how, tp).ptr();
+  };
   blocks_ = register_module("blocks", torch::nn::ModuleList());
   for (int i = 0; i < count; ++i) {
-    torch::manual_seed(mix(seed ^ static_cast<std::uint64_t>(first_layer + i)));
-    blocks_->push_back(torch::nn::Linear(hidden, hidden));
+    const int layer = first_layer + i;
+    torch::manual_seed(mix(seed ^ static_cast<std::uint64_t>(layer)));
+    blocks_->push_back(make(layer % 2 == 0 ? ParallelLinearImpl::Split::kColumn
+                                           : ParallelLinearImpl::Split::kRow));
   }
   if (head) {
     torch::manual_seed(mix(seed ^ 0xfeedULL));
-    head_ = register_module("head", torch::nn::Linear(hidden, hidden));
+    head_ = register_module("head", make(ParallelLinearImpl::Split::kColumn));
   }
 }
 
+torch::Tensor StageModelImpl::linear(const std::shared_ptr<torch::nn::Module>& layer,
+                                     const torch::Tensor& x) {
+  if (auto* whole = layer->as<torch::nn::Linear>()) return whole->forward(x);
+  return layer->as<ParallelLinear>()->forward(x);
+}
+
 torch::Tensor StageModelImpl::forward(torch::Tensor x) {
-  for (const auto& block : *blocks_) {
-    x = x + torch::gelu(block->as<torch::nn::Linear>()->forward(x)) * 0.5;
-  }
-  if (head_) x = head_->forward(x);
+  for (const auto& block : *blocks_) x = x + torch::gelu(linear(block, x)) * 0.5;
+  if (head_) x = linear(head_, x);
   return x;
 }
 

@@ -14,19 +14,28 @@
 
 #include <cstdint>
 
+#include "tensor_parallel.h"
+
 namespace lens::train {
 
 class StageModelImpl : public torch::nn::Module {
  public:
   // Blocks [first_layer, first_layer + count) of the stack; `head` on the
   // last stage. Initial weights depend only on (seed, layer), so replicas
-  // start identical.
-  StageModelImpl(int first_layer, int count, int hidden, bool head, std::uint64_t seed);
+  // start identical. With `tp` (tensor parallelism over more than one rank)
+  // each Linear is split over the TP group (tensor_parallel.h): even layers
+  // and the head column-parallel, odd layers row-parallel, the function the
+  // same.
+  StageModelImpl(int first_layer, int count, int hidden, bool head, std::uint64_t seed,
+                 TensorParallel* tp = nullptr);
   torch::Tensor forward(torch::Tensor x);
 
  private:
+  // One block's or the head's Linear, whole or tensor-parallel.
+  static torch::Tensor linear(const std::shared_ptr<torch::nn::Module>& layer,
+                              const torch::Tensor& x);
   torch::nn::ModuleList blocks_;
-  torch::nn::Linear head_{nullptr};
+  std::shared_ptr<torch::nn::Module> head_;
 };
 TORCH_MODULE(StageModel);
 

@@ -2,7 +2,7 @@
 // Megatron's 1F1B schedule, traced with lens. See README, "The demo".
 //
 // Without RANK in the environment it is the launcher: it runs a TCPStore on
-// a free 127.0.0.1 port, starts pp x dp ranks of itself, waits for them
+// a free 127.0.0.1 port, starts pp x dp x tp ranks of itself, waits for them
 // (a rank that dies makes the others stop), and prints a summary. With
 // torchrun's variables set (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) it
 // runs as that one rank; rank 0 serves the rendezvous store unless
@@ -104,29 +104,36 @@ int run_rank(const TrainOptions& o) {
       return 128 + SIGTERM;
     }
   }
-  if (world != o.pp * o.dp) {
+  if (world != o.world()) {
     std::fprintf(stderr,
-                 "lens-train: WORLD_SIZE=%d but --pp %d x --dp %d = %d; accepted: WORLD_SIZE "
-                 "equal to pp x dp\n",
-                 world, o.pp, o.dp, o.pp * o.dp);
+                 "lens-train: WORLD_SIZE=%d but --pp %d x --dp %d x --tp %d = %d; accepted: "
+                 "WORLD_SIZE equal to pp x dp x tp\n",
+                 world, o.pp, o.dp, o.tp, o.world());
     return 2;
   }
   const std::string addr = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1";
   const int port = env_int("MASTER_PORT", 29500);
   const std::chrono::milliseconds timeout(static_cast<std::int64_t>(o.timeout_s) * 1000);
-  // Megatron's rank order with tensor parallelism 1: data-parallel fastest.
-  const int stage = rank / o.dp;
-  const int replica = rank % o.dp;
+  // Megatron's rank order: tensor-parallel fastest, then data-parallel.
+  const int stage = o.stage_of(rank);
+  const int replica = o.replica_of(rank);
+  const int tensor = o.tensor_of(rank);
   torch::set_num_threads(1);
 
   // PyTorch's env:// rule: rank 0 serves the store, unless the launcher's
   // agent does (TORCHELASTIC_USE_AGENT_STORE=True).
   auto store = rendezvous_store(addr, static_cast<std::uint16_t>(port), rank, world, timeout);
   auto world_group = subgroup(store, "world/", rank, world, timeout, addr);
-  auto pp_group = subgroup(store, "pp" + std::to_string(replica) + "/", stage, o.pp, timeout, addr);
-  c10::intrusive_ptr<c10d::ProcessGroup> dp_group;
-  if (o.dp > 1)
-    dp_group = subgroup(store, "dp" + std::to_string(stage) + "/", replica, o.dp, timeout, addr);
+  // A pipeline: the same replica and TP rank on every stage. A TP group: the
+  // same stage and replica. A data-parallel group: the same stage and TP
+  // rank.
+  const auto tag = [](const char* axis, int a, int b) {
+    return std::string(axis) + std::to_string(a) + "." + std::to_string(b) + "/";
+  };
+  auto pp_group = subgroup(store, tag("pp", replica, tensor), stage, o.pp, timeout, addr);
+  c10::intrusive_ptr<c10d::ProcessGroup> dp_group, tp_group;
+  if (o.dp > 1) dp_group = subgroup(store, tag("dp", stage, tensor), replica, o.dp, timeout, addr);
+  if (o.tp > 1) tp_group = subgroup(store, tag("tp", stage, replica), tensor, o.tp, timeout, addr);
   C10dCommunicator world_comm(world_group);
   C10dCommunicator pp_comm(pp_group);
 
@@ -136,7 +143,7 @@ int run_rank(const TrainOptions& o) {
   topts.service_name = o.otel_service_name;
   topts.trace_dir = o.trace_dir;
   topts.collective_timeout = timeout;
-  topts.coordinates = {stage, replica, 0};
+  topts.coordinates = {stage, replica, tensor};
   // The world group carries nothing else during a step, so the next step's
   // broadcast can be in flight meanwhile (StepTrace prefetches in world
   // scope only: in pipeline scope the pipeline group carries the schedule's
@@ -183,6 +190,8 @@ int run_rank(const TrainOptions& o) {
   // more when they do not divide); chunk v of this stage is global chunk
   // v * pp + stage, and the last global chunk carries the head. With V = 1
   // that is one chunk per stage.
+  std::unique_ptr<TensorParallel> tp;
+  if (tp_group) tp = std::make_unique<TensorParallel>(tp_group, tensor, o.tp, timeout, tracer);
   const int V = o.virtual_stages;
   const int chunk_count = o.pp * V;
   const int per_chunk = o.layers / chunk_count;
@@ -193,7 +202,7 @@ int run_rank(const TrainOptions& o) {
     const int g = v * o.pp + stage;
     const int first_layer = g * per_chunk + std::min(g, extra);
     chunks.emplace_back(first_layer, per_chunk + (g < extra ? 1 : 0), o.hidden,
-                        g == chunk_count - 1, o.seed);
+                        g == chunk_count - 1, o.seed, tp.get());
     for (auto& p : chunks.back()->parameters()) parameters.push_back(p);
   }
   StageModel model = chunks.front();
@@ -211,7 +220,9 @@ int run_rank(const TrainOptions& o) {
       write_failure_record(*telemetry, "lens-train: rank " + std::to_string(rank), what);
   };
   p2p.on_failure(record_failure);
-  const bool slowed = stage == o.slow_stage && (o.slow_replica < 0 || o.slow_replica == replica);
+  const bool slowed =
+      o.slow_rank >= 0 ? rank == o.slow_rank
+                       : stage == o.slow_stage && (o.slow_replica < 0 || o.slow_replica == replica);
   ScheduleContext ctx{model,
                       &data,
                       &p2p,
@@ -225,11 +236,13 @@ int run_rank(const TrainOptions& o) {
   if (V > 1) ctx.chunks = chunks;
   ctx.microbatch_jitter = o.microbatch_jitter;
   ctx.seed = o.seed;
+  ctx.tp = tp.get();
 
   RankReport report;
   report.rank = rank;
   report.stage = stage;
   report.replica = replica;
+  report.tensor = tensor;
   try {
     {
       // One job trace: every rank's job span in it (ids from the agreed run
@@ -240,6 +253,7 @@ int run_rank(const TrainOptions& o) {
       step_trace.set_job_span(job);
       job.set_attribute("dl.pipeline_parallel.size", o.pp);
       job.set_attribute("dl.data_parallel.size", o.dp);
+      job.set_attribute("dl.tensor_parallel.size", o.tp);
       job.set_attribute("dl.num_microbatches", o.microbatches);
       job.set_attribute("dl.virtual_pipeline.size", V);
       for (int step = 0; step < o.steps; ++step) {
@@ -255,6 +269,7 @@ int run_rank(const TrainOptions& o) {
                   .count();
           if (step_scope.carrier()) sr.trace_id = step_scope.carrier()->context.trace_id.to_hex();
           optimizer.zero_grad();
+          if (tp) tp->begin_step();
           double loss;
           {
             Span fb = tracer.start_span(SpanGroup::kForwardBackward, "megatron.forward_backward");
@@ -348,9 +363,10 @@ int run_rank(const TrainOptions& o) {
     write_report(report, o.report_dir + "/rank-" + std::to_string(rank) + ".json");
   } else {
     const auto& last = report.steps.back();
-    std::printf("lens-train rank %d (stage %d, replica %d): %zu steps, last step %.1f ms%s\n", rank,
-                stage, replica, report.steps.size(), last.milliseconds,
-                last.loss ? (", loss " + std::to_string(*last.loss)).c_str() : "");
+    std::printf(
+        "lens-train rank %d (stage %d, replica %d, tp %d): %zu steps, last step %.1f ms%s\n", rank,
+        stage, replica, tensor, report.steps.size(), last.milliseconds,
+        last.loss ? (", loss " + std::to_string(*last.loss)).c_str() : "");
   }
   return 0;
 }
@@ -370,7 +386,7 @@ int launch(const TrainOptions& o) {
   std::filesystem::create_directories(report_dir);
   TcpStoreServer server(std::chrono::seconds(o.timeout_s));
   LaunchOptions launch;
-  launch.world_size = o.pp * o.dp;
+  launch.world_size = o.world();
   launch.argv.push_back(std::filesystem::canonical("/proc/self/exe").string());
   launch.argv.insert(launch.argv.end(), o.args.begin(), o.args.end());
   if (o.report_dir.empty()) {
@@ -381,8 +397,8 @@ int launch(const TrainOptions& o) {
   // Longer than the collective timeout: a survivor blocked on the lost rank
   // gets to notice, write its failure record and flush its spans.
   launch.grace = std::chrono::seconds(o.timeout_s + 10);
-  std::fprintf(stderr, "lens-train: starting %d ranks (pp=%d x dp=%d) on 127.0.0.1:%d\n",
-               launch.world_size, o.pp, o.dp, launch.master_port);
+  std::fprintf(stderr, "lens-train: starting %d ranks (pp=%d x dp=%d x tp=%d) on 127.0.0.1:%d\n",
+               launch.world_size, o.pp, o.dp, o.tp, launch.master_port);
   LaunchResult result = launch_local_ranks(launch);
   if (result.stopped_by != 0) {
     // Each rank said why and at which step it stopped; the launcher sums up.
@@ -403,7 +419,7 @@ int launch(const TrainOptions& o) {
   std::vector<RankReport> reports;
   for (int r = 0; r < launch.world_size; ++r)
     reports.push_back(read_report(report_dir + "/rank-" + std::to_string(r) + ".json"));
-  std::fputs(summarize(reports, o.pp, o.dp, o.microbatches).c_str(), stdout);
+  std::fputs(summarize(reports, o.pp, o.dp, o.tp, o.microbatches).c_str(), stdout);
   if (temporary) std::filesystem::remove_all(report_dir);
   return 0;
 }

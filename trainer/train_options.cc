@@ -8,10 +8,14 @@ TrainOptions parse_train_options(int argc, char** argv) {
   TrainOptions o;
   CLI::App app{
       "lens-train: a pipeline-parallel trainer on libtorch (Megatron's 1F1B schedule), traced "
-      "with lens.\nWithout RANK in the environment it starts its own pp x dp ranks on this "
+      "with lens.\nWithout RANK in the environment it starts its own pp x dp x tp ranks on this "
       "machine; under torchrun it runs as the one rank torchrun says."};
   app.add_option("--pp", o.pp, "pipeline-parallel stages")->check(CLI::Range(1, 64));
   app.add_option("--dp", o.dp, "data-parallel replicas")->check(CLI::Range(1, 64));
+  app.add_option("--tp", o.tp,
+                 "tensor-parallel ranks per stage (Megatron's column- and row-parallel layers; a "
+                 "divisor of --hidden); ranks in Megatron's order, TP fastest, then DP, then PP")
+      ->check(CLI::Range(1, 64));
   app.add_option("--microbatches", o.microbatches, "microbatches per step")
       ->check(CLI::Range(1, 4096));
   app.add_option("--steps", o.steps, "training steps")->check(CLI::Range(1, 10000000));
@@ -54,11 +58,16 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  "fault injection: this stage's forward and backward take --slow-factor times "
                  "as long (a wait after each)")
       ->check(CLI::Range(0, 63));
-  app.add_option("--slow-factor", o.slow_factor, "how much slower --slow-stage computes")
+  app.add_option("--slow-factor", o.slow_factor,
+                 "how much slower --slow-stage or --slow-rank computes")
       ->check(CLI::Range(1.0, 100.0));
   app.add_option("--slow-replica", o.slow_replica,
                  "fault injection: slow --slow-stage only in this data-parallel replica (one "
                  "slow rank); default: in every replica")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--slow-rank", o.slow_rank,
+                 "fault injection: this one global rank computes --slow-factor times as slowly "
+                 "(one TP peer, or one replica's stage)")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--slow-from-step", o.slow_from_step,
                  "fault injection: --slow-stage is slow from this step on (a slowdown that begins "
@@ -107,25 +116,46 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  o.slow_stage, o.pp, o.pp - 1);
     std::exit(2);
   }
+  if (o.hidden % o.tp != 0) {
+    std::fprintf(stderr,
+                 "lens-train: --tp %d does not divide --hidden %d; accepted: a divisor of the "
+                 "hidden size\n",
+                 o.tp, o.hidden);
+    std::exit(2);
+  }
+  if (o.slow_rank >= o.world()) {
+    std::fprintf(stderr,
+                 "lens-train: --slow-rank %d is not a rank of pp x dp x tp = %d; accepted: 0 to "
+                 "%d\n",
+                 o.slow_rank, o.world(), o.world() - 1);
+    std::exit(2);
+  }
+  if (o.slow_rank >= 0 && (o.slow_stage >= 0 || o.slow_replica >= 0)) {
+    std::fprintf(stderr,
+                 "lens-train: --slow-rank names one rank; accepted: it, or --slow-stage (with "
+                 "--slow-replica), not both\n");
+    std::exit(2);
+  }
   if (o.slow_replica >= o.dp) {
     std::fprintf(stderr,
                  "lens-train: --slow-replica %d is not a replica of --dp %d; accepted: 0 to %d\n",
                  o.slow_replica, o.dp, o.dp - 1);
     std::exit(2);
   }
-  if (o.test_step_skew_rank >= o.pp * o.dp) {
+  if (o.test_step_skew_rank >= o.world()) {
     std::fprintf(stderr,
-                 "lens-train: --test-step-skew-rank %d is not a rank of pp x dp = %d; accepted: "
-                 "0 to %d\n",
-                 o.test_step_skew_rank, o.pp * o.dp, o.pp * o.dp - 1);
+                 "lens-train: --test-step-skew-rank %d is not a rank of pp x dp x tp = %d; "
+                 "accepted: 0 to %d\n",
+                 o.test_step_skew_rank, o.world(), o.world() - 1);
     std::exit(2);
   }
   for (const auto* list : {&o.test_clock_offsets_us, &o.test_clock_drift_ppm}) {
-    if (!list->empty() && static_cast<int>(list->size()) != o.pp * o.dp) {
+    if (!list->empty() && static_cast<int>(list->size()) != o.world()) {
       std::fprintf(
-          stderr, "lens-train: %s has %zu values for %d ranks; accepted: one per rank (pp x dp)\n",
+          stderr,
+          "lens-train: %s has %zu values for %d ranks; accepted: one per rank (pp x dp x tp)\n",
           list == &o.test_clock_offsets_us ? "--test-clock-offsets-us" : "--test-clock-drift-ppm",
-          list->size(), o.pp * o.dp);
+          list->size(), o.world());
       std::exit(2);
     }
   }

@@ -14,6 +14,7 @@ namespace lens::train {
 struct TrainOptions {
   int pp = 2;            // pipeline-parallel stages
   int dp = 1;            // data-parallel replicas
+  int tp = 1;            // tensor-parallel ranks per stage (a divisor of hidden)
   int microbatches = 4;  // per step and replica
   int steps = 10;
   int layers = 8;  // Linear+GELU blocks, split evenly over the stages
@@ -38,24 +39,34 @@ struct TrainOptions {
   // higher than the others do, so that the derived mode's step check can be
   // seen failing the job.
   int test_step_skew_rank = -1;
-  // TEST AID: per rank (by global rank), an offset and a drift injected into
-  // that rank's span clock, so that clock alignment can be tried on one
-  // host. Empty, or one value per rank.
   // Fault injection: stage `slow_stage` (-1: none) computes `slow_factor`
   // times as slowly, on every replica.
   int slow_stage = -1;
   double slow_factor = 1;
-  int slow_replica = -1;            // -1: every replica; else only this one (one slow rank)
+  int slow_replica = -1;  // -1: every replica; else only this one (one slow rank)
+  // Fault injection: this one global rank (-1: none) computes slow_factor
+  // times as slowly: one TP peer, or one replica's stage.
+  int slow_rank = -1;
   std::int64_t slow_from_step = 0;  // the slowdown begins at this step
   // Test aid: each microbatch's compute takes a seeded factor in [1, F] as
   // long, the same on every stage (work that varies by microbatch). 1: none.
   double microbatch_jitter = 1;
+  // TEST AID: per rank (by global rank), an offset and a drift injected into
+  // that rank's span clock, so that clock alignment can be tried on one
+  // host. Empty, or one value per rank.
   std::vector<double> test_clock_offsets_us;
   std::vector<double> test_clock_drift_ppm;
   // Where each rank writes its JSON report (set by the local launcher).
   std::string report_dir;
   // The arguments as given, for relaunching ranks.
   std::vector<std::string> args;
+
+  int world() const { return pp * dp * tp; }
+  // Megatron's default rank order: tensor-parallel rank fastest, then the
+  // data-parallel replica, then the pipeline stage.
+  int stage_of(int rank) const { return rank / (tp * dp); }
+  int replica_of(int rank) const { return rank / tp % dp; }
+  int tensor_of(int rank) const { return rank % tp; }
 };
 
 // Parses argv; on --help or a bad value prints the message and exits (0 for

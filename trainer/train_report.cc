@@ -25,6 +25,7 @@ void write_report(const RankReport& r, const std::string& path) {
   json j = {{"rank", r.rank},
             {"stage", r.stage},
             {"replica", r.replica},
+            {"tensor", r.tensor},
             {"tracing", r.tracing},
             {"span_groups", r.span_groups},
             {"run_id", r.run_id},
@@ -61,6 +62,7 @@ RankReport read_report(const std::string& path) {
   r.rank = j.at("rank");
   r.stage = j.at("stage");
   r.replica = j.at("replica");
+  r.tensor = j.value("tensor", 0);
   r.tracing = j.at("tracing");
   r.span_groups = j.at("span_groups");
   r.run_id = j.at("run_id");
@@ -95,15 +97,16 @@ RankReport read_report(const std::string& path) {
   return r;
 }
 
-std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int microbatches) {
+std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int tp,
+                      int microbatches) {
   std::ostringstream out;
   char line[512];
-  const RankReport* last = nullptr;  // last stage of replica 0 reports the loss
+  const RankReport* last = nullptr;  // last stage of replica 0, TP rank 0, reports the loss
   const RankReport* first = nullptr;
   SpanAccount spans;  // every rank's, summed
   bool all_exported = true;
   for (const auto& r : ranks) {
-    if (r.stage == pp - 1 && r.replica == 0) last = &r;
+    if (r.stage == pp - 1 && r.replica == 0 && r.tensor == 0) last = &r;
     if (r.rank == 0) first = &r;
     spans.add(r.spans);
     all_exported &= r.spans.exported == r.spans.ended;
@@ -114,8 +117,8 @@ std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int 
         std::filesystem::path(spans.spool_path).parent_path().string() + "/spool-rank-*.otlp.jsonl";
   const std::size_t steps = first ? first->steps.size() : 0;
   std::snprintf(line, sizeof line,
-                "lens-train: %zu steps, pp=%d dp=%d microbatches=%d (%zu ranks)\n", steps, pp, dp,
-                microbatches, ranks.size());
+                "lens-train: %zu steps, pp=%d dp=%d tp=%d microbatches=%d (%zu ranks)\n", steps, pp,
+                dp, tp, microbatches, ranks.size());
   out << line;
   if (last && !last->steps.empty() && last->steps.front().loss && last->steps.back().loss) {
     std::snprintf(line, sizeof line, "  loss          %.4f -> %.4f (last stage, replica 0)\n",

@@ -28,6 +28,7 @@ struct RankReport {
   int rank = 0;
   int stage = 0;
   int replica = 0;
+  int tensor = 0;  // tensor-parallel rank
   bool tracing = false;
   std::string span_groups;
   std::string run_id;
@@ -52,6 +53,7 @@ void write_report(const RankReport& report, const std::string& path);
 RankReport read_report(const std::string& path);
 
 // The human summary the launcher prints.
-std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int microbatches);
+std::string summarize(const std::vector<RankReport>& ranks, int pp, int dp, int tp,
+                      int microbatches);
 
 }  // namespace lens::train

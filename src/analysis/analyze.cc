@@ -65,6 +65,9 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
       s.late_receiver.push_back(f.late_receiver_ms);
       s.sync_wait.push_back(f.sync_wait_ms);
       s.sync_last_replica.push_back(f.sync_last_replica);
+      s.collective_wait.push_back(f.collective_wait_ms);
+      s.collective_last_peer.push_back(f.collective_last_peer);
+      s.collective_waited_for.push_back(f.collective_waited_for_ms);
       s.rest.push_back(f.rest_ms);
       s.unmatched += f.unmatched_transfers;
       s.idle.push_back(f.idle_ms);
@@ -176,6 +179,13 @@ Analysis AnalysisBuilder::finish() {
     st.late_receiver_p50_ms = percentile(s.late_receiver, 0.5);
     st.sync_wait_p50_ms = percentile(s.sync_wait, 0.5);
     st.rest_p50_ms = percentile(s.rest, 0.5);
+    st.collective_wait_p50_ms = percentile(s.collective_wait, 0.5);
+    std::map<int, double> waited_for;  // over the run
+    for (const auto& step : s.collective_waited_for)
+      for (const auto& [peer, w] : step) waited_for[peer] += w;
+    for (const auto& [peer, w] : waited_for)
+      if (st.collective_last_peer < 0 || w > waited_for[st.collective_last_peer])
+        st.collective_last_peer = peer;
     st.unmatched_transfers = s.unmatched;
     st.idle_p50_ms = percentile(s.idle, 0.5);
     st.warmup_idle_p50_ms = percentile(s.warmup, 0.5);
@@ -189,7 +199,8 @@ Analysis AnalysisBuilder::finish() {
     for (std::size_t i = 0; i < s.steps.size(); ++i)
       out.what_if.push_back({s.steps[i], st.replica, st.tensor, st.stage, st.rank, s.step_time[i],
                              s.slack[i], s.gain_at_baseline[i], s.gain_at_median[i], s.sync_wait[i],
-                             s.sync_last_replica[i]});
+                             s.sync_last_replica[i], s.collective_wait[i],
+                             s.collective_last_peer[i]});
     if (st.relative > out.slowest_relative) {
       out.slowest_relative = st.relative;
       out.slowest_stage = st.stage;
@@ -229,6 +240,21 @@ Analysis AnalysisBuilder::finish() {
     std::vector<double> waits;
     for (const auto& [step, v] : others) waits.push_back(v.first / v.second);
     if (!waits.empty()) r.others_sync_wait_ms = p50(waits);
+    // Its cost to its TP peers (the same stage and replica): per slow step,
+    // the mean of their waits for it at the TP collectives.
+    std::map<std::int64_t, std::pair<double, int>> peers;  // step -> (sum, ranks)
+    for (const auto& [key, o] : series_)
+      if (o.replica == r.replica && o.tensor != r.tensor && std::get<2>(key) == who.stage)
+        for (std::size_t i = 0; i < o.steps.size(); ++i)
+          if (o.steps[i] >= who.since_step && !o.collective_waited_for[i].empty()) {
+            const auto it = o.collective_waited_for[i].find(r.tensor);
+            auto& [sum, n] = peers[o.steps[i]];
+            sum += it == o.collective_waited_for[i].end() ? 0.0 : it->second;
+            ++n;
+          }
+    std::vector<double> peer_waits;
+    for (const auto& [step, v] : peers) peer_waits.push_back(v.first / v.second);
+    if (!peer_waits.empty()) r.peers_collective_wait_ms = p50(peer_waits);
     out.stragglers.push_back(r);
   }
   for (const Imbalance& what : verdicts.imbalance) {
@@ -269,6 +295,11 @@ std::string format_verdicts(const Analysis& a) {
                    : "the same stage's cost in the other replicas")
             : "its own baseline (against how the others moved)",
         w.since_step, 100 * r.critical_share_p50, r.gain_ms, 100 * r.gain_share);
+    if (r.peers_collective_wait_ms)
+      out += fmt::format(
+          "  its TP peers (stage {}, replica {}) wait {:.2f} ms per step (p50) for it at the "
+          "tensor-parallel collectives\n",
+          w.stage, r.replica, *r.peers_collective_wait_ms);
     if (r.others_sync_wait_ms)
       out += fmt::format(
           "  the other replicas' ranks wait {:.2f} ms per step (p50) at the gradient sync\n",
@@ -341,27 +372,42 @@ std::string format_table(const Analysis& a) {
       a.critical_transfer_p50_ms, a.critical_all_reduce_p50_ms);
   // With tensor parallelism each (replica, tensor rank) is a pipeline of its
   // own: its rows say both ("dp.tp").
+  // and a column for the waits at the TP collectives (with the TP peer
+  // waited for longest).
   const bool tp = a.tensors > 1;
   const int place_width = tp ? 5 : 3;
+  const auto tp_column = [&](const std::string& text) { return tp ? text : std::string(); };
   out += fmt::format(
-      "{:>5} {:>4} {:>{}} {:>8} {:>8} {:>5} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | "
+      "{:>5} {:>4} {:>{}} {:>8} {:>8} {:>5} | {:>8} {:>8} {:>8} {:>8} {:>8} {}{:>8} {:>8} | "
       "{:>8} {:>8} {:>8}\n",
       "stage", "rank", tp ? "dp.tp" : "dp", place_width, "ms/mb", "relative", "crit", "step",
-      "compute", "late-snd", "late-rcv", "transfer", "sync", "rest", "idle", "slack", "imbal");
+      "compute", "late-snd", "late-rcv", "transfer", tp_column(fmt::format("{:>11} ", "tp-wait")),
+      "sync", "rest", "idle", "slack", "imbal");
   for (const auto& s : a.stages_analysis)
     out += fmt::format(
         "{:>5} {:>4} {:>{}} {:>8.3f} {:>7.2f}x {:>4.0f}% | {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} "
-        "{:>8.2f} {:>8.2f} {:>8.2f} | {:>8.2f} {:>8.2f} {:>8.2f}\n",
+        "{:>8.2f} {}{:>8.2f} {:>8.2f} | {:>8.2f} {:>8.2f} {:>8.2f}\n",
         s.stage, s.rank, tp ? fmt::format("{}.{}", s.replica, s.tensor) : std::to_string(s.replica),
         place_width, s.compute_per_microbatch_ms, s.relative, 100 * s.critical_share_p50,
         s.step_p50_ms, s.compute_p50_ms, s.late_sender_p50_ms, s.late_receiver_p50_ms,
-        s.transfer_p50_ms, s.sync_wait_p50_ms, s.rest_p50_ms, s.idle_p50_ms, s.slack_p50_ms,
-        s.imbalance_idle_p50_ms);
+        s.transfer_p50_ms,
+        tp_column(fmt::format("{:>11} ", s.collective_last_peer >= 0
+                                             ? fmt::format("{:.2f} (t{})", s.collective_wait_p50_ms,
+                                                           s.collective_last_peer)
+                                             : fmt::format("{:.2f}", s.collective_wait_p50_ms))),
+        s.sync_wait_p50_ms, s.rest_p50_ms, s.idle_p50_ms, s.slack_p50_ms, s.imbalance_idle_p50_ms);
   out +=
-      "(ms per step, p50 over steps; ms/mb: forward+backward per microbatch; each step's step = "
-      "compute + late-snd + late-rcv + transfer + sync + rest exactly; sync: waiting at the "
-      "gradient sync for the last replica; crit: share of its replica's path; slack: compute the "
-      "stage could add before the step lengthens)\n";
+      tp ? "(ms per step, p50 over steps; ms/mb: forward+backward per microbatch, less the TP "
+           "collectives in them; each step's step = compute + late-snd + late-rcv + transfer + "
+           "tp-wait + sync + rest exactly; tp-wait: waiting at the tensor-parallel collectives "
+           "for the last TP peer (tN: the peer waited for longest); transfer: the p2p spans' and "
+           "collectives' own time; sync: waiting at the gradient sync for the last replica; "
+           "crit: share of its pipeline's path; slack: compute the stage could add before the "
+           "step lengthens)\n"
+         : "(ms per step, p50 over steps; ms/mb: forward+backward per microbatch; each step's "
+           "step = compute + late-snd + late-rcv + transfer + sync + rest exactly; sync: "
+           "waiting at the gradient sync for the last replica; crit: share of its replica's "
+           "path; slack: compute the stage could add before the step lengthens)\n";
   if (a.replicas > 1) {
     std::map<int, std::size_t> count;
     for (const auto& s : a.set_by) ++count[s.replica];
@@ -397,7 +443,9 @@ std::string format_json(const Analysis& a) {
                        {"gain_at_baseline_ms", w.gain_at_baseline_ms},
                        {"gain_at_median_ms", w.gain_at_median_ms},
                        {"sync_wait_ms", w.sync_wait_ms},
-                       {"sync_last_replica", w.sync_last_replica}});
+                       {"sync_last_replica", w.sync_last_replica},
+                       {"collective_wait_ms", w.collective_wait_ms},
+                       {"collective_last_peer", w.collective_last_peer}});
   nlohmann::json spreads = nlohmann::json::array();
   for (const auto& s : a.variability.stages)
     spreads.push_back({{"stage", s.stage},
@@ -439,6 +487,8 @@ std::string format_json(const Analysis& a) {
                       {"late_receiver_p50_ms", s.late_receiver_p50_ms},
                       {"transfer_p50_ms", s.transfer_p50_ms},
                       {"sync_wait_p50_ms", s.sync_wait_p50_ms},
+                      {"collective_wait_p50_ms", s.collective_wait_p50_ms},
+                      {"collective_last_peer", s.collective_last_peer},
                       {"rest_p50_ms", s.rest_p50_ms},
                       {"unmatched_transfers", s.unmatched_transfers},
                       {"idle_p50_ms", s.idle_p50_ms},
@@ -463,8 +513,11 @@ std::string format_json(const Analysis& a) {
          {"critical_share_p50", r.critical_share_p50},
          {"gain_ms", r.gain_ms},
          {"gain_share", r.gain_share},
-         {"others_sync_wait_ms", r.others_sync_wait_ms ? nlohmann::json(*r.others_sync_wait_ms)
-                                                       : nlohmann::json(nullptr)}});
+         {"others_sync_wait_ms",
+          r.others_sync_wait_ms ? nlohmann::json(*r.others_sync_wait_ms) : nlohmann::json(nullptr)},
+         {"peers_collective_wait_ms", r.peers_collective_wait_ms
+                                          ? nlohmann::json(*r.peers_collective_wait_ms)
+                                          : nlohmann::json(nullptr)}});
   nlohmann::json imbalance = nlohmann::json::array();
   for (const auto& r : a.imbalance)
     imbalance.push_back({{"stage", r.what.stage},
@@ -507,15 +560,15 @@ std::string format_diff(const Analysis& a, const Analysis& b) {
   std::string out;
   out += fmt::format("step p50: {:.2f} -> {:.2f} ms ({:+.1f}%)\n", a.step_p50_ms, b.step_p50_ms,
                      a.step_p50_ms > 0 ? 100 * (b.step_p50_ms / a.step_p50_ms - 1) : 0.0);
-  out +=
-      fmt::format("{:>5} {:>4} {:>21} {:>8} {:>19} {:>21} {:>19}\n", "stage", "dp", "ms/mb A -> B",
-                  "ratio", "crit share A -> B", "late-snd ms A -> B", "slack ms A -> B");
+  out += fmt::format("{:>5} {:>5} {:>21} {:>8} {:>19} {:>21} {:>19}\n", "stage",
+                     b.tensors > 1 ? "dp.tp" : "dp", "ms/mb A -> B", "ratio", "crit share A -> B",
+                     "late-snd ms A -> B", "slack ms A -> B");
   int changed_stage = -1;
   double changed_ratio = 1;
   for (const auto& sb : b.stages_analysis) {
     const StageAnalysis* sa = nullptr;
     for (const auto& s : a.stages_analysis)
-      if (s.stage == sb.stage && s.replica == sb.replica) sa = &s;
+      if (s.stage == sb.stage && s.replica == sb.replica && s.tensor == sb.tensor) sa = &s;
     if (sa == nullptr) continue;
     const double ratio = sa->compute_per_microbatch_ms > 0
                              ? sb.compute_per_microbatch_ms / sa->compute_per_microbatch_ms
@@ -525,9 +578,11 @@ std::string format_diff(const Analysis& a, const Analysis& b) {
       changed_stage = sb.stage;
     }
     out += fmt::format(
-        "{:>5} {:>4} {:>9.3f} -> {:>8.3f} {:>7.2f}x {:>7.0f}% -> {:>6.0f}% {:>9.2f} -> {:>8.2f} "
+        "{:>5} {:>5} {:>9.3f} -> {:>8.3f} {:>7.2f}x {:>7.0f}% -> {:>6.0f}% {:>9.2f} -> {:>8.2f} "
         "{:>8.2f} -> {:>7.2f}\n",
-        sb.stage, sb.replica, sa->compute_per_microbatch_ms, sb.compute_per_microbatch_ms, ratio,
+        sb.stage,
+        b.tensors > 1 ? fmt::format("{}.{}", sb.replica, sb.tensor) : std::to_string(sb.replica),
+        sa->compute_per_microbatch_ms, sb.compute_per_microbatch_ms, ratio,
         100 * sa->critical_share_p50, 100 * sb.critical_share_p50, sa->late_sender_p50_ms,
         sb.late_sender_p50_ms, sa->slack_p50_ms, sb.slack_p50_ms);
   }

@@ -35,6 +35,10 @@ struct StageAnalysis {
   double step_p50_ms = 0, compute_p50_ms = 0;
   double late_sender_p50_ms = 0, late_sender_p95_ms = 0, late_receiver_p50_ms = 0;
   double transfer_p50_ms = 0, sync_wait_p50_ms = 0, rest_p50_ms = 0;
+  // At its TP collectives (collective_waits.h): the wait for the last peer,
+  // and the peer it waited for longest over the run (-1: none).
+  double collective_wait_p50_ms = 0;
+  int collective_last_peer = -1;
   int unmatched_transfers = 0;  // over every step
   double idle_p50_ms = 0, warmup_idle_p50_ms = 0, cooldown_idle_p50_ms = 0;
   double imbalance_idle_p50_ms = 0, transfer_idle_p50_ms = 0, schedule_idle_p50_ms = 0;
@@ -54,6 +58,9 @@ struct StragglerReport {
   // What it costs the other replicas: the mean of their ranks' waits at
   // the gradient sync, p50 over its slow steps (none with one replica).
   std::optional<double> others_sync_wait_ms;
+  // What it costs its TP peers: the mean of their waits for it at the TP
+  // collectives, p50 over its slow steps (none without TP collectives).
+  std::optional<double> peers_collective_wait_ms;
 };
 
 struct ImbalanceReport {
@@ -69,6 +76,8 @@ struct StepWhatIf {
   double slack_ms = 0, gain_at_baseline_ms = 0, gain_at_median_ms = 0;
   double sync_wait_ms = 0;     // at the gradient sync, for the last replica to arrive
   int sync_last_replica = -1;  // that replica (-1: no sync)
+  double collective_wait_ms = 0;  // at the TP collectives, for the last peer
+  int collective_last_peer = -1;  // the peer it waited for longest (-1: none)
 };
 
 // Which replica set a step: the one that arrived last at the gradient sync.
@@ -118,6 +127,9 @@ class AnalysisBuilder {
         late_receiver, sync_wait, rest, idle, warmup, cooldown, imbalance, transfer_idle,
         schedule_idle, slack, gain_at_baseline, gain_at_median;
     std::vector<int> sync_last_replica;
+    std::vector<double> collective_wait;
+    std::vector<int> collective_last_peer;
+    std::vector<std::map<int, double>> collective_waited_for;
     std::vector<double> step_time;  // the step's time (the longest step span), for shares
     int unmatched = 0;
   };

@@ -10,6 +10,7 @@ SpanKind kind_of(const SpanRow& s) {
   if (n == "megatron.forward_backward") return SpanKind::kForwardBackward;
   if (n.ends_with(".linked")) return SpanKind::kLinked;
   if (n.starts_with("megatron.p2p.")) return SpanKind::kP2p;
+  if (n.starts_with("megatron.tp.")) return SpanKind::kCollective;
   if (n == "megatron.microbatch.forward") return SpanKind::kForward;
   if (n == "megatron.microbatch.backward") return SpanKind::kBackward;
   if (n.starts_with("megatron.optimizer")) return SpanKind::kOptimizer;
@@ -30,6 +31,8 @@ const char* kind_name(SpanKind kind) {
       return "backward";
     case SpanKind::kP2p:
       return "p2p";
+    case SpanKind::kCollective:
+      return "collective";
     case SpanKind::kLinked:
       return "linked";
     case SpanKind::kOptimizer:

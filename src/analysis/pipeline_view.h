@@ -20,6 +20,7 @@ enum class SpanKind {
   kForward,
   kBackward,
   kP2p,
+  kCollective,  // a tensor-parallel collective (megatron.tp.*), inside a compute
   kLinked,
   kOptimizer,
   kOther
@@ -31,7 +32,7 @@ bool is_step_span(const SpanRow& span);
 const char* kind_name(SpanKind kind);
 // The row a span of this kind is drawn in within its rank's lane:
 // 0 step and forward_backward, 1 compute (forward, backward, optimizer),
-// 2 p2p and anything else, 3 linked receives (they overlap the p2p receive
+// 2 p2p, TP collectives and anything else, 3 linked receives (they overlap the p2p receive
 // they wrap, so they get a row of their own).
 inline constexpr int kLaneRows = 4;
 int lane_row(SpanKind kind);

@@ -201,8 +201,32 @@ StepAnalysis analyze_step(const StepView& step, int stages,
   // Each replica's figures; a replica's slack runs to the slowest
   // replica's arrival at the sync (its last compute's end).
   const std::int64_t deadline = slowest ? slowest->arrival_ns() : 0;
+  // The TP collectives, matched across the peers of each stage.
+  std::vector<TensorPeer> peers;
+  for (const auto& [pipeline, ranks] : by_pipeline)
+    for (const StepOnRank* sr : ranks) peers.push_back({sr, pipeline.replica, pipeline.tensor});
+  out.collectives = collective_waits(peers);
+  out.waits.insert(out.waits.end(), out.collectives.intervals.begin(),
+                   out.collectives.intervals.end());
+  if (slowest != nullptr && out.collectives.any()) {
+    // TP peers leave each collective together: the path runs through the
+    // peer of the last replica that waited least at them.
+    std::map<PipelineKey, std::int64_t> waited;
+    for (const auto& [pipeline, ranks] : by_pipeline)
+      for (const StepOnRank* sr : ranks)
+        if (const auto c = out.collectives.by_rank.find(sr->rank);
+            c != out.collectives.by_rank.end())
+          waited[pipeline] += c->second.wait_ns;
+    for (const auto& [pipeline, g] : out.graphs)
+      if (pipeline.replica == critical.replica && !g.empty() &&
+          waited[pipeline] < waited[critical]) {
+        critical = pipeline;
+        slowest = &g;
+      }
+  }
   out.critical_replica = critical.replica;
   out.critical_tensor = critical.tensor;
+  // Each replica's figures.
   for (const auto& [pipeline, g] : out.graphs)
     if (!g.empty())
       for (auto& [stage, f] : stage_figures(g, pipeline, stages, deadline))
@@ -211,6 +235,16 @@ StepAnalysis analyze_step(const StepView& step, int stages,
     const auto it = out.graphs.find(f.pipeline());
     if (it != out.graphs.end()) f.microbatches /= it->second.chunks;  // forwards per chunk
     out.microbatches = std::max(out.microbatches, f.microbatches);
+    // The TP collectives run inside the computes: their own time is
+    // transfer, their wait a column of its own (the rest stays the rest).
+    const auto c = out.collectives.by_rank.find(f.rank);
+    if (c == out.collectives.by_rank.end()) continue;
+    f.collective_ms = ms(c->second.collective_ns);
+    f.collective_wait_ms = ms(c->second.wait_ns);
+    f.collective_last_peer = c->second.last_peer();
+    for (const auto& [peer, ns] : c->second.waited_for) f.collective_waited_for_ms[peer] = ms(ns);
+    f.compute_ms -= f.collective_ms;
+    f.transfer_ms += f.collective_ms - f.collective_wait_ms;
   }
   // Waits at the gradient sync: the replicas of a stage and tensor rank
   // meet there; each waits from its own arrival to the last one's (never

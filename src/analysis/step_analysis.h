@@ -13,6 +13,7 @@
 #include <map>
 #include <vector>
 
+#include "collective_waits.h"
 #include "pipeline_view.h"
 #include "step_graph.h"
 #include "transfer_waits.h"
@@ -41,13 +42,22 @@ struct StageFigures {
   double forward_ms = 0, backward_ms = 0;
   double all_reduce_ms = 0, optimizer_ms = 0;
   // The rank's step span, split so that the columns add up exactly:
-  // step = compute + late sender + late receiver + transfer + sync wait +
-  // rest.
+  // step = compute + late sender + late receiver + transfer + collective
+  // wait + sync wait + rest.
   double step_ms = 0;
-  double compute_ms = 0;        // forward + backward
+  double compute_ms = 0;        // forward + backward, less the TP collectives inside them
   double late_sender_ms = 0;    // its receives waiting for the send to begin
   double late_receiver_ms = 0;  // its sends blocked until the receive was posted
-  double transfer_ms = 0;       // the rest of its p2p spans: the transfers themselves
+  // The rest of its p2p spans and of its TP collectives: the transfers
+  // themselves.
+  double transfer_ms = 0;
+  // At its tensor-parallel collectives (collective_waits.h): their whole
+  // time, and of it the wait for the last TP peer to arrive; the peer that
+  // held it longest (-1: none).
+  double collective_ms = 0;
+  double collective_wait_ms = 0;
+  int collective_last_peer = -1;
+  std::map<int, double> collective_waited_for_ms;  // TP rank -> the wait for it
   // At the data-parallel gradient sync: from its arrival (its first
   // all-reduce's start) to the arrival of the last replica of its stage and
   // tensor rank, at most its sync's length; and that last replica (-1: no
@@ -110,11 +120,16 @@ struct StepAnalysis {
   // The replica that set the step: its compute ended last, so it arrived
   // last at the gradient sync; the step's path runs through it.
   int critical_replica = 0;
-  int critical_tensor = 0;  // and the pipeline of it that did (its TP rank)
+  // And its pipeline the path runs through (its TP rank): TP peers leave
+  // each collective together, so with TP collectives it is the peer that
+  // waited least at them (the one the others waited for), else the one
+  // whose compute ended last.
+  int critical_tensor = 0;
   // Each pipeline's own path (the step's for the critical one).
   std::map<PipelineKey, double> pipeline_path_ms;
   std::map<PipelineKey, StepGraph> graphs;       // by pipeline, for replays
   std::vector<MicrobatchCost> microbatch_costs;  // by replica, stage, microbatch
+  CollectiveWaits collectives;                   // the TP collectives, every replica's
 };
 
 // The step of `view` (one StepView of a PipelineView), with each rank's

@@ -5,6 +5,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "collective_waits.h"
+
 namespace lens::tools {
 
 namespace {
@@ -24,6 +26,10 @@ void SummaryBuilder::add(const PipelineView& view) {
       row.step_ms = ms(*sr.step_span);
       double window = 0;
       for (const SpanRow* s : sr.spans) {
+        if (is_tensor_collective(*s)) {
+          row.collective_ms += ms(*s);
+          out_.tensor_collectives = true;
+        }
         switch (kind_of(*s)) {
           case SpanKind::kForward:
             row.forward_ms += ms(*s);
@@ -46,9 +52,12 @@ void SummaryBuilder::add(const PipelineView& view) {
       }
       row.idle_ms = std::max(
           0.0, row.step_ms - row.forward_ms - row.backward_ms - row.p2p_ms - row.optimizer_ms);
-      const double compute = row.forward_ms + row.backward_ms;
-      if (window > 0 && compute > 0) {
-        row.bubble = std::max(0.0, 1.0 - compute / window);
+      // The pipeline's bubble: a stage at a TP collective is busy with a
+      // microbatch; the slowest stage is judged by its own compute.
+      const double busy = row.forward_ms + row.backward_ms;
+      const double compute = busy - row.collective_ms;
+      if (window > 0 && busy > 0) {
+        row.bubble = std::max(0.0, 1.0 - busy / window);
         bubble_sum_ += row.bubble;
         ++bubble_rows_;
       }
@@ -94,17 +103,26 @@ Summary summarize_dir(const std::filesystem::path& dir, const StreamOptions& opt
 std::string format_table(const Summary& s) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof line, "%6s %5s %5s %9s %9s %9s %9s %9s %9s %7s\n", "step", "rank",
-                "stage", "step ms", "fwd ms", "bwd ms", "p2p ms", "opt ms", "idle ms", "bubble");
+  // With TP collectives, a column for them (they are inside fwd and bwd).
+  const bool tp = s.tensor_collectives;
+  std::snprintf(line, sizeof line, "%6s %5s %5s %9s %9s %9s %s%9s %9s %9s %7s\n", "step", "rank",
+                "stage", "step ms", "fwd ms", "bwd ms", tp ? "    tp ms " : "", "p2p ms", "opt ms",
+                "idle ms", "bubble");
   out += line;
   for (const auto& r : s.rows) {
     char bubble[16] = "n/a";
     if (r.bubble >= 0) std::snprintf(bubble, sizeof bubble, "%.2f", r.bubble);
-    std::snprintf(line, sizeof line, "%6lld %5d %5d %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %7s\n",
+    char collectives[16] = "";
+    if (tp) std::snprintf(collectives, sizeof collectives, "%9.2f ", r.collective_ms);
+    std::snprintf(line, sizeof line, "%6lld %5d %5d %9.2f %9.2f %9.2f %s%9.2f %9.2f %9.2f %7s\n",
                   static_cast<long long>(r.step), r.rank, r.stage, r.step_ms, r.forward_ms,
-                  r.backward_ms, r.p2p_ms, r.optimizer_ms, r.idle_ms, bubble);
+                  r.backward_ms, collectives, r.p2p_ms, r.optimizer_ms, r.idle_ms, bubble);
     out += line;
   }
+  if (tp)
+    out +=
+        "(tp ms: the tensor-parallel collectives, inside fwd and bwd; the slowest stage counts "
+        "compute without them)\n";
   if (s.virtual_stages > 1)
     std::snprintf(line, sizeof line,
                   "pipeline: %d stages of %d chunks (interleaved), %d microbatches per step\n",
@@ -126,8 +144,8 @@ std::string format_table(const Summary& s) {
   }
   out += line;
   if (s.slowest_stage >= 0 && s.slowest_stage_compute_ms > 0) {
-    std::snprintf(line, sizeof line, "slowest stage: %d (%.2f ms of forward+backward per step)\n",
-                  s.slowest_stage, s.slowest_stage_compute_ms);
+    std::snprintf(line, sizeof line, "slowest stage: %d (%.2f ms of forward+backward%s per step)\n",
+                  s.slowest_stage, s.slowest_stage_compute_ms, tp ? " less TP collectives" : "");
     out += line;
   }
   out += s.clock.describe() + "\n";
@@ -146,6 +164,7 @@ std::string format_json(const Summary& s) {
          {"forward_ms", r.forward_ms},
          {"backward_ms", r.backward_ms},
          {"p2p_ms", r.p2p_ms},
+         {"collective_ms", r.collective_ms},
          {"optimizer_ms", r.optimizer_ms},
          {"idle_ms", r.idle_ms},
          {"bubble", r.bubble >= 0 ? nlohmann::json(r.bubble) : nlohmann::json(nullptr)}});

@@ -1,6 +1,7 @@
 // `lens summary`: per step and per stage, where the time went (forward,
-// backward, p2p waiting, optimizer, idle), the measured pipeline bubble next
-// to the theoretical (P-1)/(M+P-1), and the slowest stage.
+// backward, p2p waiting, optimizer, idle; with tensor parallelism the TP
+// collectives inside the forwards and backwards), the measured pipeline
+// bubble next to the theoretical (P-1)/(M+P-1), and the slowest stage.
 #pragma once
 
 #include <filesystem>
@@ -18,16 +19,21 @@ struct StageStep {
   std::int64_t step = 0;
   int rank = 0, stage = 0;
   double step_ms = 0, forward_ms = 0, backward_ms = 0, p2p_ms = 0, optimizer_ms = 0, idle_ms = 0;
-  double bubble = -1;  // 1 - compute / forward_backward window; -1 when unknown
+  // Its tensor-parallel collectives (megatron.tp.*), which run inside its
+  // forwards and backwards: part of those, not added to them.
+  double collective_ms = 0;
+  // 1 - (forward + backward) / forward_backward window; -1 when unknown.
+  double bubble = -1;
 };
 
 struct Summary {
   int pipeline_stages = 0, microbatches = 0;
   int virtual_stages = 1;  // model chunks per stage (the interleaved schedule)
   std::vector<StageStep> rows;
-  double measured_bubble = -1;     // mean over rows that have one
-  double theoretical_bubble = -1;  // (P-1)/(VM+P-1): V = 1 without interleaving
-  int slowest_stage = -1;          // most forward+backward time per step
+  double measured_bubble = -1;      // mean over rows that have one
+  double theoretical_bubble = -1;   // (P-1)/(VM+P-1): V = 1 without interleaving
+  int slowest_stage = -1;           // most forward+backward time per step (less TP collectives)
+  bool tensor_collectives = false;  // some rank recorded TP collectives
   double slowest_stage_compute_ms = 0;
   ClockReport clock;   // how the times were put on one clock (set by the caller)
   LateSpans left_out;  // spans the step windows left out (set by the caller)

@@ -43,11 +43,13 @@ struct RankWaits {
 };
 
 // A wait on one rank, for drawing: a late sender's at a receive, a late
-// receiver's at a send, or a transfer.
+// receiver's at a send, a transfer, or a wait at a tensor-parallel
+// collective for the last peer (collective_waits.h).
 struct WaitInterval {
-  enum class Kind { kLateSender, kLateReceiver, kTransfer } kind = Kind::kTransfer;
+  enum class Kind { kLateSender, kLateReceiver, kTransfer, kCollective } kind = Kind::kTransfer;
   int rank = -1, stage = -1;
   std::int64_t start_ns = 0, end_ns = 0;
+  int peer = -1;  // kCollective: the TP rank that arrived last
 };
 
 struct TransferWaits {

@@ -1,0 +1,53 @@
+// Collective waits: one step's tensor-parallel collectives (megatron.tp.*
+// spans, inside the computes) matched across the TP peers of each stage
+// and replica, and the time each peer waited at each until the last one
+// arrived: Scalasca's "wait at N x N" (docs/analysis.md, "Tensor
+// parallelism").
+//
+// Every TP peer calls the collectives in the same order, so a peer's k-th
+// collective of a step (dl.collective.sequence, else its k-th by start) is
+// the same collective as every other peer's k-th. For one collective with
+// arrivals a_t (the spans' starts) and last arrival A = max a_t:
+//   wait at collective on peer t = clamp(A - a_t, 0, its span's duration)
+// and the peer that arrived last held it. The rest of the span is the
+// collective's own time (data movement), counted as transfer.
+//
+// Thread safety: plain functions and values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "pipeline_view.h"
+#include "transfer_waits.h"
+
+namespace lens::tools {
+
+struct RankCollectives {
+  std::int64_t collective_ns = 0;          // its TP collectives' whole time
+  std::int64_t wait_ns = 0;                // of it, waiting for the last peer
+  int collectives = 0, unmatched = 0;      // unmatched: no peer recorded the same collective
+  std::map<int, std::int64_t> waited_for;  // TP rank -> this rank's wait for it
+  // The peer that held it longest (-1: none).
+  int last_peer() const;
+};
+
+struct CollectiveWaits {
+  std::map<int, RankCollectives> by_rank;
+  std::vector<WaitInterval> intervals;  // kind kCollective, peer = the last to arrive
+  bool any() const { return !by_rank.empty(); }
+};
+
+// One TP peer's step: its rank's spans, stage, replica and TP rank.
+struct TensorPeer {
+  const StepOnRank* step = nullptr;
+  int replica = 0, tensor = 0;
+};
+
+CollectiveWaits collective_waits(const std::vector<TensorPeer>& ranks);
+
+// A tensor-parallel collective's span (megatron.tp.*).
+bool is_tensor_collective(const SpanRow& span);
+
+}  // namespace lens::tools
