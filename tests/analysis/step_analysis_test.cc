@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -609,6 +610,106 @@ TEST(StepAnalysis, AStragglerAmongTensorParallelPeersIsNamedByRank) {
   EXPECT_NE(table.find("straggler: rank 3 (stage 1, replica 0, tensor rank 1)"), std::string::npos)
       << table;
   EXPECT_NE(table.find("dp.tp"), std::string::npos) << table;
+}
+
+// Tensor parallelism as it runs: P = 2, M = 1, two TP ranks per stage, one
+// TP collective inside every forward and backward, which every peer leaves
+// together. On stage 1 tensor rank 1 (rank 3) does `slow` ms of local work
+// before each collective, tensor rank 0 (rank 1) 1 ms: rank 1 waits
+// slow - 1 ms at each. Stage 0: 0.8 ms of work, then a 0.2 ms collective.
+Run tensor_parallel_step(std::int64_t step, double slow) {
+  const double f_end = 1 + slow + 0.2, b_end = f_end + slow + 0.2;
+  tools::Run run;
+  for (int tensor = 0; tensor < 2; ++tensor) {
+    const double own = tensor == 1 ? slow : 1;  // stage 1's local work per pass
+    tools::Run r = make_step(2, {{0, b_end + 1}, {0, b_end}},
+                             {{0, F, 0, 0, 1},
+                              {1, F, 0, 1, f_end},
+                              {1, B, 0, f_end, b_end},
+                              {0, B, 0, b_end, b_end + 1}},
+                             step, tensor);  // ranks: stage + 2 x tensor
+    std::int64_t sequence[2] = {0, 0};
+    const auto collective = [&](int s, double a, double b) {
+      add_span(r, s, "megatron.tp.all_reduce", a, b);
+      SpanRow& c = r.files[static_cast<std::size_t>(s)].spans.back();
+      c.attributes["dl.tensor_parallel.rank"] = std::to_string(tensor);
+      c.attributes["dl.collective.sequence"] = std::to_string(sequence[s]++);
+    };
+    collective(0, 0.8, 1);
+    collective(1, 1 + own, f_end);
+    collective(1, f_end + own, b_end);
+    collective(0, b_end + 0.8, b_end + 1);
+    for (auto& f : r.files) {
+      f.replica = 0;
+      f.tensor_rank = tensor;
+      run.files.push_back(std::move(f));
+    }
+  }
+  return run;
+}
+
+TEST(StepAnalysis, AWaitAtATensorParallelCollectiveIsForTheLastPeerAndNotCompute) {
+  const tools::Run run = tensor_parallel_step(7, 3);
+  const StepAnalysis a = analyze(run, 2);
+  ASSERT_TRUE(a.complete);
+  std::map<int, const StageFigures*> by_rank;
+  for (const auto& f : a.stages_figures) by_rank[f.rank] = &f;
+  ASSERT_EQ(by_rank.size(), 4u);
+  // Rank 1 waited 2 ms at each of its two collectives, for tensor rank 1.
+  EXPECT_NEAR(by_rank[1]->collective_ms, 4.4, 1e-9);
+  EXPECT_NEAR(by_rank[1]->collective_wait_ms, 4, 1e-9);
+  EXPECT_EQ(by_rank[1]->collective_last_peer, 1);
+  EXPECT_NEAR(by_rank[1]->compute_ms, 2, 1e-9) << "its own work, not its wait";
+  EXPECT_NEAR(by_rank[3]->collective_wait_ms, 0, 1e-9);
+  EXPECT_NEAR(by_rank[3]->compute_ms, 6, 1e-9);
+  for (int rank : {0, 2}) {
+    EXPECT_NEAR(by_rank[rank]->compute_ms, 1.6, 1e-9) << "rank " << rank;
+    EXPECT_NEAR(by_rank[rank]->collective_wait_ms, 0, 1e-9) << "rank " << rank;
+  }
+  for (const auto& [rank, f] : by_rank)
+    EXPECT_NEAR(f->compute_ms + f->late_sender_ms + f->late_receiver_ms + f->transfer_ms +
+                    f->collective_wait_ms + f->sync_wait_ms + f->rest_ms,
+                f->step_ms, 1e-9)
+        << "rank " << rank;
+  // The waits drawn: rank 1's two, each naming tensor rank 1.
+  double drawn = 0;
+  for (const auto& w : a.waits)
+    if (w.kind == WaitInterval::Kind::kCollective) {
+      EXPECT_EQ(w.rank, 1);
+      EXPECT_EQ(w.peer, 1);
+      drawn += static_cast<double>(w.end_ns - w.start_ns) / 1e6;
+    }
+  EXPECT_NEAR(drawn, 4, 1e-9);
+  // The path runs through the peer the others waited for, and is no longer
+  // than the step.
+  EXPECT_EQ(a.critical_tensor, 1);
+  for (const auto& seg : a.critical_path) EXPECT_GE(seg.rank, 2) << "tensor rank 1's ranks";
+  EXPECT_LE(a.critical_path_ms, a.step_ms + 1e-9);
+}
+
+TEST(StepAnalysis, ASlowTensorParallelRankIsNamedWithItsPeersWaitsForIt) {
+  // Six steps; from step 3 on rank 3's local work takes 4 ms, 1 ms before.
+  AnalysisBuilder b;
+  for (int step = 0; step < 6; ++step) {
+    const tools::Run run = tensor_parallel_step(step, step >= 3 ? 4 : 1);
+    b.add(build_view(run), run);
+  }
+  const Analysis a = b.finish();
+  ASSERT_EQ(a.stragglers.size(), 1u) << format_table(a);
+  const StragglerReport& r = a.stragglers[0];
+  EXPECT_EQ(r.who.rank, 3);
+  EXPECT_EQ(r.who.stage, 1);
+  EXPECT_EQ(r.tensor, 1);
+  EXPECT_EQ(r.who.since_step, 3);
+  ASSERT_TRUE(r.peers_collective_wait_ms.has_value());
+  EXPECT_NEAR(*r.peers_collective_wait_ms, 6, 1e-9) << "rank 1 waits 3 ms at each of two";
+  const std::string table = format_table(a);
+  EXPECT_NE(table.find("its TP peers (stage 1, replica 0) wait 6.00 ms per step (p50) for it"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("tp-wait"), std::string::npos) << table;
+  const std::string json = format_json(a);
+  EXPECT_NE(json.find("\"peers_collective_wait_ms\": 6.0"), std::string::npos) << json;
 }
 
 TEST(StepAnalysis, AStageWithoutComputeSpansLeavesTheStepIncomplete) {
