@@ -28,6 +28,7 @@ using json = nlohmann::json;
 
 struct TrainerRun {
   int pp = 2, dp = 1, microbatches = 2, steps = 3, layers = 4;
+  int tp = 1;
   std::string env;    // extra "K=V " assignments
   std::string flags;  // extra trainer flags
 };
@@ -55,9 +56,9 @@ RunOutput run_trainer(const TrainerRun& r, const std::string& name) {
   out.trace_dir = base / "traces";
   const std::string command =
       "env " + r.env + " " LENS_TRAIN_BIN " --pp " + std::to_string(r.pp) + " --dp " +
-      std::to_string(r.dp) + " --microbatches " + std::to_string(r.microbatches) + " --steps " +
-      std::to_string(r.steps) + " --layers " + std::to_string(r.layers) +
-      " --hidden 32 --microbatch-size 32 --lr 0.01 --timeout-s 60" +
+      std::to_string(r.dp) + " --tp " + std::to_string(r.tp) + " --microbatches " +
+      std::to_string(r.microbatches) + " --steps " + std::to_string(r.steps) + " --layers " +
+      std::to_string(r.layers) + " --hidden 32 --microbatch-size 32 --lr 0.01 --timeout-s 60" +
       (r.flags.find("--trace-dir") == std::string::npos ? " --trace-dir " + out.trace_dir.string()
                                                         : "") +
       " --report-dir " + (base / "reports").string() + " " + r.flags + " > " +
@@ -66,7 +67,7 @@ RunOutput run_trainer(const TrainerRun& r, const std::string& name) {
   out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   std::ifstream in(base / "output.txt");
   out.output.assign(std::istreambuf_iterator<char>(in), {});
-  for (int rank = 0; rank < r.pp * r.dp; ++rank) {
+  for (int rank = 0; rank < r.pp * r.dp * r.tp; ++rank) {
     std::ifstream rep(base / "reports" / ("rank-" + std::to_string(rank) + ".json"));
     if (!rep) break;
     out.reports.push_back(json::parse(rep));
@@ -763,6 +764,131 @@ TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
         to_job |= target == job_of.at(rank)->span_id && trace == job_of.at(rank)->trace_id;
       EXPECT_TRUE(to_job) << "step " << step << " on rank " << rank << " does not link to its job";
     }
+}
+
+// Tensor parallelism (--tp): each stage's Linears split over a TP group
+// (column- and row-parallel), the same function as with --tp 1, so every
+// step's loss on every last-stage rank equals the --tp 1 run's. Ranks in
+// Megatron's order: TP fastest, then DP, then PP.
+class TrainerTensorParallel : public ::testing::TestWithParam<int> {};  // dp
+
+TEST_P(TrainerTensorParallel, EveryStepsLossEqualsTheTp1Runs) {
+  TrainerRun one;
+  one.dp = GetParam();
+  one.flags = "--otel-enabled=false";
+  TrainerRun two = one;
+  two.tp = 2;
+  const std::string name = "tp-loss-dp" + std::to_string(GetParam());
+  RunOutput a = run_trainer(one, name + "-tp1"), b = run_trainer(two, name + "-tp2");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  ASSERT_EQ(b.reports.size(), static_cast<std::size_t>(2 * one.dp * 2));
+  EXPECT_NE(b.output.find("pp=2 dp=" + std::to_string(one.dp) + " tp=2"), std::string::npos)
+      << b.output;
+  int compared = 0;
+  for (const auto& rb : b.reports) {
+    const int rank = rb["rank"];
+    // Megatron's order: rank = (stage x dp + replica) x tp + tensor.
+    EXPECT_EQ(rb["tensor"], rank % 2);
+    EXPECT_EQ(rb["replica"], rank / 2 % one.dp);
+    EXPECT_EQ(rb["stage"], rank / (2 * one.dp));
+    if (rb["stage"] != 1) continue;
+    // The --tp 1 rank of the same stage and replica.
+    const json& ra = a.reports.at(static_cast<std::size_t>(one.dp + rb["replica"].get<int>()));
+    ASSERT_EQ(ra["replica"], rb["replica"]);
+    ASSERT_EQ(rb["steps"].size(), ra["steps"].size());
+    for (std::size_t step = 0; step < ra["steps"].size(); ++step) {
+      const double la = ra["steps"][step]["loss"], lb = rb["steps"][step]["loss"];
+      EXPECT_NEAR(la, lb, 1e-5 * std::max(1.0, std::abs(la)))
+          << "rank " << rank << " step " << step;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 2 * one.dp * one.steps) << "every TP rank of the last stage, every step";
+  expect_loss_decreases(b, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, TrainerTensorParallel, ::testing::Values(1, 2));
+
+// A traced TP run (pp 2 x dp 2 x tp 2) in each scope and step context: lens
+// check passes it; every step is one trace (world scope) or one per
+// pipeline, a (replica, TP rank) chain (pipeline scope); every rank says its
+// TP rank, and its TP collectives are spans that say it too, numbered alike
+// on every peer.
+class TrainerTensorParallelTrace
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(TrainerTensorParallelTrace, LensCheckPassesAndCollectivesAreSpansOfEveryTpRank) {
+  const auto& [scope, context] = GetParam();
+  TrainerRun r = scaled_run("LENS_TRACE_SCOPE=" + scope);
+  r.tp = 2;
+  r.flags += " --step-context " + context;
+  RunOutput out = run_trainer(r, "tp-trace-" + scope + "-" + context);
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
+  ASSERT_EQ(run.files.size(), 8u);
+  expect_lens_check_passes(run);
+  std::map<int, std::pair<int, int>> pipeline_of;  // rank -> (replica, tensor)
+  for (const auto& f : run.files) {
+    EXPECT_EQ(f.tensor_rank, f.rank % 2) << "rank " << f.rank;
+    pipeline_of[f.rank] = {f.replica, f.tensor_rank};
+    // Per step, the same TP collectives on every rank of a stage: their
+    // sequence numbers 0..n-1, each with the rank's TP rank.
+    std::map<std::int64_t, std::set<std::int64_t>> sequences;  // step -> numbers
+    std::map<std::string, std::int64_t> step_of_trace;
+    for (const auto& s : f.spans)
+      if (s.name == "megatron.train_step") step_of_trace[s.trace_id] = s.int_attr("dl.step");
+    for (const auto& s : f.spans) {
+      if (!s.name.starts_with("megatron.tp.")) continue;
+      EXPECT_EQ(s.int_attr("dl.tensor_parallel.rank"), f.tensor_rank) << s.name;
+      sequences[step_of_trace.at(s.trace_id)].insert(s.int_attr("dl.collective.sequence"));
+    }
+    ASSERT_EQ(sequences.size(), static_cast<std::size_t>(r.steps)) << "rank " << f.rank;
+    for (const auto& [step, numbers] : sequences) {
+      EXPECT_EQ(*numbers.begin(), 0);
+      EXPECT_EQ(*numbers.rbegin() + 1, static_cast<std::int64_t>(numbers.size()))
+          << "rank " << f.rank << " step " << step;
+    }
+  }
+  for (int step = 0; step < r.steps; ++step) {
+    const auto spans = step_spans_of(run, step);
+    ASSERT_EQ(spans.size(), 8u) << "step " << step;
+    std::map<std::pair<int, int>, std::set<std::string>> traces;
+    std::set<std::string> all;
+    for (const auto& [rank, s] : spans) {
+      traces[pipeline_of[rank]].insert(s->trace_id);
+      all.insert(s->trace_id);
+    }
+    ASSERT_EQ(traces.size(), 4u);
+    for (const auto& [pipeline, ids] : traces) EXPECT_EQ(ids.size(), 1u) << "one per pipeline";
+    EXPECT_EQ(all.size(), scope == "world" ? 1u : 4u) << "step " << step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ScopesAndContexts, TrainerTensorParallelTrace,
+                         ::testing::Combine(::testing::Values("world", "pipeline"),
+                                            ::testing::Values("broadcast", "derived")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+TEST(TrainerErrors, TensorParallelMustDivideTheHiddenSizeAndSlowRankBeARank) {
+  // (tp, flags, what the message must say); the runs are --pp 2 --hidden 32.
+  const std::vector<std::tuple<int, std::string, std::string>> cases = {
+      {3, "", "--tp 3 does not divide --hidden 32"},
+      {2, "--slow-rank 4", "--slow-rank 4 is not a rank of pp x dp x tp = 4"},
+      {2, "--slow-rank 1 --slow-stage 1", "--slow-rank names one rank"},
+      {2, "--test-clock-offsets-us 0,1",
+       "has 2 values for 4 ranks; accepted: one per rank (pp x dp x tp)"}};
+  int i = 0;
+  for (const auto& [tp, flags, message] : cases) {
+    TrainerRun r;
+    r.tp = tp;
+    r.flags = flags;
+    RunOutput out = run_trainer(r, "bad-tp-" + std::to_string(i++));
+    EXPECT_EQ(out.exit_code, 2) << flags << ": " << out.output;
+    EXPECT_NE(out.output.find(message), std::string::npos) << flags << ": " << out.output;
+  }
 }
 
 TEST(TrainerLaunch, ByHandWithTorchrunVariablesRankZeroServesTheStore) {
