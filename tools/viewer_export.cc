@@ -178,18 +178,31 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
   Run rest = stream_steps(
       dir, [&](StepWindow& w) { add_spans(w.run); }, options);
   add_spans(rest);
-  const char* row_names[kLaneRows] = {"step", "compute", "p2p", "linked"};
+  const char* row_names[kLaneRows] = {"step", "compute", "p2p and collectives", "linked"};
+  // A process per rank, named with its stage (and with tensor parallelism
+  // its replica and TP rank), in stage order: a stage's ranks together.
+  bool tensor_parallel = false;
+  for (const auto& f : rest.files) tensor_parallel |= f.tensor_rank > 0;
   for (const auto& f : rest.files) {
+    std::string name = "rank " + std::to_string(f.rank);
+    std::int64_t stage = -1;
+    if (const auto it = f.resource.find("dl.pipeline_parallel.rank"); it != f.resource.end()) {
+      stage = std::strtoll(it->second.c_str(), nullptr, 10);
+      name += " · stage " + it->second;
+    }
+    if (tensor_parallel)
+      name += " · dp " + std::to_string(std::max(0, f.replica)) + " tp " +
+              std::to_string(std::max(0, f.tensor_rank));
     events.add({{"ph", "M"},
                 {"name", "process_name"},
                 {"pid", f.rank},
                 {"tid", 0},
-                {"args", {{"name", "rank " + std::to_string(f.rank)}}}});
+                {"args", {{"name", name}}}});
     events.add({{"ph", "M"},
                 {"name", "process_sort_index"},
                 {"pid", f.rank},
                 {"tid", 0},
-                {"args", {{"sort_index", f.rank}}}});
+                {"args", {{"sort_index", (std::max<std::int64_t>(stage, 0) << 24) + f.rank}}}});
     for (int row = 0; row < kLaneRows; ++row)
       events.add({{"ph", "M"},
                   {"name", "thread_name"},
@@ -242,17 +255,21 @@ char type_of(const std::map<std::string, char>& types, const std::string& key) {
 std::map<std::string, json> jaeger_traces(const Run& part, ExportCounts& counts,
                                           const JaegerOptions& options) {
   std::map<std::string, json> traces;  // trace id -> {traceID, spans, processes}
+  bool tensor_parallel = false;
+  for (const auto& f : part.files) tensor_parallel |= f.tensor_rank > 0;
   for (const auto& f : part.files) {
     const std::string process = "p" + std::to_string(f.rank);
     // A process per rank, told apart by its service name ("megatron-lm r1
-    // s1": rank and stage) unless the plain name is asked for, with every
-    // resource attribute as a tag.
+    // s1": rank and stage; "... t1" with its TP rank under tensor
+    // parallelism) unless the plain name is asked for, with every resource
+    // attribute as a tag.
     std::string service = f.service_name.empty() ? "unknown" : f.service_name;
     if (!options.plain_service_name) {
       service += " r" + std::to_string(f.rank);
       if (const auto stage = f.resource.find("dl.pipeline_parallel.rank");
           stage != f.resource.end())
         service += " s" + stage->second;
+      if (tensor_parallel) service += " t" + std::to_string(std::max(0, f.tensor_rank));
     }
     json process_tags = json::array();
     for (const auto& [k, v] : f.resource)

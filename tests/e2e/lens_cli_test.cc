@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -1137,16 +1138,18 @@ const json* straggler_at(const json& a, int rank) {
 template <typename Suite>
 class TrainerRuns : public ::testing::Test {
  protected:
-  // Runs lens-train with each (name, arguments), traced with the per_step and
-  // microbatch groups, under a folder named after `prefix` and this process.
+  // Runs lens-train with each (name, arguments), traced with `groups` (the
+  // per_step and microbatch groups unless said), under a folder named after
+  // `prefix` and this process.
   static void make_runs(const std::string& prefix,
-                        const std::vector<std::pair<std::string, std::string>>& runs) {
+                        const std::vector<std::pair<std::string, std::string>>& runs,
+                        const std::string& groups = "per_step,microbatch") {
     base_ = fs::temp_directory_path() / (prefix + std::to_string(getpid()));
     fs::remove_all(base_);
     for (const auto& [name, args] : runs) {
-      Result r = run(std::string(LENS_TRAIN_BIN) + args +
-                     " --otel-enabled=true --otel-span-groups per_step,microbatch --trace-dir " +
-                     (base_ / name).string());
+      Result r =
+          run(std::string(LENS_TRAIN_BIN) + args + " --otel-enabled=true --otel-span-groups " +
+              groups + " --trace-dir " + (base_ / name).string());
       ASSERT_EQ(r.exit_code, 0) << r.output;
       for (const auto& e : fs::directory_iterator(base_ / name)) dirs_[name] = e.path();
     }
@@ -1158,9 +1161,9 @@ class TrainerRuns : public ::testing::Test {
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return json::parse(r.output);
   }
-  static const json& stage(const json& a, int s, int replica = 0) {
+  static const json& stage(const json& a, int s, int replica = 0, int tensor = 0) {
     for (const auto& st : a["stages"])
-      if (st["stage"] == s && st["replica"] == replica) return st;
+      if (st["stage"] == s && st["replica"] == replica && st["tensor"] == tensor) return st;
     throw std::runtime_error("no stage " + std::to_string(s));
   }
   static inline fs::path base_;
@@ -1366,6 +1369,114 @@ TEST_F(DataParallelCli, ABalancedRunHasNoStragglerNoVariableWorkAndShortSyncWait
   for (const auto& st : a["stages"])
     EXPECT_LT(st["sync_wait_p50_ms"].get<double>(), 0.5 * step) << st.dump();
   ASSERT_EQ(a["set_by"].size(), 6u);
+}
+
+// lens over tensor-parallel runs (pp 2 x tp 2: ranks 0, 1 stage 0's TP
+// ranks, 2, 3 stage 1's), traced with the communication group too (the TP
+// collectives): one with rank 3 (stage 1, TP rank 1) slowed 4x between its
+// collectives, one balanced. The slowdown is 4x against a 1.5x threshold,
+// and the balanced run is judged where a 4x effect would show; repeated
+// under load with the others (bench/README.md, "lens_cli under load").
+class TensorParallelCli : public TrainerRuns<TensorParallelCli> {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string layout =
+        " --pp 2 --tp 2 --layers 4 --microbatches 4 --steps 6 --hidden 128 --microbatch-size 32";
+    make_runs("lens-tp-test-",
+              {{"slow-rank", layout + " --slow-rank 3 --slow-factor 4"}, {"balanced", layout}},
+              "per_step,microbatch,communication");
+  }
+};
+
+TEST_F(TensorParallelCli, ASlowTpRankIsNamedByRankWithItsPeersWaitsAtTheCollectives) {
+  const json a = analysis("slow-rank");
+  EXPECT_EQ(a["tensor_parallel"], 2);
+  ASSERT_EQ(stragglers_at_least(a, 2.0), 1) << a["stragglers"].dump(1);
+  const json* found = straggler_at(a, 3);
+  ASSERT_NE(found, nullptr) << a["stragglers"].dump(1);
+  EXPECT_EQ((*found)["stage"], 1);
+  EXPECT_EQ((*found)["tensor"], 1);
+  EXPECT_EQ((*found)["replica"], 0);
+  // Its peer (rank 2) waits for it at the collectives: most of what rank 3
+  // computes (3 of every 4 parts of it are the injected wait).
+  ASSERT_FALSE((*found)["peers_collective_wait_ms"].is_null()) << found->dump(1);
+  const json& slow = stage(a, 1, 0, 1);
+  const json& peer = stage(a, 1, 0, 0);
+  EXPECT_GT((*found)["peers_collective_wait_ms"].get<double>(),
+            0.5 * slow["compute_p50_ms"].get<double>())
+      << a["stages"].dump(1);
+  EXPECT_EQ(peer["collective_last_peer"], 1) << peer.dump(1);
+  EXPECT_GT(peer["collective_wait_p50_ms"].get<double>(),
+            2 * slow["collective_wait_p50_ms"].get<double>())
+      << a["stages"].dump(1);
+  // Compute is the rank's own: the slowed rank's, not its peer's, is large.
+  EXPECT_GT(slow["compute_p50_ms"].get<double>(), 2 * peer["compute_p50_ms"].get<double>())
+      << a["stages"].dump(1);
+  Result table = run(lens("analyze " + dirs_.at("slow-rank").string()));
+  EXPECT_NE(table.output.find("straggler: rank 3 (stage 1, replica 0, tensor rank 1)"),
+            std::string::npos)
+      << table.output;
+  EXPECT_NE(table.output.find("its TP peers (stage 1, replica 0) wait"), std::string::npos)
+      << table.output;
+}
+
+TEST_F(TensorParallelCli, ABalancedTpRunNamesNoStragglerAndItsColumnsAreMeasured) {
+  const json a = analysis("balanced");
+  EXPECT_EQ(stragglers_at_least(a, 2.0), 0) << a["stragglers"].dump(1);
+  ASSERT_EQ(a["stages"].size(), 4u);
+  for (const auto& st : a["stages"]) {
+    for (const char* column : {"compute_p50_ms", "late_sender_p50_ms", "late_receiver_p50_ms",
+                               "transfer_p50_ms", "collective_wait_p50_ms", "rest_p50_ms"})
+      EXPECT_GE(st[column].get<double>(), 0) << column << ": " << st.dump();
+    EXPECT_GT(st["compute_p50_ms"].get<double>(), 0) << st.dump();
+  }
+  // The path is no longer than the step.
+  for (const auto& s : a["set_by"])
+    EXPECT_LE(s["critical_path_ms"].get<double>(), s["step_ms"].get<double>() + 1e-6) << s.dump();
+}
+
+TEST_F(TensorParallelCli, CheckSummaryTimelineAndExportsShowEveryTpRank) {
+  const std::string dir = dirs_.at("slow-rank").string();
+  Result check = run(lens("check " + dir));
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  Result summary = run(lens("summary " + dir));
+  ASSERT_EQ(summary.exit_code, 0) << summary.output;
+  EXPECT_NE(summary.output.find("tp ms"), std::string::npos) << summary.output;
+  const json sj = json::parse(run(lens("summary " + dir + " --json")).output);
+  std::set<int> with_collectives;
+  for (const auto& row : sj["rows"])
+    if (row["collective_ms"].get<double>() > 0) with_collectives.insert(row["rank"].get<int>());
+  EXPECT_EQ(with_collectives, (std::set<int>{0, 1, 2, 3}));
+  // The timeline: a lane per rank, a stage's TP ranks side by side.
+  const fs::path html = base_ / "tp-wave.html";
+  Result timeline = run(lens("timeline " + dir + " -o " + html.string() + " --steps 2-3"));
+  ASSERT_EQ(timeline.exit_code, 0) << timeline.output;
+  std::ifstream in(html);
+  const std::string page((std::istreambuf_iterator<char>(in)), {});
+  std::vector<std::size_t> at;
+  for (const char* lane : {"rank 0 · stage 0 · dp 0 tp 0", "rank 1 · stage 0 · dp 0 tp 1",
+                           "rank 2 · stage 1 · dp 0 tp 0", "rank 3 · stage 1 · dp 0 tp 1"}) {
+    at.push_back(page.find(lane));
+    EXPECT_NE(at.back(), std::string::npos) << lane;
+  }
+  EXPECT_TRUE(std::is_sorted(at.begin(), at.end())) << "lanes in stage order";
+  EXPECT_NE(page.find("wait at collective: for TP rank 1"), std::string::npos);
+  // Both exports take it, naming each rank's TP rank.
+  const fs::path perfetto = base_ / "tp-perfetto.json", jaeger = base_ / "tp-jaeger.json";
+  ASSERT_EQ(run(lens("export " + dir + " --perfetto " + perfetto.string())).exit_code, 0);
+  ASSERT_EQ(run(lens("export " + dir + " --jaeger " + jaeger.string())).exit_code, 0);
+  std::ifstream pin(perfetto);
+  const json pj = json::parse(pin);
+  std::set<std::string> processes;
+  for (const auto& e : pj["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "process_name") processes.insert(e["args"]["name"]);
+  EXPECT_TRUE(processes.count("rank 3 · stage 1 · dp 0 tp 1")) << json(processes).dump();
+  std::ifstream jin(jaeger);
+  const json jj = json::parse(jin);
+  std::set<std::string> services;
+  for (const auto& t : jj["data"])
+    for (const auto& [id, p] : t["processes"].items()) services.insert(p["serviceName"]);
+  EXPECT_TRUE(services.count("megatron-lm r3 s1 t1")) << json(services).dump();
 }
 
 TEST_F(AnalyzeCli, EveryRanksColumnsAddUpToItsStep) {
