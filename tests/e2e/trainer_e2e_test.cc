@@ -810,6 +810,33 @@ TEST_P(TrainerTensorParallel, EveryStepsLossEqualsTheTp1Runs) {
 
 INSTANTIATE_TEST_SUITE_P(Replicas, TrainerTensorParallel, ::testing::Values(1, 2));
 
+// The interleaved schedule with tensor parallelism: each TP rank runs the
+// interleaved schedule with its peers of the other stages; the loss of
+// every step equals the --tp 1 interleaved run's, and lens check passes.
+TEST(TrainerTensorParallelInterleaved, EveryStepsLossEqualsTheTp1InterleavedRuns) {
+  TrainerRun one;
+  one.microbatches = 4;
+  one.flags = "--virtual-stages 2 --otel-enabled=true --otel-span-groups all";
+  TrainerRun two = one;
+  two.tp = 2;
+  RunOutput a = run_trainer(one, "tp-interleaved-tp1"), b = run_trainer(two, "tp-interleaved-tp2");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  ASSERT_EQ(b.reports.size(), 4u);
+  for (const std::size_t rank : {2u, 3u}) {  // stage 1's TP ranks
+    ASSERT_EQ(b.reports[rank]["stage"], 1);
+    for (std::size_t step = 0; step < 3; ++step) {
+      const double la = a.reports[1]["steps"][step]["loss"];
+      const double lb = b.reports[rank]["steps"][step]["loss"];
+      EXPECT_NEAR(la, lb, 1e-5 * std::max(1.0, std::abs(la)))
+          << "rank " << rank << " step " << step;
+    }
+  }
+  const lens::tools::Run run = lens::tools::read_run(b.trace_dir / b.run_id);
+  ASSERT_EQ(run.files.size(), 4u);
+  expect_lens_check_passes(run);
+}
+
 // A traced TP run (pp 2 x dp 2 x tp 2) in each scope and step context: lens
 // check passes it; every step is one trace (world scope) or one per
 // pipeline, a (replica, TP rank) chain (pipeline scope); every rank says its
