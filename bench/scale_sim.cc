@@ -13,8 +13,13 @@
 // the reference trainer emits for Megatron's 1F1B schedule: the step span,
 // forward_backward, a forward and a backward span per microbatch, the p2p
 // spans of each transfer, the linked spans of the warmup and pre-1F1B
-// receives, the optimizer span and the data-parallel all-reduce. Compute is
-// replaced by nothing.
+// receives, the optimizer span and the data-parallel all-reduce, and with
+// tensor parallelism (--tp > 1 and --layers L) the TP collectives Megatron
+// runs in each pass: two all-reduces per transformer layer of the stage in
+// the forward (attention's and the MLP's row-parallel output) and two in
+// the backward (their column-parallel inputs' gradients), spans
+// megatron.tp.all_reduce in the communication group as lens-train records
+// them. Compute is replaced by nothing.
 //
 // When the job has more ranks than --max-ranks, the simulation keeps every
 // pipeline stage and shrinks the data- and tensor-parallel sizes (ranks of
@@ -52,6 +57,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Shape {
   int tp = 1, pp = 4, dp = 2, microbatches = 8, steps = 3;
+  int layers = 0;  // transformer layers of the model (TP collectives); 0: none
   double step_ms = 1000;
   std::string groups = "per_step,microbatch";
   lens::TraceScope scope = lens::TraceScope::kWorld;
@@ -97,7 +103,7 @@ double thread_cpu_us() {
                "lens-scale-sim: %s\n"
                "usage: lens-scale-sim [--tp N] [--pp N] [--dp N] [--microbatches N] [--steps N]\n"
                "         [--step-ms MS] [--groups SPEC] [--scope world|pipeline] [--filter SPEC]\n"
-               "         [--budget STEPS_PER_MINUTE] [--max-ranks N]\n",
+               "         [--budget STEPS_PER_MINUTE] [--max-ranks N] [--layers L]\n",
                why.c_str());
   std::exit(2);
 }
@@ -141,6 +147,8 @@ Shape parse(int argc, char** argv) {
       s.filter = v;
     else if (a == "--budget")
       s.budget = static_cast<std::uint32_t>(number(a, v, 0, 1000000));
+    else if (a == "--layers")
+      s.layers = static_cast<int>(number(a, v, 0, 100000));
     else if (a == "--max-ranks")
       s.max_ranks = static_cast<int>(number(a, v, 1, 8192));
     else
@@ -229,10 +237,25 @@ int main(int argc, char** argv) {
         s.set_attribute("dl.pipeline_parallel.rank", std::int64_t{p});
         s.end();
       };
+      // The TP collectives of one pass: two per transformer layer of this
+      // stage (layers spread evenly, the first stages one more).
+      const int stage_layers = shape.layers / shape.pp + (p < shape.layers % shape.pp ? 1 : 0);
+      const int collectives_per_pass = shape.tp > 1 ? 2 * stage_layers : 0;
+      std::int64_t sequence = 0;
+      auto collectives = [&] {
+        for (int c = 0; c < collectives_per_pass; ++c) {
+          lens::Span s = tr.start_span(SpanGroup::kCommunication, "megatron.tp.all_reduce");
+          s.set_attribute("dl.tensor_parallel.rank", std::int64_t{t});
+          s.set_attribute("dl.tensor_parallel.size", std::int64_t{shape.tp});
+          s.set_attribute("dl.collective.sequence", sequence++);
+          s.end();
+        }
+      };
       for (int step = 0; step < shape.steps; ++step) {
         const double cpu0 = thread_cpu_us();
         const auto t0 = Clock::now();
         lens::StepScope scope(trace, static_cast<std::uint64_t>(step));
+        sequence = 0;
         protocol_cpu_us[static_cast<std::size_t>(r)].push_back(thread_cpu_us() - cpu0);
         protocol_us[static_cast<std::size_t>(r)].push_back(
             std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
@@ -245,6 +268,7 @@ int main(int argc, char** argv) {
               emit(SpanGroup::kCommunication, "megatron.p2p.recv_forward", mb);
             }
             emit(SpanGroup::kMicrobatch, "megatron.microbatch.forward", mb);
+            collectives();
             if (!last) emit(SpanGroup::kCommunication, "megatron.p2p.send_forward", mb);
           };
           int next_backward = 0;
@@ -252,6 +276,7 @@ int main(int argc, char** argv) {
             const int mb = next_backward++;
             if (!last) emit(SpanGroup::kCommunication, "megatron.p2p.recv_backward", mb);
             emit(SpanGroup::kMicrobatch, "megatron.microbatch.backward", mb);
+            collectives();
             if (!first) emit(SpanGroup::kCommunication, "megatron.p2p.send_backward", mb);
           };
           for (int i = 0; i < warmup; ++i) forward(i, true);

@@ -636,16 +636,17 @@ PYBIND11_MODULE(_lens, m) {
       py::arg("step"));
   m.def(
       "derive_step_carrier",
-      [](std::uint64_t step, bool reserved_here) {
+      [](std::uint64_t step, bool reserved_here, std::optional<int> pipeline_source) {
         // As StepScope does in derived mode (step_trace.h).
         lens::Telemetry* t = step_telemetry();
         const lens::Config& cfg = t->config();
         PyCarrier c;
-        c.carrier = lens::derive_step_context(*t, cfg.trace_scope, step, per_telemetry().budget);
+        c.carrier = lens::derive_step_context(*t, cfg.trace_scope, step, per_telemetry().budget,
+                                              pipeline_source);
         c.reserved_here = reserved_here;
         return c;
       },
-      py::arg("step"), py::arg("reserved_here"));
+      py::arg("step"), py::arg("reserved_here"), py::arg("pipeline_source") = py::none());
   m.def("step_check_due", [] {
     lens::Telemetry* t = lens::get_telemetry();
     if (!t) return false;
@@ -654,7 +655,8 @@ PYBIND11_MODULE(_lens, m) {
   });
   m.def(
       "step_check_record",
-      [](std::uint64_t step, const std::optional<PyCarrier>& derived, int check_rank) {
+      [](std::uint64_t step, const std::optional<PyCarrier>& derived, int check_rank,
+         std::optional<int> pipeline_source) {
         lens::Telemetry* t = lens::get_telemetry();
         if (!t) throw std::runtime_error("lens: telemetry is not initialised");
         const lens::Config& cfg = t->config();
@@ -662,13 +664,14 @@ PYBIND11_MODULE(_lens, m) {
         const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      std::chrono::steady_clock::now().time_since_epoch())
                                      .count();
-        const bool per_replica = derived && cfg.trace_scope == lens::TraceScope::kPipeline;
-        const auto record = lens::encode_step_check(
-            state.checks.record(step, unwrap(derived), per_replica ? &cfg.coordinates : nullptr,
-                                check_rank, state.budget, now));
+        const bool per_pipeline = derived && cfg.trace_scope == lens::TraceScope::kPipeline;
+        const auto record = lens::encode_step_check(state.checks.record(
+            step, unwrap(derived), per_pipeline ? pipeline_source : std::nullopt, check_rank,
+            state.budget, now));
         return py::bytes(reinterpret_cast<const char*>(record.data()), record.size());
       },
-      py::arg("step"), py::arg("derived"), py::arg("check_rank"));
+      py::arg("step"), py::arg("derived"), py::arg("check_rank"),
+      py::arg("pipeline_source") = py::none());
   m.def(
       "accept_step_checks",
       [](int my_rank, const py::bytes& records) {

@@ -42,10 +42,10 @@ inline constexpr std::size_t kStepCheckRecordBytes = 48;
 /// One rank's part of a step check.
 struct StepCheckRecord {
   std::uint64_t step = 0;
-  /// The replica the rank's trace belongs to (pipeline scope; -1 in world
-  /// scope, where every rank shares one trace).
-  int dp = -1;
-  int tp = -1;
+  /// The pipeline the rank's trace belongs to: the global rank of its
+  /// first stage (pipeline scope; -1 in world scope, where every rank
+  /// shares one trace).
+  int pipeline = -1;
   TraceId trace_id;
   bool sampled = false;
   /// Micro-tokens per step for a shared step budget (global rank 0's is
@@ -74,12 +74,13 @@ class StepCheckSchedule {
   /// True when the step being opened is checked.
   bool due() const { return every_ > 0 && opened_ % every_ == 0; }
   /// This rank's record for the step being opened: `derived` is its
-  /// derived context (nullopt in `broadcast` mode), `replica` its (dp, tp)
-  /// in `pipeline` scope (null in `world` scope), `check_rank` its rank in
-  /// the check's communicator, `budget` the step budget it spends.
+  /// derived context (nullopt in `broadcast` mode), `pipeline` its
+  /// pipeline's first global rank in `pipeline` scope (nullopt in `world`
+  /// scope), `check_rank` its rank in the check's communicator, `budget` the
+  /// step budget it spends.
   StepCheckRecord record(std::uint64_t step, const std::optional<StepCarrier>& derived,
-                         const ParallelCoordinates* replica, int check_rank,
-                         const StepBudget& budget, std::int64_t now_ns);
+                         std::optional<int> pipeline, int check_rank, const StepBudget& budget,
+                         std::int64_t now_ns);
   /// After a check that passed: the budget takes rank 0's rate. Counted in
   /// pipeline_stats().step_checks.
   static void accept(const std::vector<StepCheckRecord>& all, StepBudget& budget);

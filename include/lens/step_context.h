@@ -45,15 +45,18 @@ StepCarrier reserve_step_context(const Telemetry& telemetry, TraceScope scope, i
 /// every rank of the step's trace derives it, with no collective, from the
 /// run key and run id agreed at start-up: in `world` scope the anchor
 /// itself (anchor_step_context); in `pipeline` scope the anchor for the
-/// replica at dp 0, tp 0 (the one holding global rank 0 in Megatron's rank
-/// order), and for every other replica a context derived from the same
-/// inputs and the replica's (dp, tp) coordinates. Its sampled flag is the
-/// sampler's decision on the anchor's trace id and a token from `budget`
-/// (shared: every rank decides alike). Counted in
-/// pipeline_stats().derived_steps. Throws ConfigError in `pipeline` scope
-/// when this rank's dp or tp coordinate is unknown.
+/// pipeline whose first stage is global rank 0, and for every other
+/// pipeline a context derived from the same inputs and `pipeline_source`,
+/// the global rank of the pipeline's first stage (its step's source): one
+/// per pipeline in every layout, whatever its data-, tensor- or
+/// context-parallel coordinates. Its sampled flag is the sampler's decision
+/// on the anchor's trace id and a token from `budget` (shared: every rank
+/// decides alike). Counted in pipeline_stats().derived_steps. Throws
+/// ConfigError in `pipeline` scope without a `pipeline_source` of 0 or
+/// more.
 StepCarrier derive_step_context(const Telemetry& telemetry, TraceScope scope, std::uint64_t step,
-                                StepBudget& budget);
+                                StepBudget& budget,
+                                std::optional<int> pipeline_source = std::nullopt);
 
 /// The context a rank's step span opens in (StartOptions::context): the
 /// step's trace, flags and tracestate, and, on the rank that reserved it, the
@@ -79,7 +82,7 @@ bool step_budget_shared(const Config& config, TraceScope scope);
 /// it does not: in `derived` mode every LENS_STEP_VERIFY_STEPS steps, and
 /// where a shared step budget's rate must be renewed. Throws ConfigError for
 /// a shared step budget with LENS_STEP_VERIFY_STEPS=0 (nothing would renew
-/// it) and for `derived` in `pipeline` scope without this rank's dp and tp.
+/// it).
 std::uint32_t step_check_interval(const Config& config, TraceScope scope);
 
 /// Throws ConfigError unless `config` can run `pipeline` scope: the run key

@@ -29,7 +29,10 @@
 /// LENS_STEP_VERIFY_STEPS opened steps the ranks compare their step numbers
 /// in one all-gather (step_check.h) instead. Step numbers then have to be
 /// the same on every rank; a rank that passes another fails every rank at
-/// the next check with StepCheckError.
+/// the next check with StepCheckError. In `pipeline` scope each pipeline's
+/// trace is derived from its source's global rank, which the constructor
+/// learns in one broadcast over the pipeline's communicator (a collective:
+/// every rank of the pipeline constructs its StepTrace).
 ///
 /// Thread safety: one StepTrace per training loop thread; StepScope is used on
 /// the thread that created it.
@@ -159,6 +162,7 @@ class StepTrace {
   std::optional<StepCarrier> exchange(std::uint64_t step, Span& early);
   Span start_step_span(std::uint64_t step, const std::optional<StepCarrier>& carrier);
   void set_up_checks(Communicator* job_comm);
+  void learn_pipeline_source();
   void check_if_due(std::uint64_t step, const std::optional<StepCarrier>& derived);
   void sync_clocks_if_due(std::uint64_t step);
   void record_failure(const CommError& e);
@@ -181,6 +185,9 @@ class StepTrace {
   std::optional<StepCarrier> carrier_;    ///< this step's, for recv_forward_linked
   std::optional<SpanContext> job_;        ///< the rank's job span, linked from each step span
   std::unique_ptr<ClockSchedule> clock_;
+  /// Derived mode in `pipeline` scope: the global rank of the pipeline's
+  /// source, learned at construction (derive_step_context).
+  std::optional<int> pipeline_source_;
   bool finished_ = false;
 };
 

@@ -133,13 +133,13 @@ def broadcast_trace_context(rank, src_rank=0, group=None, step=None):
     return carrier
 
 
-def _step_check(step, derived, rank, check_group):
+def _step_check(step, derived, rank, check_group, pipeline_source=None):
     """The step check (step_check.h) when one is due, then counts the step."""
     import torch.distributed as dist
 
     if _lens.is_initialized() and _lens.step_check_due():
         check_rank = dist.get_rank(check_group)
-        record = _lens.step_check_record(int(step), derived, check_rank)
+        record = _lens.step_check_record(int(step), derived, check_rank, pipeline_source)
         gathered = [None] * dist.get_world_size(check_group)
         dist.all_gather_object(gathered, record, group=check_group)
         try:
@@ -162,12 +162,18 @@ def step_trace_context(step, rank, src_rank=0, group=None, check_group=None):
     all_gather_object; a rank at another step makes every rank raise
     lens.StepCheckError (a RuntimeError) naming the ranks and their steps. Call it
     on every rank, once per step, with the same step numbers, under the same
-    gate as broadcast_trace_context. Returns the lens.Carrier.
+    gate as broadcast_trace_context. ``src_rank`` is the global rank of the
+    pipeline's first stage: in pipeline scope each pipeline's trace is derived
+    from it, so every pipeline of any layout has its own. Returns the
+    lens.Carrier.
     """
     if _lens.config().get("step_context") != "derived":
         return broadcast_trace_context(rank, src_rank=src_rank, group=group, step=step)
-    carrier = _lens.derive_step_carrier(int(step), reserved_here=rank == src_rank)
-    _step_check(step, carrier, rank, check_group)
+    # In pipeline scope each pipeline's trace is derived from its source's
+    # global rank (src_rank: torch.distributed names ranks globally).
+    carrier = _lens.derive_step_carrier(int(step), reserved_here=rank == src_rank,
+                                        pipeline_source=int(src_rank))
+    _step_check(step, carrier, rank, check_group, int(src_rank))
     return carrier
 
 

@@ -18,13 +18,13 @@ namespace {
 using detail::rank_list;
 
 // One rank's record, little-endian:
-//    0  4  magic "LNSC"      16  4  dp (-1: none)
-//    4  2  version (1)       20  4  tp (-1: none)
+//    0  4  magic "LNSC"      16  4  pipeline (-1: none)
+//    4  2  version (2)       20  4  0
 //    6  1  sampled           24 16  trace id
 //    7  1  0                 40  8  budget rate
 //    8  8  step
 constexpr std::uint8_t kMagic[4] = {'L', 'N', 'S', 'C'};
-constexpr std::uint16_t kRecordVersion = 1;
+constexpr std::uint16_t kRecordVersion = 2;
 
 [[noreturn]] void fail(int my_rank, const std::string& what) {
   throw StepCheckError("lens: step check failed on rank " + std::to_string(my_rank) + ": " + what);
@@ -38,8 +38,7 @@ std::array<std::uint8_t, kStepCheckRecordBytes> encode_step_check(const StepChec
   detail::put_le16(r.data() + 4, kRecordVersion);
   r[6] = record.sampled ? 1 : 0;
   detail::put_le64(r.data() + 8, record.step);
-  detail::put_le32(r.data() + 16, static_cast<std::uint32_t>(record.dp));
-  detail::put_le32(r.data() + 20, static_cast<std::uint32_t>(record.tp));
+  detail::put_le32(r.data() + 16, static_cast<std::uint32_t>(record.pipeline));
   std::memcpy(r.data() + 24, record.trace_id.bytes().data(), TraceId::kSize);
   detail::put_le64(r.data() + 40, record.budget_rate);
   return r;
@@ -63,8 +62,7 @@ std::vector<StepCheckRecord> compare_step_checks(int my_rank,
     StepCheckRecord rec;
     rec.sampled = r[6] != 0;
     rec.step = detail::get_le64(r + 8);
-    rec.dp = static_cast<int>(detail::get_le32(r + 16));
-    rec.tp = static_cast<int>(detail::get_le32(r + 20));
+    rec.pipeline = static_cast<int>(detail::get_le32(r + 16));
     std::array<std::uint8_t, TraceId::kSize> id{};
     std::memcpy(id.data(), r + 24, TraceId::kSize);
     rec.trace_id = TraceId(id);
@@ -87,10 +85,10 @@ std::vector<StepCheckRecord> compare_step_checks(int my_rank,
                       ". LENS_STEP_CONTEXT=derived derives each step's trace from the step "
                       "number: every rank must pass the same one to StepScope");
   }
-  // One replica, one trace; one sampling decision for the whole job (it is
+  // One pipeline, one trace; one sampling decision for the whole job (it is
   // taken on global rank 0's trace id). A record without a trace (the
   // `broadcast` mode's, which only shares the step budget) is not compared.
-  std::map<std::pair<int, int>, std::size_t> first_of;
+  std::map<int, std::size_t> first_of;  // pipeline -> its first record
   std::optional<std::size_t> first_decided;
   for (std::size_t r = 0; r < out.size(); ++r) {
     if (!out[r].trace_id.valid()) continue;
@@ -103,9 +101,9 @@ std::vector<StepCheckRecord> compare_step_checks(int my_rank,
       fail(my_rank, "the ranks decided step " + std::to_string(out[r].step) +
                         "'s sampling differently: " + describe(*first_decided) + " vs " +
                         describe(r) + "; their sampler or step budget differ");
-    const auto [it, fresh] = first_of.try_emplace({out[r].dp, out[r].tp}, r);
+    const auto [it, fresh] = first_of.try_emplace(out[r].pipeline, r);
     if (!fresh && out[it->second].trace_id != out[r].trace_id)
-      fail(my_rank, "two ranks of one replica derived different traces for step " +
+      fail(my_rank, "two ranks of one pipeline derived different traces for step " +
                         std::to_string(out[r].step) + ": " + describe(it->second) + " vs " +
                         describe(r) + "; their run key or run id differ");
   }
@@ -114,7 +112,7 @@ std::vector<StepCheckRecord> compare_step_checks(int my_rank,
 
 StepCheckRecord StepCheckSchedule::record(std::uint64_t step,
                                           const std::optional<StepCarrier>& derived,
-                                          const ParallelCoordinates* replica, int check_rank,
+                                          std::optional<int> pipeline, int check_rank,
                                           const StepBudget& budget, std::int64_t now_ns) {
   StepCheckRecord mine;
   mine.step = step;
@@ -122,10 +120,7 @@ StepCheckRecord StepCheckSchedule::record(std::uint64_t step,
     mine.trace_id = derived->context.trace_id;
     mine.sampled = derived->context.sampled();
   }
-  if (replica) {
-    mine.dp = replica->dp;
-    mine.tp = replica->tp;
-  }
+  if (pipeline) mine.pipeline = *pipeline;
   if (check_rank == 0 && window_start_ns_ >= 0)
     mine.budget_rate = StepBudget::rate_for(budget.per_minute(), opened_ - window_start_,
                                             now_ns - window_start_ns_);

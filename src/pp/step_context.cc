@@ -55,16 +55,6 @@ SpanContext derived_context(std::uint64_t run_key, std::string_view run_id, std:
   return c;
 }
 
-// Throws the ConfigError of `derived` in pipeline scope without this rank's
-// coordinates, when they are missing.
-void require_derived_coordinates(const Config& config) {
-  if (config.coordinates.dp >= 0 && config.coordinates.tp >= 0) return;
-  throw ConfigError(
-      "LENS_STEP_CONTEXT=derived in pipeline scope needs this rank's data- and "
-      "tensor-parallel coordinates (TelemetryOptions::coordinates, coordinates= in Python): "
-      "each replica's trace is derived from them");
-}
-
 std::int64_t steady_now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -79,20 +69,24 @@ SpanContext anchor_step_context(std::uint64_t run_key, std::string_view run_id,
 }
 
 StepCarrier derive_step_context(const Telemetry& telemetry, TraceScope scope, std::uint64_t step,
-                                StepBudget& budget) {
+                                StepBudget& budget, std::optional<int> pipeline_source) {
   const Config& config = telemetry.config();
   const SpanContext anchor = anchor_step_context(config.run_key, config.run_id, step);
   StepCarrier derived;
   derived.step = step;
   derived.context = anchor;
   if (scope == TraceScope::kPipeline) {
-    const ParallelCoordinates& at = config.coordinates;
-    if (at.dp < 0 || at.tp < 0) require_derived_coordinates(config);
-    if (at.dp != 0 || at.tp != 0) {
-      // Coordinates up to 2^30 each: the salt is never 0.
-      const std::uint64_t salt = (std::uint64_t(at.dp) + 1) << 32 | (std::uint64_t(at.tp) + 1);
-      derived.context = derived_context(config.run_key, config.run_id, step, salt);
-    }
+    if (!pipeline_source || *pipeline_source < 0)
+      throw ConfigError(
+          "LENS_STEP_CONTEXT=derived in pipeline scope needs the global rank of the pipeline's "
+          "first stage (" +
+          (pipeline_source ? std::to_string(*pipeline_source) : std::string("none")) +
+          " given): each pipeline's trace is derived from it");
+    // Global rank + 1 above 2^32: never 0 (the anchor's) nor the job's.
+    if (*pipeline_source != 0)
+      derived.context =
+          derived_context(config.run_key, config.run_id, step,
+                          std::uint64_t{1} << 32 | (std::uint64_t(*pipeline_source) + 1));
   }
   const bool sampled =
       budget.decide(steady_now_ns(), telemetry.sampler().should_sample_root(anchor.trace_id));
@@ -140,7 +134,7 @@ std::optional<SpanLink> global_rank_zero_link(const Telemetry& telemetry,
 }
 
 SpanContext job_span_context(const Telemetry& telemetry) {
-  // A salt no (dp, tp) replica salt takes: those have both halves non-zero.
+  // A salt no pipeline's takes: those are above 2^32.
   constexpr std::uint64_t kJobSalt = 0x6a6f62;  // "job"
   SpanContext job = derived_context(telemetry.config().run_key, telemetry.config().run_id,
                                     std::numeric_limits<std::uint64_t>::max(), kJobSalt);
@@ -174,7 +168,6 @@ std::uint32_t step_check_interval(const Config& config, TraceScope scope) {
                       (derived ? "LENS_STEP_CONTEXT=derived" : "LENS_TRACE_SCOPE=pipeline") +
                       " needs LENS_STEP_VERIFY_STEPS above 0: the budget every rank spends "
                       "alike is renewed at each step check");
-  if (derived && scope == TraceScope::kPipeline) require_derived_coordinates(config);
   return derived || spends ? config.step_verify_steps : 0;
 }
 

@@ -2,7 +2,9 @@
 #include "lens/step_trace.h"
 
 #include <algorithm>
+#include <array>
 
+#include "byte_order.h"
 #include "lens/carrier_slot.h"
 #include "lens/clock_schedule.h"
 #include "lens/error.h"
@@ -44,9 +46,29 @@ StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions 
                                                   : std::chrono::milliseconds(300000));
   Communicator* job_comm = options_.job_communicator;
   if (job_comm == nullptr && scope_ == TraceScope::kWorld) job_comm = comm_;
+  if (gated_ && scope_ == TraceScope::kPipeline && mode_ == StepContextMode::kDerived)
+    learn_pipeline_source();
   if (gated_) set_up_checks(job_comm);
   if (gated_ && telemetry_->config().clock_sync && job_comm != nullptr && job_comm->size() > 1)
     clock_ = std::make_unique<ClockSchedule>(*telemetry_, *job_comm, tracer_, timeout_);
+}
+
+void StepTrace::learn_pipeline_source() {
+  // Once: the source's global rank, over the pipeline group (the ranks of
+  // a pipeline derive its trace from it, and only they take part).
+  std::array<std::uint8_t, 4> word{};
+  if (source()) detail::put_le32(word.data(), static_cast<std::uint32_t>(global_rank_));
+  try {
+    comm_->broadcast(word, options_.src_rank, timeout_);
+  } catch (const CommError& e) {
+    record_failure(e);
+    throw;
+  }
+  const std::uint32_t rank = detail::get_le32(word.data());
+  if (rank > (1u << 30))
+    throw CommError("lens: the pipeline's source sent global rank " + std::to_string(rank) +
+                    "; accepted: 0 to 2^30");
+  pipeline_source_ = static_cast<int>(rank);
 }
 
 void StepTrace::set_up_checks(Communicator* job_comm) {
@@ -68,9 +90,9 @@ void StepTrace::check_if_due(std::uint64_t step, const std::optional<StepCarrier
   const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::steady_clock::now().time_since_epoch())
                                .count();
-  const bool per_replica = derived && scope_ == TraceScope::kPipeline;
+  const bool per_pipeline = derived && scope_ == TraceScope::kPipeline;
   const StepCheckRecord mine =
-      checks_.record(step, derived, per_replica ? &telemetry_->config().coordinates : nullptr,
+      checks_.record(step, derived, per_pipeline ? pipeline_source_ : std::nullopt,
                      check_comm_->rank(), budget_, now);
   StepCheckSchedule::accept(run_step_check(*check_comm_, mine, timeout_), budget_);
 }
@@ -109,7 +131,7 @@ std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step, Span& early) 
   try {
     if (mode_ == StepContextMode::kDerived) {
       sync_clocks_if_due(step);
-      carrier = derive_step_context(*telemetry_, scope_, step, budget_);
+      carrier = derive_step_context(*telemetry_, scope_, step, budget_, pipeline_source_);
       check_if_due(step, carrier);
     } else if (pending_.posted()) {
       // Posted by the previous step: usually finished by now. A clock

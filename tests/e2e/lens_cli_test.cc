@@ -1138,18 +1138,16 @@ const json* straggler_at(const json& a, int rank) {
 template <typename Suite>
 class TrainerRuns : public ::testing::Test {
  protected:
-  // Runs lens-train with each (name, arguments), traced with `groups` (the
-  // per_step and microbatch groups unless said), under a folder named after
-  // `prefix` and this process.
+  // Runs lens-train with each (name, arguments), traced with the per_step and
+  // microbatch groups, under a folder named after `prefix` and this process.
   static void make_runs(const std::string& prefix,
-                        const std::vector<std::pair<std::string, std::string>>& runs,
-                        const std::string& groups = "per_step,microbatch") {
+                        const std::vector<std::pair<std::string, std::string>>& runs) {
     base_ = fs::temp_directory_path() / (prefix + std::to_string(getpid()));
     fs::remove_all(base_);
     for (const auto& [name, args] : runs) {
-      Result r =
-          run(std::string(LENS_TRAIN_BIN) + args + " --otel-enabled=true --otel-span-groups " +
-              groups + " --trace-dir " + (base_ / name).string());
+      Result r = run(std::string(LENS_TRAIN_BIN) + args +
+                     " --otel-enabled=true --otel-span-groups per_step,microbatch --trace-dir " +
+                     (base_ / name).string());
       ASSERT_EQ(r.exit_code, 0) << r.output;
       for (const auto& e : fs::directory_iterator(base_ / name)) dirs_[name] = e.path();
     }
@@ -1372,19 +1370,18 @@ TEST_F(DataParallelCli, ABalancedRunHasNoStragglerNoVariableWorkAndShortSyncWait
 }
 
 // lens over tensor-parallel runs (pp 2 x tp 2: ranks 0, 1 stage 0's TP
-// ranks, 2, 3 stage 1's), traced with the communication group too (the TP
-// collectives): one with rank 3 (stage 1, TP rank 1) slowed 4x between its
-// collectives, one balanced. The slowdown is 4x against a 1.5x threshold,
-// and the balanced run is judged where a 4x effect would show; repeated
-// under load with the others (bench/README.md, "lens_cli under load").
+// ranks, 2, 3 stage 1's), traced with per_step (its communication group
+// holds the TP collectives) and microbatch: one with rank 3 (stage 1, TP rank 1) slowed 4x between
+// its collectives, one balanced. The slowdown is 4x against a 1.5x threshold, and the balanced run
+// is judged where a 4x effect would show; repeated under load with the others (bench/README.md,
+// "lens_cli under load").
 class TensorParallelCli : public TrainerRuns<TensorParallelCli> {
  protected:
   static void SetUpTestSuite() {
     const std::string layout =
         " --pp 2 --tp 2 --layers 4 --microbatches 4 --steps 6 --hidden 128 --microbatch-size 32";
     make_runs("lens-tp-test-",
-              {{"slow-rank", layout + " --slow-rank 3 --slow-factor 4"}, {"balanced", layout}},
-              "per_step,microbatch,communication");
+              {{"slow-rank", layout + " --slow-rank 3 --slow-factor 4"}, {"balanced", layout}});
   }
 };
 

@@ -127,9 +127,12 @@ TEST_P(DerivedSteps, SameTracesAndLinksAsTheBroadcastWithoutAPerStepCollective) 
   const JobOut out = run_job(j);
   const int world = j.pp * j.dp;
   EXPECT_EQ(pipeline_stats().broadcasts, broadcasts_before);
-  // Checks after opened steps 0, 2 and 4, over the world group, on every rank.
+  // Checks after opened steps 0, 2 and 4, over the world group, on every
+  // rank; in pipeline scope each pipeline's one broadcast of its source's
+  // global rank when its StepTraces are made, and none per step.
   EXPECT_EQ(out.world_collectives, 3u);
-  EXPECT_EQ(out.pipeline_collectives, 0u);
+  EXPECT_EQ(out.pipeline_collectives,
+            j.scope == TraceScope::kPipeline ? static_cast<std::size_t>(j.dp) : 0u);
   EXPECT_EQ(pipeline_stats().step_checks - checks_before, 3u * static_cast<std::uint64_t>(world));
   for (int step = 0; step < j.steps; ++step) {
     const SpanRecord* global0 = named_in_step(out.ranks[0], "megatron.train_step", step);
@@ -238,7 +241,9 @@ TEST(DerivedStepsSampling, EveryRankAndReplicaKeepsTheSameStepsWithoutAnyExchang
   j.verify_steps = 0;  // no check: the decisions are alike anyway
   j.env = {{"OTEL_TRACES_SAMPLER", "traceidratio"}, {"OTEL_TRACES_SAMPLER_ARG", "0.5"}};
   const JobOut out = run_job(j);
-  EXPECT_EQ(out.world_collectives + out.pipeline_collectives, 0u);
+  // Only each pipeline's start-up broadcast of its source's global rank.
+  EXPECT_EQ(out.world_collectives, 0u);
+  EXPECT_EQ(out.pipeline_collectives, static_cast<std::size_t>(j.dp));
   std::set<std::int64_t> kept0;
   for (const auto& s : out.ranks[0].spans)
     if (s.name == "megatron.train_step") kept0.insert(int_attr(s, "dl.step"));
@@ -289,8 +294,10 @@ INSTANTIATE_TEST_SUITE_P(
              std::string(trace_scope_name(std::get<1>(info.param)));
     });
 
-TEST(DerivedIds, AGridOfStepsReplicasAndTensorRanksHasNoDuplicate) {
-  // 1,000 steps x 32 replicas x 8 tensor ranks in pipeline scope: 256,000
+TEST(DerivedIds, AGridOfStepsAndPipelinesHasNoDuplicateContextParallelismIncluded) {
+  // 1,000 steps x 256 pipelines in pipeline scope (TP 8 x CP 2 x DP 16 in
+  // Megatron's order: a pipeline's first global rank is tp + 8 cp + 16 dp,
+  // so two pipelines with the same (dp, tp) and another cp differ): 256,000
   // pipelines' steps, each its own trace id and source span id, and each
   // half of the trace ids distinct too (the two halves come from two
   // states, so neither half repeats where the other does not).
@@ -298,39 +305,54 @@ TEST(DerivedIds, AGridOfStepsReplicasAndTensorRanksHasNoDuplicate) {
   std::set<std::uint64_t> highs, lows;
   std::set<std::string> spans;
   std::size_t made = 0;
-  for (int dp = 0; dp < 32; ++dp)
-    for (int tp = 0; tp < 8; ++tp) {
-      TelemetryOptions o;
-      o.rank = 0;
-      o.world_size = 1;
-      o.trace_scope = TraceScope::kPipeline;
-      o.step_context = StepContextMode::kDerived;
-      o.clock_sync = false;
-      o.coordinates = {0, dp, tp};
-      o.run_key = 0x5eed;
-      testing::MemoryTelemetry mt(o);
-      StepBudget budget;
-      for (std::uint64_t step = 0; step < 1000; ++step) {
-        const StepCarrier c =
-            derive_step_context(*mt.telemetry, TraceScope::kPipeline, step, budget);
-        const auto& b = c.context.trace_id.bytes();
-        std::uint64_t hi = 0, lo = 0;
-        for (int i = 0; i < 8; ++i) {
-          hi = hi << 8 | b[static_cast<std::size_t>(i)];
-          lo = lo << 8 | b[static_cast<std::size_t>(8 + i)];
+  TelemetryOptions o;
+  o.rank = 0;
+  o.world_size = 1;
+  o.trace_scope = TraceScope::kPipeline;
+  o.step_context = StepContextMode::kDerived;
+  o.clock_sync = false;
+  o.run_key = 0x5eed;
+  testing::MemoryTelemetry mt(o);
+  for (int dp = 0; dp < 16; ++dp)
+    for (int cp = 0; cp < 2; ++cp)
+      for (int tp = 0; tp < 8; ++tp) {
+        const int source = tp + 8 * cp + 16 * dp;
+        StepBudget budget;
+        for (std::uint64_t step = 0; step < 1000; ++step) {
+          const StepCarrier c =
+              derive_step_context(*mt.telemetry, TraceScope::kPipeline, step, budget, source);
+          const auto& b = c.context.trace_id.bytes();
+          std::uint64_t hi = 0, lo = 0;
+          for (int i = 0; i < 8; ++i) {
+            hi = hi << 8 | b[static_cast<std::size_t>(i)];
+            lo = lo << 8 | b[static_cast<std::size_t>(8 + i)];
+          }
+          traces.insert({hi, lo});
+          highs.insert(hi);
+          lows.insert(lo);
+          spans.insert(c.context.span_id.to_hex());
+          ++made;
         }
-        traces.insert({hi, lo});
-        highs.insert(hi);
-        lows.insert(lo);
-        spans.insert(c.context.span_id.to_hex());
-        ++made;
       }
-    }
   EXPECT_EQ(made, 256'000u);
   EXPECT_EQ(traces.size(), made);
   EXPECT_EQ(highs.size(), made);
   EXPECT_EQ(lows.size(), made);
   EXPECT_EQ(spans.size(), made);
+  // The pipeline holding global rank 0 takes the anchor; without its source
+  // a pipeline-scope derivation is refused, naming what it needs.
+  StepBudget budget;
+  EXPECT_EQ(
+      derive_step_context(*mt.telemetry, TraceScope::kPipeline, 3, budget, 0).context.trace_id,
+      anchor_step_context(0x5eed, mt.telemetry->config().run_id, 3).trace_id);
+  try {
+    derive_step_context(*mt.telemetry, TraceScope::kPipeline, 3, budget);
+    ADD_FAILURE() << "derived without the pipeline's source";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs the global rank of the pipeline's first stage"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(StepBudgetShared, DecidesBySharedRateAloneWhateverEachRanksClock) {
@@ -398,9 +420,6 @@ TEST(DerivedStepsSettings, RefusedWhereTheyCannotWork) {
   pipeline.coordinates = {0, 0, 0};
   expect_refused(pipeline, {{"LENS_STEP_BUDGET", "5"}}, {},
                  "needs StepTraceOptions::job_communicator");
-  TelemetryOptions no_coordinates = derived;
-  no_coordinates.trace_scope = TraceScope::kPipeline;
-  expect_refused(no_coordinates, {}, {}, "needs this rank's data- and tensor-parallel coordinates");
 }
 
 TEST(StepCheckRecords, ATableOfWhatTheComparisonRefuses) {
@@ -414,7 +433,7 @@ TEST(StepCheckRecords, ATableOfWhatTheComparisonRefuses) {
   };
   const TraceId a = anchor_step_context(1, "r", 4).trace_id;
   const TraceId b = anchor_step_context(2, "r", 4).trace_id;
-  StepCheckRecord ok{4, -1, -1, a, true, 77};
+  StepCheckRecord ok{4, -1, a, true, 77};
   // Round trip.
   const auto back = compare_step_checks(0, records({ok, ok}));
   ASSERT_EQ(back.size(), 2u);
@@ -441,7 +460,7 @@ TEST(StepCheckRecords, ATableOfWhatTheComparisonRefuses) {
       {"steps", records({ok, later, ok}), "rank(s) 0,2 at step 4; rank(s) 1 at step 5"});
   StepCheckRecord other_trace = ok;
   other_trace.trace_id = b;
-  cases.push_back({"trace", records({ok, other_trace}), "two ranks of one replica derived"});
+  cases.push_back({"trace", records({ok, other_trace}), "two ranks of one pipeline derived"});
   StepCheckRecord dropped = ok;
   dropped.sampled = false;
   cases.push_back({"sampled", records({ok, dropped}), "decided step 4's sampling differently"});
@@ -455,12 +474,12 @@ TEST(StepCheckRecords, ATableOfWhatTheComparisonRefuses) {
           << c.name << ": " << e.what();
     }
   }
-  // Other replicas derive other traces; a record without a trace (the
+  // Other pipelines derive other traces; a record without a trace (the
   // broadcast mode's) is not compared.
   StepCheckRecord replica1 = other_trace;
-  replica1.dp = 1;
+  replica1.pipeline = 4;
   StepCheckRecord replica0 = ok;
-  replica0.dp = 0;
+  replica0.pipeline = 0;
   StepCheckRecord none = ok;
   none.trace_id = TraceId();
   none.sampled = false;
