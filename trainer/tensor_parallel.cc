@@ -91,12 +91,25 @@ Span TensorParallel::collective_span(const char* name) {
   return span;
 }
 
+void TensorParallel::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* op) {
+  try {
+    if (!work->wait(timeout_)) throw std::runtime_error("timed out");
+  } catch (const std::exception& e) {
+    const std::string what = std::string("tensor-parallel ") + op + " (collective " +
+                             std::to_string(sequence_ - 1) + " of the step) failed on TP rank " +
+                             std::to_string(rank_) + " of " + std::to_string(size_) +
+                             " after up to " + std::to_string(timeout_.count()) +
+                             " ms: " + e.what();
+    if (on_failure_) on_failure_(what);
+    throw std::runtime_error(what);
+  }
+}
+
 torch::Tensor TensorParallel::all_reduce(torch::Tensor x) {
   pace();
   Span span = collective_span("megatron.tp.all_reduce");
   std::vector<torch::Tensor> io{x.detach().contiguous().clone()};
-  if (!group_->allreduce(io)->wait(timeout_))
-    throw std::runtime_error("tensor-parallel all-reduce timed out");
+  wait(group_->allreduce(io), "all-reduce");
   mark();
   return io[0];
 }
@@ -107,8 +120,7 @@ torch::Tensor TensorParallel::all_gather(torch::Tensor x) {
   std::vector<torch::Tensor> input{x.detach().contiguous()};
   std::vector<std::vector<torch::Tensor>> output(1);
   for (int r = 0; r < size_; ++r) output[0].push_back(torch::empty_like(input[0]));
-  if (!group_->allgather(output, input)->wait(timeout_))
-    throw std::runtime_error("tensor-parallel all-gather timed out");
+  wait(group_->allgather(output, input), "all-gather");
   mark();
   return torch::cat(output[0], -1);
 }

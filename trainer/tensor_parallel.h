@@ -31,6 +31,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "lens/tracer.h"
@@ -56,6 +58,12 @@ class TensorParallel {
   void mark() { segment_start_ = std::chrono::steady_clock::now(); }
   void pace();
 
+  // Called with what failed when a collective fails or times out (a lost
+  // peer), before it throws: the trainer's failure record.
+  void on_failure(std::function<void(const std::string&)> callback) {
+    on_failure_ = std::move(callback);
+  }
+
   // The collectives, each a span; a failure or timeout throws.
   torch::Tensor all_reduce(torch::Tensor x);  // sums over the group
   torch::Tensor all_gather(torch::Tensor x);  // concatenates the last dim in TP rank order
@@ -64,6 +72,8 @@ class TensorParallel {
 
  private:
   Span collective_span(const char* name);
+  // Waits for `work`; on a failure or timeout reports and throws.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* op);
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   int rank_, size_;
@@ -72,6 +82,7 @@ class TensorParallel {
   std::int64_t sequence_ = 0;
   double slow_factor_ = 1;
   std::chrono::steady_clock::time_point segment_start_ = std::chrono::steady_clock::now();
+  std::function<void(const std::string&)> on_failure_;
 };
 
 // A Linear(in = out = hidden) split over `tp` (column- or row-parallel),

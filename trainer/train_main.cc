@@ -212,7 +212,8 @@ int run_rank(const TrainOptions& o) {
   // What this rank was doing when a transfer failed (a lost peer, a timeout):
   // in the log and as a final event on its open spans, so the rank that
   // diverged can be found, as one would with PyTorch's flight recorder.
-  // The same for the data-parallel gradient all-reduce (see below).
+  // The same for the data-parallel gradient all-reduce (see below) and the
+  // tensor-parallel collectives.
   const auto record_failure = [&](const std::string& what) {
     // (Nothing once this rank is stopping on a signal: a peer that stopped
     // first is expected, and the stop line says so.)
@@ -220,6 +221,7 @@ int run_rank(const TrainOptions& o) {
       write_failure_record(*telemetry, "lens-train: rank " + std::to_string(rank), what);
   };
   p2p.on_failure(record_failure);
+  if (tp) tp->on_failure(record_failure);
   const bool slowed =
       o.slow_rank >= 0 ? rank == o.slow_rank
                        : stage == o.slow_stage && (o.slow_replica < 0 || o.slow_replica == replica);

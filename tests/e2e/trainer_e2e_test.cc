@@ -557,8 +557,9 @@ int free_port() {
 }
 
 // Four ranks started by hand with the variables torchrun's env:// rendezvous
-// and srun scripts set: rank 0 serves the store (agent = false), or a store
-// the "agent" (here a Python TCPStore) already serves (agent = true).
+// and srun scripts set: rank 0 serves the store (agent = false, as 4
+// stages), or a store the "agent" (here a Python TCPStore) already serves
+// (agent = true, as 2 stages x 2 TP ranks).
 void launch_four_ranks_by_hand(bool agent) {
   const fs::path base = fs::temp_directory_path() / ("lens-e2e-" + std::to_string(getpid())) /
                         (agent ? "by-hand-agent" : "by-hand");
@@ -578,9 +579,9 @@ void launch_four_ranks_by_hand(bool agent) {
   for (int r = 0; r < 4; ++r)
     script += "RANK=" + std::to_string(r) +
               " WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
-              (agent ? " TORCHELASTIC_USE_AGENT_STORE=True" : "") +
-              " " LENS_TRAIN_BIN
-              " --pp 4 --microbatches 4 --steps 2 --layers 4 --hidden 16 --microbatch-size 4"
+              (agent ? " TORCHELASTIC_USE_AGENT_STORE=True" : "") + " " LENS_TRAIN_BIN +
+              std::string(agent ? " --pp 2 --tp 2" : " --pp 4") +
+              " --microbatches 4 --steps 2 --layers 4 --hidden 16 --microbatch-size 4"
               " --timeout-s 60 --otel-enabled=true --otel-span-groups per_step --trace-dir " +
               (base / "traces").string() + " > " + (base / ("rank-" + std::to_string(r))).string() +
               ".txt 2>&1 &\npid" + std::to_string(r) + "=$!\n";
@@ -600,6 +601,7 @@ void launch_four_ranks_by_hand(bool agent) {
   for (const auto& e : fs::directory_iterator(base / "traces")) run_dir = e.path();
   const lens::tools::Run run = lens::tools::read_run(run_dir);
   EXPECT_EQ(run.files.size(), 4u);
+  for (const auto& f : run.files) EXPECT_EQ(f.tensor_rank, agent ? f.rank % 2 : 0) << f.rank;
   expect_lens_check_passes(run);
 }
 
@@ -922,7 +924,7 @@ TEST(TrainerLaunch, ByHandWithTorchrunVariablesRankZeroServesTheStore) {
   launch_four_ranks_by_hand(false);
 }
 
-TEST(TrainerLaunch, ByHandWithTheAgentsStoreEveryRankIsAClient) {
+TEST(TrainerLaunch, ByHandWithTheAgentsStoreEveryRankIsAClientWithTensorParallelism) {
   if (std::system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0)
     GTEST_SKIP() << "python3-torch not installed";
   launch_four_ranks_by_hand(true);
@@ -967,6 +969,17 @@ TEST(TrainerFailures, KilledDataParallelPeerFailsTheAllReduceWithARecord) {
             std::string::npos)
       << k.output;
   EXPECT_NE(k.output.find("lens-train: rank 0: last span ended: "), std::string::npos) << k.output;
+  EXPECT_GT(k.failure_events, 0);
+}
+
+TEST(TrainerFailures, KilledTensorParallelPeerFailsTheCollectiveWithARecord) {
+  KillOutcome k = kill_rank_mid_run(1, "tp", "--pp 1 --tp 2");
+  EXPECT_TRUE(k.launcher_exited) << "the job is still running after rank 1 died";
+  EXPECT_LT(k.after_kill, std::chrono::seconds(60));
+  EXPECT_NE(k.output.find("rank 1 was killed by signal 9"), std::string::npos) << k.output;
+  EXPECT_NE(k.output.find("lens-train: rank 0 was in: megatron.tp."), std::string::npos)
+      << k.output;
+  EXPECT_NE(k.output.find("failed on TP rank 0 of 2"), std::string::npos) << k.output;
   EXPECT_GT(k.failure_events, 0);
 }
 
