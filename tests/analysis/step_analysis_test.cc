@@ -547,6 +547,15 @@ TEST(MicrobatchVariability, WorkSharedByEveryStageIsVariableNoiseOnOneRankIsNot)
   EXPECT_DOUBLE_EQ(n.setter_changes, 0);
 }
 
+// Adds `part`'s ranks to `run` as tensor rank `tensor` of replica 0.
+void add_tensor_rank(tools::Run& run, tools::Run&& part, int tensor) {
+  for (auto& f : part.files) {
+    f.replica = 0;
+    f.tensor_rank = tensor;
+    run.files.push_back(std::move(f));
+  }
+}
+
 // Tensor parallelism: two TP ranks per stage, each TP rank of stage 0
 // sending to the same TP rank of stage 1, so (replica 0, tensor 0) and
 // (replica 0, tensor 1) are two pipelines. Tensor rank 1's stage 1 takes
@@ -561,11 +570,7 @@ Run two_tensor_ranks(std::int64_t step = 7, double slowed = 3) {
                               {1, B, 0, 1 + slow, 1 + 2 * slow},
                               {0, B, 0, 1 + 2 * slow, 2 + 2 * slow}},
                              step, tensor);  // distinct ranks: stage + 2 x tensor
-    for (auto& f : r.files) {
-      f.replica = 0;
-      f.tensor_rank = tensor;
-      run.files.push_back(std::move(f));
-    }
+    add_tensor_rank(run, std::move(r), tensor);
   }
   return run;
 }
@@ -639,11 +644,7 @@ Run tensor_parallel_step(std::int64_t step, double slow) {
     collective(1, 1 + own, f_end);
     collective(1, f_end + own, b_end);
     collective(0, b_end + 0.8, b_end + 1);
-    for (auto& f : r.files) {
-      f.replica = 0;
-      f.tensor_rank = tensor;
-      run.files.push_back(std::move(f));
-    }
+    add_tensor_rank(run, std::move(r), tensor);
   }
   return run;
 }
