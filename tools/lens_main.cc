@@ -39,6 +39,7 @@
 
 namespace {
 
+using namespace lens::analysis;
 using namespace lens::tools;
 
 constexpr int kOk = 0, kViolations = 1, kBadInput = 2;

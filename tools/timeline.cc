@@ -9,6 +9,9 @@
 #include "step_analysis.h"
 
 namespace lens::tools {
+
+using namespace lens::analysis;  // the readers this command is a front of
+
 namespace {
 
 std::string escape(const std::string& s) {

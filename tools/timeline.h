@@ -20,9 +20,9 @@ struct TimelineOptions {
   std::string title;
   // Each rank's data-parallel replica, for the step analysis drawn over
   // the spans (its critical path outlined, its waits shaded).
-  std::map<int, PipelineKey> pipeline_of;
+  std::map<int, analysis::PipelineKey> pipeline_of;
 };
 
-std::string render_timeline(const PipelineView& view, const TimelineOptions& options);
+std::string render_timeline(const analysis::PipelineView& view, const TimelineOptions& options);
 
 }  // namespace lens::tools

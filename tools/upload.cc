@@ -10,6 +10,8 @@
 
 namespace lens::tools {
 
+using namespace lens::analysis;  // the readers this command is a front of
+
 using json = nlohmann::json;
 
 namespace {

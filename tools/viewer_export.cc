@@ -17,6 +17,8 @@
 
 namespace lens::tools {
 
+using namespace lens::analysis;  // the readers this command is a front of
+
 using json = nlohmann::json;
 
 namespace {

@@ -33,7 +33,7 @@ struct ExportCounts {
 };
 
 ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out,
-                             const StreamOptions& options = {});
+                             const analysis::StreamOptions& options = {});
 struct JaegerOptions {
   /// Each rank's process keeps the plain service name instead of
   /// "<service> r<rank> s<stage>".
@@ -43,6 +43,7 @@ struct JaegerOptions {
 /// One process per rank with every resource attribute as a typed tag, span
 /// tags with their types, links as FOLLOWS_FROM references.
 ExportCounts export_jaeger(const std::filesystem::path& dir, std::ostream& out,
-                           const StreamOptions& options = {}, const JaegerOptions& jaeger = {});
+                           const analysis::StreamOptions& options = {},
+                           const JaegerOptions& jaeger = {});
 
 }  // namespace lens::tools

@@ -11,7 +11,7 @@
 #include "stats.h"
 #include "step_replay.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 namespace {}  // namespace
 
 void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
@@ -593,4 +593,4 @@ std::string format_diff(const Analysis& a, const Analysis& b) {
   return out;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

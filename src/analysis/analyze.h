@@ -19,7 +19,7 @@
 #include "step_analysis.h"
 #include "step_stream.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 struct StageAnalysis {
   int stage = -1, rank = -1, replica = 0, tensor = 0;
@@ -74,8 +74,8 @@ struct StepWhatIf {
   int replica = 0, tensor = 0, stage = -1, rank = -1;
   double step_ms = 0;  // the step's time (its longest step span)
   double slack_ms = 0, gain_at_baseline_ms = 0, gain_at_median_ms = 0;
-  double sync_wait_ms = 0;     // at the gradient sync, for the last replica to arrive
-  int sync_last_replica = -1;  // that replica (-1: no sync)
+  double sync_wait_ms = 0;        // at the gradient sync, for the last replica to arrive
+  int sync_last_replica = -1;     // that replica (-1: no sync)
   double collective_wait_ms = 0;  // at the TP collectives, for the last peer
   int collective_last_peer = -1;  // the peer it waited for longest (-1: none)
 };
@@ -150,4 +150,4 @@ std::string format_json(const Analysis& a);
 // Per stage, run A against run B, and the stage that changed most.
 std::string format_diff(const Analysis& a, const Analysis& b);
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -4,7 +4,7 @@
 #include <map>
 #include <set>
 
-namespace lens::tools {
+namespace lens::analysis {
 namespace {
 
 std::string span_label(const SpanRow& s) { return s.name + " " + s.span_id; }
@@ -585,4 +585,4 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
   return result;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -46,7 +46,7 @@
 #include "pipeline_view.h"
 #include "step_stream.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 struct Violation {
   std::int64_t step = -1;  // -1: not about one step
@@ -183,4 +183,4 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
 // "step 3, rank 2: what [span-name span-id]"
 std::string format_violation(const Violation& v);
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -13,7 +13,7 @@
 
 #include "pipeline_view.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 namespace {
 
 // Bounds on what a sample may say (the files are untrusted input): clocks
@@ -538,4 +538,4 @@ CausalityMoves enforce_transfer_order(Run& step, const ClockAlignment* clock) {
   return pass.moves;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -38,7 +38,7 @@
 
 #include "run_reader.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 inline constexpr const char* kClockSyncSpanName = "lens.clock_sync";
 
@@ -197,4 +197,4 @@ struct ClockReport {
   std::string describe() const;
 };
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <tuple>
 
-namespace lens::tools {
+namespace lens::analysis {
 
 int RankCollectives::last_peer() const {
   int peer = -1;
@@ -76,4 +76,4 @@ CollectiveWaits collective_waits(const std::vector<TensorPeer>& ranks) {
   return out;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -22,7 +22,7 @@
 #include "pipeline_view.h"
 #include "transfer_waits.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 struct RankCollectives {
   std::int64_t collective_ns = 0;          // its TP collectives' whole time
@@ -50,4 +50,4 @@ CollectiveWaits collective_waits(const std::vector<TensorPeer>& ranks);
 // A tensor-parallel collective's span (megatron.tp.*).
 bool is_tensor_collective(const SpanRow& span);
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -1,6 +1,6 @@
 #include "json_depth.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 bool json_depth_within(std::string_view text, std::size_t max_depth) {
   std::size_t depth = 0;
@@ -34,4 +34,4 @@ bool json_depth_within(std::string_view text, std::size_t max_depth) {
   return true;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <string_view>
 
-namespace lens::tools {
+namespace lens::analysis {
 
 // The deepest nesting a lens reader accepts. An OTLP/JSON span attribute
 // sits 10 levels down (resourceSpans, scopeSpans, spans, attributes, value
@@ -21,4 +21,4 @@ inline constexpr std::size_t kMaxJsonDepth = 64;
 // Brackets inside strings do not count. The text need not be valid JSON.
 bool json_depth_within(std::string_view text, std::size_t max_depth = kMaxJsonDepth);
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace lens::tools {
+namespace lens::analysis {
 
 LineReader::LineReader(std::ifstream& in, std::size_t max_bytes)
     : in_(in), max_bytes_(max_bytes), buffer_(1 << 16) {}
@@ -50,4 +50,4 @@ LineReader::Status LineReader::next(std::string& line) {
   }
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

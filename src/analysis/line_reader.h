@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace lens::tools {
+namespace lens::analysis {
 
 // The longest line a lens reader accepts: 64 MiB. A line is one export
 // batch; lens writes batches of at most OTEL_BSP_MAX_EXPORT_BATCH_SIZE spans
@@ -42,4 +42,4 @@ class LineReader {
   bool eof_ = false;
 };
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -7,7 +7,7 @@
 
 #include "stats.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 void MicrobatchVariability::add(const std::vector<MicrobatchCost>& costs, int setter) {
   if (last_setter_ && *last_setter_ != setter) ++changes_;
@@ -82,4 +82,4 @@ Variability MicrobatchVariability::finish() const {
   return out;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -27,7 +27,7 @@
 
 #include "step_analysis.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 inline constexpr double kVariabilitySpread = 1.5;
 inline constexpr double kVariabilityCorrelation = 0.5;
@@ -65,4 +65,4 @@ class MicrobatchVariability {
   std::size_t steps_ = 0, changes_ = 0;
 };
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

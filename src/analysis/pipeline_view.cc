@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace lens::tools {
+namespace lens::analysis {
 
 SpanKind kind_of(const SpanRow& s) {
   const std::string& n = s.name;
@@ -124,4 +124,4 @@ const char* theoretical_bubble_formula(int virtual_stages) {
   return virtual_stages > 1 ? "(P-1)/(VM+P-1)" : "(P-1)/(M+P-1)";
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

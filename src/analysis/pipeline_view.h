@@ -12,7 +12,7 @@
 
 #include "run_reader.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 enum class SpanKind {
   kStep,
@@ -67,4 +67,4 @@ PipelineView build_view(const Run& run);
 double theoretical_bubble(int stages, int microbatches, int virtual_stages);
 const char* theoretical_bubble_formula(int virtual_stages);
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -9,7 +9,7 @@
 
 #include "json_depth.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 using json = nlohmann::json;
 
@@ -343,4 +343,4 @@ Run read_run(const std::filesystem::path& dir,
   return run;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

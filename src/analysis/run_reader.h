@@ -27,7 +27,7 @@
 
 #include "line_reader.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 struct SpanRow {
   int rank = -1;  // dl.rank of the file's resource
@@ -135,4 +135,4 @@ std::vector<std::filesystem::path> run_files(const std::filesystem::path& dir);
 Run read_run(const std::filesystem::path& dir,
              const std::function<void(std::size_t, std::size_t)>& progress = {});
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

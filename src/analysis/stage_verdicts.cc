@@ -7,7 +7,7 @@
 
 #include "stats.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 namespace {
 
 // The first index from `from` that starts kConsecutiveSteps scores in a row
@@ -111,4 +111,4 @@ Verdicts judge_stages(const std::vector<RankSeries>& series) {
   return out;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-namespace lens::tools {
+namespace lens::analysis {
 
 inline constexpr double kStragglerThreshold = 1.5;
 inline constexpr double kImbalanceThreshold = 1.25;
@@ -72,4 +72,4 @@ Verdicts judge_stages(const std::vector<RankSeries>& series);
 
 const char* against_name(Straggler::Against a);
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <vector>
 
-namespace lens::tools {
+namespace lens::analysis {
 
 // Nearest-rank percentile (p in [0, 1]); 0 for no values.
 inline double percentile(std::vector<double> v, double p) {
@@ -31,4 +31,4 @@ inline double median(std::vector<double> v) {
   return v.size() % 2 ? v[k] : (v[k - 1] + v[k]) / 2;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -9,7 +9,7 @@
 #include "stats.h"
 #include "step_replay.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 namespace {
 
 double ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
@@ -328,4 +328,4 @@ StepAnalysis analyze_step(const StepView& step, int stages,
   return out;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -18,7 +18,7 @@
 #include "step_graph.h"
 #include "transfer_waits.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 // Which chain of stages a rank is in: its data-parallel replica and its
 // tensor-parallel rank (each TP rank of a stage sends to the same TP rank of
@@ -140,4 +140,4 @@ struct StepAnalysis {
 StepAnalysis analyze_step(const StepView& step, int stages,
                           const std::map<int, PipelineKey>& pipeline_of);
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

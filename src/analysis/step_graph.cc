@@ -6,7 +6,7 @@
 #include <limits>
 #include <tuple>
 
-namespace lens::tools {
+namespace lens::analysis {
 
 bool GraphNode::released_by_neighbour(const std::vector<GraphNode>& nodes) const {
   if (cross < 0) return false;
@@ -135,4 +135,4 @@ StepGraph build_step_graph(const std::vector<const StepOnRank*>& ranks, int stag
   return g;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -22,7 +22,7 @@
 #include "pipeline_view.h"
 #include "transfer_waits.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 enum class NodeKind { kForward, kBackward, kAllReduce, kOptimizer };
 
@@ -78,4 +78,4 @@ struct StepGraph {
 // The graph of one replica's ranks (stages outside [0, stages) are left out).
 StepGraph build_step_graph(const std::vector<const StepOnRank*>& ranks, int stages);
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <vector>
 
-namespace lens::tools {
+namespace lens::analysis {
 
 std::int64_t replay_end(const StepGraph& g, const std::map<int, double>& scale_by_stage) {
   const std::size_t n = g.nodes.size();
@@ -35,9 +35,10 @@ std::int64_t replay_end(const StepGraph& g, const std::map<int, double>& scale_b
         return state[d] == 2 ? end[d] : g.nodes[d].end;
       };
       const auto start_it = g.rank_start.find(node.stage);
-      const std::int64_t measured_local = node.local >= 0 ? g.nodes[static_cast<std::size_t>(node.local)].end
-                                          : start_it != g.rank_start.end() ? std::min(start_it->second, node.start)
-                                                                           : node.start;
+      const std::int64_t measured_local =
+          node.local >= 0                  ? g.nodes[static_cast<std::size_t>(node.local)].end
+          : start_it != g.rank_start.end() ? std::min(start_it->second, node.start)
+                                           : node.start;
       std::int64_t ready = node.local >= 0 ? end_of(node.local) : measured_local;
       std::int64_t measured_ready = measured_local;
       if (node.cross >= 0) {
@@ -77,8 +78,8 @@ double slack_ms(const StepGraph& g, int stage, std::int64_t deadline_ns) {
   constexpr std::int64_t kTolerance = 0;
   // Adding more than the time to the deadline beyond the window can only
   // end later: search the scale between 1 and that.
-  double low = 1, high = 1 + static_cast<double>(base - g.window_start) /
-                                 static_cast<double>(compute);
+  double low = 1,
+         high = 1 + static_cast<double>(base - g.window_start) / static_cast<double>(compute);
   if (replay_end(g, {{stage, low}}) > base + kTolerance) return 0;
   if (replay_end(g, {{stage, high}}) <= base + kTolerance) low = high;
   for (int i = 0; i < 40 && high - low > 1e-6; ++i) {
@@ -88,4 +89,4 @@ double slack_ms(const StepGraph& g, int stage, std::int64_t deadline_ns) {
   return (low - 1) * static_cast<double>(compute) / 1e6;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -16,7 +16,7 @@
 
 #include "step_graph.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 // The end of the replica's last node, with each stage's forward and
 // backward durations multiplied by `scale_by_stage` (absent: 1).
@@ -27,4 +27,4 @@ std::int64_t replay_end(const StepGraph& g, const std::map<int, double>& scale_b
 // `deadline_ns` (to the nanosecond). the step's end, which another replica may set.
 double slack_ms(const StepGraph& g, int stage, std::int64_t deadline_ns);
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -10,7 +10,7 @@
 #include "clock_alignment.h"
 #include "pipeline_view.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 namespace {
 
 // The latest `limit` keys remembered, each with a value; the oldest is
@@ -227,4 +227,4 @@ void scan_spans(const std::filesystem::path& dir,
   }
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

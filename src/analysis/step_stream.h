@@ -23,7 +23,7 @@
 
 #include "run_reader.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 // One step of a run: every file's metadata (rank, world size, run id, ...)
 // and, in each file's `spans`, only that rank's spans of this step.
@@ -95,4 +95,4 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
 void scan_spans(const std::filesystem::path& dir,
                 const std::function<void(const RankFile&, const std::vector<SpanRow>&)>& on_spans);
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -7,7 +7,7 @@
 
 #include "collective_waits.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 namespace {
 double ms(const SpanRow& s) { return static_cast<double>(s.end_ns - s.start_ns) / 1e6; }
@@ -184,4 +184,4 @@ std::string format_json(const Summary& s) {
   return j.dump(1) + "\n";
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

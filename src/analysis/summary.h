@@ -13,7 +13,7 @@
 #include "pipeline_view.h"
 #include "step_stream.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 struct StageStep {
   std::int64_t step = 0;
@@ -60,4 +60,4 @@ Summary summarize_dir(const std::filesystem::path& dir, const StreamOptions& opt
 std::string format_table(const Summary& s);
 std::string format_json(const Summary& s);
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

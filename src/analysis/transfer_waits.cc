@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-namespace lens::tools {
+namespace lens::analysis {
 namespace {
 
 // One p2p span, and what it received and sent.
@@ -48,7 +48,8 @@ TransferWaits transfer_waits(const std::map<int, const StepOnRank*>& by_stage) {
         if (s->name.find("recv_" + what) != std::string::npos) {
           const int from = peer >= 0 ? static_cast<int>(peer) : backward ? stage + 1 : stage - 1;
           const std::int64_t m = microbatch_of(*s, "dl.microbatch_id.received");
-          if (m >= 0) receives[{from, stage, backward, m}].push_back({index, backward, from, stage, m});
+          if (m >= 0)
+            receives[{from, stage, backward, m}].push_back({index, backward, from, stage, m});
         }
         if (s->name.find("send_" + what) != std::string::npos) {
           const int to = peer >= 0 ? static_cast<int>(peer) : backward ? stage - 1 : stage + 1;
@@ -67,8 +68,8 @@ TransferWaits transfer_waits(const std::map<int, const StepOnRank*>& by_stage) {
     auto found = sends.find(channel);
     std::vector<Message>* matching = found == sends.end() ? nullptr : &found->second;
     if (matching) std::sort(matching->begin(), matching->end(), by_start);
-    auto& received = out.receives[{std::get<1>(channel), std::get<2>(channel),
-                                    std::get<0>(channel), std::get<3>(channel)}];
+    auto& received = out.receives[{std::get<1>(channel), std::get<2>(channel), std::get<0>(channel),
+                                   std::get<3>(channel)}];
     for (std::size_t k = 0; k < recvs.size(); ++k) {
       P2pSpan& r = spans[recvs[k].span];
       received.push_back({r.span->start_ns, r.span->end_ns, -1});
@@ -83,7 +84,8 @@ TransferWaits transfer_waits(const std::map<int, const StepOnRank*>& by_stage) {
       const std::int64_t r0 = r.span->start_ns, r1 = std::max(r.span->end_ns, r0);
       const std::int64_t s0 = s.span->start_ns, s1 = std::max(s.span->end_ns, s0);
       r.late_sender = std::max(r.late_sender, std::clamp<std::int64_t>(s0 - r0, 0, r1 - r0));
-      s.late_receiver = std::max(s.late_receiver, std::clamp<std::int64_t>(std::min(s1, r0) - s0, 0, s1 - s0));
+      s.late_receiver =
+          std::max(s.late_receiver, std::clamp<std::int64_t>(std::min(s1, r0) - s0, 0, s1 - s0));
     }
   }
   for (const auto& [channel, list] : sends) {
@@ -116,4 +118,4 @@ TransferWaits transfer_waits(const std::map<int, const StepOnRank*>& by_stage) {
   return out;
 }
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

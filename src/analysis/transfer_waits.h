@@ -34,7 +34,7 @@
 
 #include "pipeline_view.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 
 struct RankWaits {
   std::int64_t late_sender_ns = 0, late_receiver_ns = 0, transfer_ns = 0;
@@ -67,4 +67,4 @@ struct TransferWaits {
 // The waits of one replica's step: `by_stage` holds its ranks by stage.
 TransferWaits transfer_waits(const std::map<int, const StepOnRank*>& by_stage);
 
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 
-namespace lens::tools {
+namespace lens::analysis {
 namespace {
 
 std::string hex(std::uint64_t v, int digits) {
@@ -81,7 +81,7 @@ TEST(Check, PipelineScopeWithTensorParallelismChecksEachPipelineOnItsOwn) {
 }
 
 TEST(Check, PipelineScopeFindsARankOutsideItsPipelinesTrace) {
-  lens::tools::Run run = tensor_parallel_run(2);
+  lens::analysis::Run run = tensor_parallel_run(2);
   // Rank 3 (tp 1, stage 1) opens step 1 in tp 0's trace.
   for (auto& s : run.files[3].spans)
     if (s.int_attr("dl.step") == 1 || s.parent_span_id == hex(0x5000 + 10 + 3, 16))
@@ -95,7 +95,7 @@ TEST(Check, PipelineScopeFindsARankOutsideItsPipelinesTrace) {
 }
 
 TEST(Check, ChildStartingBeforeItsParentOnOneRankFails) {
-  lens::tools::Run run = tensor_parallel_run(1);
+  lens::analysis::Run run = tensor_parallel_run(1);
   for (auto& s : run.files[2].spans)
     if (s.name == "megatron.pp.recv_forward.linked") s.start_ns -= 5000;
   const auto found = violations(run);
@@ -187,7 +187,7 @@ TEST(Check, AWorldRunAsTheTrainerWritesItPasses) {
 }
 
 TEST(Check, AStepOpeningBeforeTheSourcesFails) {
-  lens::tools::Run run = world_run(2);
+  lens::analysis::Run run = world_run(2);
   // Rank 0's step 1 opens 200 us after rank 1's (after its broadcast).
   for (auto& s : run.files[0].spans)
     if (s.trace_id == hex(0x100 + 1, 32)) s.start_ns += 230'000;
@@ -204,7 +204,7 @@ TEST(Check, AStepOpeningBeforeTheSourcesFails) {
 }
 
 TEST(Check, StartOrderIsWithinTheSameHostSlack) {
-  lens::tools::Run run = world_run(1);
+  lens::analysis::Run run = world_run(1);
   // Rank 1's step 40 us before rank 0's: within the 50 us of one host.
   for (auto& s : run.files[1].spans)
     if (s.name != "megatron.job") s.start_ns -= 70'000;
@@ -217,7 +217,7 @@ TEST(Check, StartOrderIsWithinTheSameHostSlack) {
 TEST(Check, StartOrderIsNotJudgedWhereNothingOrdersTheSteps) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
            {"lens.step_context", "derived"}, {"lens.step_prefetch", "true"}}) {
-    lens::tools::Run run = world_run(1);
+    lens::analysis::Run run = world_run(1);
     for (auto& s : run.files[1].spans) s.start_ns -= 500'000;
     ASSERT_FALSE(violations(run).empty());
     for (auto& f : run.files) f.resource[key] = value;
@@ -231,7 +231,7 @@ TEST(Check, StartOrderIsNotJudgedWhereNothingOrdersTheSteps) {
 }
 
 TEST(Check, StartOrderOnTwoHostsNeedsClockSamples) {
-  lens::tools::Run run = world_run(1, "node-b");
+  lens::analysis::Run run = world_run(1, "node-b");
   for (auto& s : run.files[1].spans) s.start_ns -= 500'000;  // a clock 500 us behind
   EXPECT_EQ(violations(run), std::vector<std::string>{});    // not compared
   const ClockAlignment none;
@@ -253,10 +253,10 @@ TEST(Check, StartOrderOnTwoHostsNeedsClockSamples) {
   const StartOrder aligned = StartOrder::of({"node-a", "node-b"}, {0, 1}, clock);
   ASSERT_TRUE(aligned.judged);
   EXPECT_EQ(aligned.tolerance_ns, StartOrder::kSameHostSlackNs + 20'000);
-  const auto check = [&](const lens::tools::Run& r) {
+  const auto check = [&](const lens::analysis::Run& r) {
     RunChecker checker(aligned);
     checker.add(r, build_view(r));
-    lens::tools::Run files;
+    lens::analysis::Run files;
     for (const auto& f : r.files) files.files.push_back(f.without_spans());
     return checker.finish(files, [](std::map<std::string, std::string>&) {});
   };
@@ -266,7 +266,7 @@ TEST(Check, StartOrderOnTwoHostsNeedsClockSamples) {
 }
 
 TEST(Check, AScheduleSpanOutsideForwardBackwardFails) {
-  lens::tools::Run run = world_run(1);
+  lens::analysis::Run run = world_run(1);
   std::string step_span;
   for (const auto& s : run.files[1].spans)
     if (s.name == "megatron.train_step") step_span = s.span_id;
@@ -281,7 +281,7 @@ TEST(Check, AScheduleSpanOutsideForwardBackwardFails) {
 }
 
 TEST(Check, JobSpansInTwoTracesOrStepsNotLinkingToTheJobFail) {
-  lens::tools::Run run = world_run(2);
+  lens::analysis::Run run = world_run(2);
   for (auto& s : run.files[1].spans)
     if (s.name == "megatron.job") s.trace_id = hex(0xbeef, 32);
   for (auto& s : run.files[0].spans)
@@ -299,4 +299,4 @@ TEST(Check, JobSpansInTwoTracesOrStepsNotLinkingToTheJobFail) {
 }
 
 }  // namespace
-}  // namespace lens::tools
+}  // namespace lens::analysis

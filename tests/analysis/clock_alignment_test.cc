@@ -11,7 +11,7 @@
 #include <limits>
 #include <string>
 
-namespace lens::tools {
+namespace lens::analysis {
 namespace {
 
 SpanRow sample(int rank, std::int64_t local_ns, std::int64_t offset_ns,
@@ -254,7 +254,7 @@ ClockAlignment twenty_us() {
 
 TEST(CausalityPass, MovesAReceiveThatEndsBeforeItsSendBeganWithinTheRanksUncertainty) {
   const ClockAlignment clock = twenty_us();
-  tools::Run ok = two_stage_step(150 * kUs);
+  analysis::Run ok = two_stage_step(150 * kUs);
   const CausalityMoves fine = enforce_transfer_order(ok, &clock);
   // Two forward transfers, and one backward (stage 1's combined span sends
   // the gradient that stage 0's combined span receives).
@@ -263,11 +263,11 @@ TEST(CausalityPass, MovesAReceiveThatEndsBeforeItsSendBeganWithinTheRanksUncerta
   EXPECT_EQ(fine.violation_count, 0u);
 
   const std::int64_t early_end = 100 * kUs - 20;  // ends 20 ns before the send began
-  tools::Run counted = two_stage_step(early_end);
+  analysis::Run counted = two_stage_step(early_end);
   const CausalityMoves seen = enforce_transfer_order(counted, nullptr);
   EXPECT_EQ(seen.moved, 2u);  // the receive and the linked span around it
   EXPECT_EQ(counted.files[1].spans[2].end_ns, early_end) << "raw clocks: counted, not moved";
-  tools::Run early = two_stage_step(early_end);
+  analysis::Run early = two_stage_step(early_end);
   const CausalityMoves moved = enforce_transfer_order(early, &clock);
   EXPECT_EQ(moved.moved, 2u);
   EXPECT_EQ(moved.max_shift_ns, 21);
@@ -281,7 +281,7 @@ TEST(CausalityPass, MovesAReceiveThatEndsBeforeItsSendBeganWithinTheRanksUncerta
 TEST(CausalityPass, AGapBeyondTheRanksUncertaintyIsAClockErrorLeftAsItIs) {
   // Rank 1's spans shifted 150 µs early: beyond 20 µs + 1 µs of rounding.
   const ClockAlignment clock = twenty_us();
-  tools::Run run = two_stage_step(100 * kUs - 150 * kUs);
+  analysis::Run run = two_stage_step(100 * kUs - 150 * kUs);
   const SpanRow before = run.files[1].spans[2];
   const CausalityMoves m = enforce_transfer_order(run, &clock);
   EXPECT_EQ(m.moved, 0u);
@@ -301,7 +301,7 @@ TEST(CausalityPass, AGapBeyondTheRanksUncertaintyIsAClockErrorLeftAsItIs) {
 
 TEST(CausalityPass, NoMoveEndsAReceiveAfterItsParent) {
   const ClockAlignment clock = twenty_us();
-  tools::Run run = two_stage_step(100 * kUs - 20);
+  analysis::Run run = two_stage_step(100 * kUs - 20);
   run.files[1].spans[0].end_ns = 100 * kUs - 10;  // the step span ends 10 ns after the receive
   const CausalityMoves m = enforce_transfer_order(run, &clock);
   EXPECT_GE(m.held, 1u) << "within the bound, held by its parent";
@@ -322,8 +322,8 @@ TEST(CausalityPass, TensorParallelPeersAreNeverPaired) {
   // the ranks of a stage pooled, tensor rank 0's receive (ending at 150 µs)
   // would be matched with tensor rank 1's late send and look impossible.
   const ClockAlignment clock = twenty_us();
-  tools::Run run = two_stage_step(150 * kUs);
-  tools::Run peer = two_stage_step(600 * kUs);
+  analysis::Run run = two_stage_step(150 * kUs);
+  analysis::Run peer = two_stage_step(600 * kUs);
   for (auto& f : peer.files) {
     f.rank += 2;
     f.tensor_rank = 1;
@@ -346,7 +346,7 @@ TEST(CausalityPass, TensorParallelPeersAreNeverPaired) {
 TEST(CausalityPass, ExtremeTimesDoNotOverflow) {
   ClockAlignment wide;
   wide.add(sample(1, kSecond, 0, 3'600'000'000'000));
-  tools::Run run = two_stage_step(80);
+  analysis::Run run = two_stage_step(80);
   run.files[0].spans[1].start_ns = std::numeric_limits<std::int64_t>::max();
   run.files[0].spans[1].end_ns = std::numeric_limits<std::int64_t>::max();
   const CausalityMoves m = enforce_transfer_order(run, &wide);
@@ -402,4 +402,4 @@ TEST(ClockReport, SaysWhichClockWhatMovedAndWhatIsWrong) {
 }
 
 }  // namespace
-}  // namespace lens::tools
+}  // namespace lens::analysis

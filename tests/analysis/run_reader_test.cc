@@ -12,7 +12,7 @@
 #include "json_depth.h"
 #include "line_reader.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 namespace {
 
 namespace fs = std::filesystem;
@@ -181,4 +181,4 @@ TEST(RunReader, LineOverTheLimitIsAnErrorNamingFileAndLine) {
 }
 
 }  // namespace
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -15,7 +15,7 @@
 #include "microbatch_variability.h"
 #include "step_replay.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 namespace {
 
 struct Compute {
@@ -126,7 +126,7 @@ Run three_stages(double slow, std::int64_t step = 7, int replica = 0) {
 
 TEST(StepAnalysis, OneMicrobatchOnTwoStagesIsOneChain) {
   // F0 on 0, F0 on 1, B0 on 1, B0 on 0, back to back (no transfer time).
-  const tools::Run run = make_step(
+  const analysis::Run run = make_step(
       2, {{0, 6}, {0, 4}}, {{0, F, 0, 0, 1}, {1, F, 0, 1, 2}, {1, B, 0, 2, 4}, {0, B, 0, 4, 6}});
   const StepAnalysis a = analyze(run, 2);
   ASSERT_TRUE(a.complete);
@@ -157,15 +157,15 @@ TEST(StepAnalysis, InterleavedChunksChainThroughTheLastAndFirstStages) {
   // P = 2, V = 2, one microbatch: forward through chunk 0 of stages 0 and
   // 1, then chunk 1 of both (stage 1's chunk 0 feeds stage 0's chunk 1),
   // and back; 1 ms each, back to back.
-  const tools::Run run = make_step(2, {{0, 8}, {0, 8}},
-                                   {{0, F, 0, 0, 1, 0},
-                                    {1, F, 0, 1, 2, 0},
-                                    {0, F, 0, 2, 3, 1},
-                                    {1, F, 0, 3, 4, 1},
-                                    {1, B, 0, 4, 5, 1},
-                                    {0, B, 0, 5, 6, 1},
-                                    {1, B, 0, 6, 7, 0},
-                                    {0, B, 0, 7, 8, 0}});
+  const analysis::Run run = make_step(2, {{0, 8}, {0, 8}},
+                                      {{0, F, 0, 0, 1, 0},
+                                       {1, F, 0, 1, 2, 0},
+                                       {0, F, 0, 2, 3, 1},
+                                       {1, F, 0, 3, 4, 1},
+                                       {1, B, 0, 4, 5, 1},
+                                       {0, B, 0, 5, 6, 1},
+                                       {1, B, 0, 6, 7, 0},
+                                       {0, B, 0, 7, 8, 0}});
   const StepAnalysis a = analyze(run, 2);
   ASSERT_TRUE(a.complete);
   EXPECT_DOUBLE_EQ(a.critical_path_ms, 8);
@@ -179,7 +179,7 @@ TEST(StepAnalysis, InterleavedChunksChainThroughTheLastAndFirstStages) {
 TEST(StepAnalysis, SpansThatMakeTheGraphGoRoundEndTheWalkInsteadOfLooping) {
   // Stage 0's forward recorded after its backward (a clock or a file gone
   // wrong): stage 1's forward needs it, and it needs what needs stage 1.
-  const tools::Run run = make_step(
+  const analysis::Run run = make_step(
       2, {{0, 6}, {0, 6}}, {{0, B, 0, 0, 1}, {0, F, 0, 5, 6}, {1, F, 0, 2, 3}, {1, B, 0, 3, 4}});
   const StepAnalysis a = analyze(run, 2);
   EXPECT_LE(a.critical_path.size(), 4u + 4u) << "each compute once, with its transfers";
@@ -190,7 +190,7 @@ TEST(StepAnalysis, WaitsAreMeasuredFromTheTransferSpansAndAddUpToTheStep) {
   // 0; stage 0 sends at 1 after its forward; the activation arrives at 1.8.
   // Stage 0 posts the gradient's receive at 1.5; stage 1 sends it at 4.6;
   // it arrives at 5.
-  const tools::Run run =
+  const analysis::Run run =
       make_step(2, {{0, 6.5}, {0, 5}},
                 {{0, F, 0, 0, 1}, {1, F, 0, 2, 3}, {1, B, 0, 3, 4.5}, {0, B, 0, 5, 6}}, 7, 0,
                 {{0, "send_forward", 1, -1, 0, 1, 1.5},
@@ -238,7 +238,7 @@ TEST(StepAnalysis, WaitsAreMeasuredFromTheTransferSpansAndAddUpToTheStep) {
 TEST(StepAnalysis, ALateReceiverIsASendBlockedUntilTheReceiveWasPosted) {
   // Stage 1 is busy with microbatch 0 until 3.5; stage 0's send of
   // microbatch 1 begins at 2.2 and blocks until stage 1 posts its receive.
-  const tools::Run run = make_step(
+  const analysis::Run run = make_step(
       2, {{0, 4}, {0, 6.3}},
       {{0, F, 0, 0, 1}, {0, F, 1, 1.2, 2.2}, {1, F, 0, 1.3, 3.5}, {1, F, 1, 4.1, 6.3}}, 7, 0,
       {{0, "send_forward", 1, -1, 0, 1, 1.2},
@@ -261,7 +261,7 @@ TEST(StepAnalysis, ACombinedSendAndReceiveCountsItsWaitOnce) {
   // Stage 0's send_forward_recv_backward [1, 6]: its receive waits for the
   // gradient sent at 5.5 (4.5 ms); its send also waited, for the receive
   // posted at 3, but within that same wait: nothing more.
-  const tools::Run run =
+  const analysis::Run run =
       make_step(2, {{0, 7}, {3, 5.8}},
                 {{0, F, 0, 0, 1}, {1, F, 0, 3.5, 4.5}, {1, B, 0, 4.5, 5.5}, {0, B, 0, 6, 7}}, 7, 0,
                 {{0, "send_forward_recv_backward", 1, 0, 0, 1, 6},
@@ -278,8 +278,8 @@ TEST(StepAnalysis, AFasterReplicaHasSlackUpToTheStepsEnd) {
   // Replica 0 ends at 10 (stage 1 at 3 ms a pass); replica 1 at 6. Each of
   // replica 1's stages could add 4 ms of compute before ending at 10 (its
   // stage 0 has 2 ms: x3; its stage 1 2 ms: x3).
-  tools::Run run = three_stages(3, 7, 0);
-  tools::Run fast = three_stages(1, 7, 1);
+  analysis::Run run = three_stages(3, 7, 0);
+  analysis::Run fast = three_stages(1, 7, 1);
   for (auto& f : fast.files) run.files.push_back(std::move(f));
   const StepAnalysis a = analyze(run, 3);
   EXPECT_EQ(a.critical_replica, 0);
@@ -291,13 +291,13 @@ TEST(StepAnalysis, AFasterReplicaHasSlackUpToTheStepsEnd) {
 }
 
 TEST(StepAnalysis, FewerMicrobatchesThanStagesIsOneChainThroughEveryStage) {
-  const tools::Run run = make_step(3, {{0, 6}, {0, 5}, {0, 4}},
-                                   {{0, F, 0, 0, 1},
-                                    {1, F, 0, 1, 2},
-                                    {2, F, 0, 2, 3},
-                                    {2, B, 0, 3, 4},
-                                    {1, B, 0, 4, 5},
-                                    {0, B, 0, 5, 6}});
+  const analysis::Run run = make_step(3, {{0, 6}, {0, 5}, {0, 4}},
+                                      {{0, F, 0, 0, 1},
+                                       {1, F, 0, 1, 2},
+                                       {2, F, 0, 2, 3},
+                                       {2, B, 0, 3, 4},
+                                       {1, B, 0, 4, 5},
+                                       {0, B, 0, 5, 6}});
   const StepAnalysis a = analyze(run, 3);
   EXPECT_DOUBLE_EQ(a.critical_path_ms, 6);
   EXPECT_EQ(a.critical_path.size(), 6u);
@@ -314,7 +314,7 @@ TEST(StepAnalysis, AStageSlowFromTheStartIsImbalanceNotAStraggler) {
   EXPECT_NEAR(stage(analyze(three_stages(3), 3), 1).critical_share, 6.0 / 10, 1e-12);
   AnalysisBuilder builder;
   for (int i = 0; i < 6; ++i) {
-    tools::Run run = three_stages(3, i);
+    analysis::Run run = three_stages(3, i);
     builder.add(build_view(run), run);
   }
   const Analysis all = builder.finish();
@@ -332,7 +332,7 @@ TEST(StepAnalysis, AStageSlowFromTheStartIsImbalanceNotAStraggler) {
   EXPECT_NE(format_table(all).find("straggler: none"), std::string::npos) << format_table(all);
 
   AnalysisBuilder balanced;
-  tools::Run even = three_stages(1);
+  analysis::Run even = three_stages(1);
   balanced.add(build_view(even), even);
   const Analysis b = balanced.finish();
   EXPECT_TRUE(b.stragglers.empty());
@@ -347,7 +347,7 @@ TEST(StepAnalysis, ARankThatSlowsDownMidRunIsAStragglerSinceThatStep) {
   // median of its first three steps) is 1 ms, and the others did not move.
   AnalysisBuilder builder;
   for (int i = 0; i < 8; ++i) {
-    tools::Run run = three_stages(i < 4 ? 1 : 3, i);
+    analysis::Run run = three_stages(i < 4 ? 1 : 3, i);
     builder.add(build_view(run), run);
   }
   const Analysis all = builder.finish();
@@ -373,14 +373,14 @@ TEST(StepAnalysis, AMachineThatSlowsEveryRankNamesNoStraggler) {
   AnalysisBuilder builder;
   for (int i = 0; i < 8; ++i) {
     const double f = i < 4 ? 1 : 3;
-    tools::Run run = make_step(3, {{0, 6 * f}, {0, 5 * f}, {0, 4 * f}},
-                               {{0, F, 0, 0, f},
-                                {1, F, 0, f, 2 * f},
-                                {2, F, 0, 2 * f, 3 * f},
-                                {2, B, 0, 3 * f, 4 * f},
-                                {1, B, 0, 4 * f, 5 * f},
-                                {0, B, 0, 5 * f, 6 * f}},
-                               i);
+    analysis::Run run = make_step(3, {{0, 6 * f}, {0, 5 * f}, {0, 4 * f}},
+                                  {{0, F, 0, 0, f},
+                                   {1, F, 0, f, 2 * f},
+                                   {2, F, 0, 2 * f, 3 * f},
+                                   {2, B, 0, 3 * f, 4 * f},
+                                   {1, B, 0, 4 * f, 5 * f},
+                                   {0, B, 0, 5 * f, 6 * f}},
+                                  i);
     builder.add(build_view(run), run);
   }
   const Analysis all = builder.finish();
@@ -392,8 +392,8 @@ TEST(StepAnalysis, ARankSlowerThanTheSameStageInTheOtherReplicaIsAStraggler) {
   // Two replicas; stage 1 of replica 1 (rank 4) is 3x slower from step 0.
   AnalysisBuilder builder;
   for (int i = 0; i < 4; ++i) {
-    tools::Run run = three_stages(1, i, 0);
-    tools::Run slow = three_stages(3, i, 1);
+    analysis::Run run = three_stages(1, i, 0);
+    analysis::Run slow = three_stages(3, i, 1);
     for (auto& f : slow.files) run.files.push_back(std::move(f));
     builder.add(build_view(run), run);
   }
@@ -429,8 +429,8 @@ TEST(StageVerdicts, ShortRunsAndNoiseBelowTheThresholdNameNothing) {
 TEST(StepAnalysis, TheOptimizerAndTheGradientAllReduceEndThePath) {
   // P = 2, M = 1 as in the first case, then on each stage a data-parallel
   // all-reduce and the optimizer: stage 1's end earlier than stage 0's.
-  tools::Run run = make_step(2, {{0, 6}, {0, 4}},
-                             {{0, F, 0, 0, 1}, {1, F, 0, 1, 2}, {1, B, 0, 2, 4}, {0, B, 0, 4, 6}});
+  analysis::Run run = make_step(
+      2, {{0, 6}, {0, 4}}, {{0, F, 0, 0, 1}, {1, F, 0, 1, 2}, {1, B, 0, 2, 4}, {0, B, 0, 4, 6}});
   add_span(run, 1, "megatron.grads.all_reduce", 4, 5);
   add_span(run, 1, "megatron.optimizer.step", 5, 5.5);
   add_span(run, 0, "megatron.grads.all_reduce", 6, 8);
@@ -454,16 +454,16 @@ TEST(StepAnalysis, TheOptimizerAndTheGradientAllReduceEndThePath) {
 // runs from its last compute until the last replica's rank of its stage
 // arrives, plus 0.5 ms; then 0.5 ms of optimizer.
 Run two_replicas_at_the_sync() {
-  tools::Run run;
+  analysis::Run run;
   for (int replica = 0; replica < 2; ++replica) {
     const double slow = replica == 1 ? 3 : 1;
     const double end0 = 2 + 2 * slow;  // stage 0's last compute ends
-    tools::Run r = make_step(2, {{0, 9}, {0, 8}},
-                             {{0, F, 0, 0, 1},
-                              {1, F, 0, 1, 1 + slow},
-                              {1, B, 0, 1 + slow, 1 + 2 * slow},
-                              {0, B, 0, 1 + 2 * slow, end0}},
-                             7, replica);
+    analysis::Run r = make_step(2, {{0, 9}, {0, 8}},
+                                {{0, F, 0, 0, 1},
+                                 {1, F, 0, 1, 1 + slow},
+                                 {1, B, 0, 1 + slow, 1 + 2 * slow},
+                                 {0, B, 0, 1 + 2 * slow, end0}},
+                                7, replica);
     add_span(r, 0, "megatron.grads.all_reduce", end0, 8.5);
     add_span(r, 0, "megatron.optimizer.step", 8.5, 9);
     add_span(r, 1, "megatron.grads.all_reduce", 1 + 2 * slow, 7.5);
@@ -548,7 +548,7 @@ TEST(MicrobatchVariability, WorkSharedByEveryStageIsVariableNoiseOnOneRankIsNot)
 }
 
 // Adds `part`'s ranks to `run` as tensor rank `tensor` of replica 0.
-void add_tensor_rank(tools::Run& run, tools::Run&& part, int tensor) {
+void add_tensor_rank(analysis::Run& run, analysis::Run&& part, int tensor) {
   for (auto& f : part.files) {
     f.replica = 0;
     f.tensor_rank = tensor;
@@ -561,22 +561,22 @@ void add_tensor_rank(tools::Run& run, tools::Run&& part, int tensor) {
 // (replica 0, tensor 1) are two pipelines. Tensor rank 1's stage 1 takes
 // `slowed` ms a pass, the others 1 ms.
 Run two_tensor_ranks(std::int64_t step = 7, double slowed = 3) {
-  tools::Run run;
+  analysis::Run run;
   for (int tensor = 0; tensor < 2; ++tensor) {
     const double slow = tensor == 1 ? slowed : 1;
-    tools::Run r = make_step(2, {{0, 2 + 2 * slow}, {0, 1 + 2 * slow}},
-                             {{0, F, 0, 0, 1},
-                              {1, F, 0, 1, 1 + slow},
-                              {1, B, 0, 1 + slow, 1 + 2 * slow},
-                              {0, B, 0, 1 + 2 * slow, 2 + 2 * slow}},
-                             step, tensor);  // distinct ranks: stage + 2 x tensor
+    analysis::Run r = make_step(2, {{0, 2 + 2 * slow}, {0, 1 + 2 * slow}},
+                                {{0, F, 0, 0, 1},
+                                 {1, F, 0, 1, 1 + slow},
+                                 {1, B, 0, 1 + slow, 1 + 2 * slow},
+                                 {0, B, 0, 1 + 2 * slow, 2 + 2 * slow}},
+                                step, tensor);  // distinct ranks: stage + 2 x tensor
     add_tensor_rank(run, std::move(r), tensor);
   }
   return run;
 }
 
 TEST(StepAnalysis, TensorParallelPeersAreSeparatePipelinesAndNoComputeCountsTwice) {
-  const tools::Run run = two_tensor_ranks();
+  const analysis::Run run = two_tensor_ranks();
   const StepAnalysis a = analyze(run, 2);
   ASSERT_TRUE(a.complete);
   ASSERT_EQ(a.graphs.size(), 2u);
@@ -601,7 +601,7 @@ TEST(StepAnalysis, AStragglerAmongTensorParallelPeersIsNamedByRank) {
   // pass, its TP peer rank 1 (stage 1, tensor rank 0) 1 ms.
   AnalysisBuilder b;
   for (int step = 0; step < 5; ++step) {
-    const tools::Run run = two_tensor_ranks(step, step >= 2 ? 3 : 1);
+    const analysis::Run run = two_tensor_ranks(step, step >= 2 ? 3 : 1);
     b.add(build_view(run), run);
   }
   const Analysis a = b.finish();
@@ -624,15 +624,15 @@ TEST(StepAnalysis, AStragglerAmongTensorParallelPeersIsNamedByRank) {
 // slow - 1 ms at each. Stage 0: 0.8 ms of work, then a 0.2 ms collective.
 Run tensor_parallel_step(std::int64_t step, double slow) {
   const double f_end = 1 + slow + 0.2, b_end = f_end + slow + 0.2;
-  tools::Run run;
+  analysis::Run run;
   for (int tensor = 0; tensor < 2; ++tensor) {
     const double own = tensor == 1 ? slow : 1;  // stage 1's local work per pass
-    tools::Run r = make_step(2, {{0, b_end + 1}, {0, b_end}},
-                             {{0, F, 0, 0, 1},
-                              {1, F, 0, 1, f_end},
-                              {1, B, 0, f_end, b_end},
-                              {0, B, 0, b_end, b_end + 1}},
-                             step, tensor);  // ranks: stage + 2 x tensor
+    analysis::Run r = make_step(2, {{0, b_end + 1}, {0, b_end}},
+                                {{0, F, 0, 0, 1},
+                                 {1, F, 0, 1, f_end},
+                                 {1, B, 0, f_end, b_end},
+                                 {0, B, 0, b_end, b_end + 1}},
+                                step, tensor);  // ranks: stage + 2 x tensor
     std::int64_t sequence[2] = {0, 0};
     const auto collective = [&](int s, double a, double b) {
       add_span(r, s, "megatron.tp.all_reduce", a, b);
@@ -650,7 +650,7 @@ Run tensor_parallel_step(std::int64_t step, double slow) {
 }
 
 TEST(StepAnalysis, AWaitAtATensorParallelCollectiveIsForTheLastPeerAndNotCompute) {
-  const tools::Run run = tensor_parallel_step(7, 3);
+  const analysis::Run run = tensor_parallel_step(7, 3);
   const StepAnalysis a = analyze(run, 2);
   ASSERT_TRUE(a.complete);
   std::map<int, const StageFigures*> by_rank;
@@ -692,7 +692,7 @@ TEST(StepAnalysis, ASlowTensorParallelRankIsNamedWithItsPeersWaitsForIt) {
   // Six steps; from step 3 on rank 3's local work takes 4 ms, 1 ms before.
   AnalysisBuilder b;
   for (int step = 0; step < 6; ++step) {
-    const tools::Run run = tensor_parallel_step(step, step >= 3 ? 4 : 1);
+    const analysis::Run run = tensor_parallel_step(step, step >= 3 ? 4 : 1);
     b.add(build_view(run), run);
   }
   const Analysis a = b.finish();
@@ -714,9 +714,9 @@ TEST(StepAnalysis, ASlowTensorParallelRankIsNamedWithItsPeersWaitsForIt) {
 }
 
 TEST(StepAnalysis, AStageWithoutComputeSpansLeavesTheStepIncomplete) {
-  const tools::Run run = make_step(2, {{0, 2}, {0, 2}}, {{0, F, 0, 0, 1}, {0, B, 0, 1, 2}});
+  const analysis::Run run = make_step(2, {{0, 2}, {0, 2}}, {{0, F, 0, 0, 1}, {0, B, 0, 1, 2}});
   EXPECT_FALSE(analyze(run, 2).complete);
 }
 
 }  // namespace
-}  // namespace lens::tools
+}  // namespace lens::analysis

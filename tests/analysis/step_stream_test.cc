@@ -20,7 +20,7 @@
 #include "summary.h"
 #include "viewer_export.h"
 
-namespace lens::tools {
+namespace lens::analysis {
 namespace {
 
 namespace fs = std::filesystem;
@@ -164,7 +164,7 @@ class StepStream : public ::testing::Test {
     return out;
   }
   std::vector<std::string> in_memory_violations() {
-    const tools::Run run = read_run(dir_);
+    const analysis::Run run = read_run(dir_);
     std::vector<std::string> out;
     for (const auto& v : check_run(run, build_view(run))) out.push_back(format_violation(v));
     std::sort(out.begin(), out.end());
@@ -178,7 +178,7 @@ class StepStream : public ::testing::Test {
 TEST_F(StepStream, WindowsComeInStepOrderWithEveryRanksSpansOfThatStep) {
   run_.write(dir_, 7);  // lines cut across steps
   std::vector<std::int64_t> seen;
-  tools::Run rest = stream_steps(dir_, [&](StepWindow& w) {
+  analysis::Run rest = stream_steps(dir_, [&](StepWindow& w) {
     seen.push_back(w.step);
     ASSERT_EQ(w.run.files.size(), 3u);
     for (const auto& f : w.run.files) {
@@ -249,7 +249,7 @@ TEST_F(StepStream, ARankWithoutStepSpansDoesNotHoldTheOthersBack) {
     if (s.name == "megatron.train_step") s.name = "megatron.something_else";
   run_.write(dir_, 5);
   std::size_t windows = 0;
-  tools::Run rest = stream_steps(dir_, [&](StepWindow& w) {
+  analysis::Run rest = stream_steps(dir_, [&](StepWindow& w) {
     ++windows;
     EXPECT_TRUE(w.run.files[2].spans.empty());
     EXPECT_EQ(w.run.files[0].spans.size(), run_.spans_per_step(0));
@@ -371,8 +371,8 @@ TEST_F(StepStream, ExportsWriteEverySpanAndEveryLink) {
       links += s.links.size();
     }
   std::ostringstream perfetto, jaeger;
-  const ExportCounts p = export_perfetto(dir_, perfetto);
-  const ExportCounts j = export_jaeger(dir_, jaeger);
+  const tools::ExportCounts p = tools::export_perfetto(dir_, perfetto);
+  const tools::ExportCounts j = tools::export_jaeger(dir_, jaeger);
   EXPECT_EQ(p.spans, spans);
   EXPECT_EQ(p.links, links);
   EXPECT_EQ(j.spans, spans);
@@ -411,4 +411,4 @@ TEST_F(StepStream, MalformedLineIsAReadErrorNamingFileAndLine) {
 }
 
 }  // namespace
-}  // namespace lens::tools
+}  // namespace lens::analysis

@@ -280,9 +280,9 @@ TEST(TrainerErrors, TestAidAndFaultInjectionFlagsOutOfRangeAreRefusedNamingTheFl
 namespace {
 
 // Scale: pipeline scope and export filters on a real 2 x 2 run.
-std::map<int, const lens::tools::SpanRow*> step_spans_of(const lens::tools::Run& run,
-                                                         std::int64_t step) {
-  std::map<int, const lens::tools::SpanRow*> out;  // by rank
+std::map<int, const lens::analysis::SpanRow*> step_spans_of(const lens::analysis::Run& run,
+                                                            std::int64_t step) {
+  std::map<int, const lens::analysis::SpanRow*> out;  // by rank
   for (const auto& f : run.files)
     for (const auto& s : f.spans)
       if (s.name == "megatron.train_step" && s.int_attr("dl.step") == step) out[f.rank] = &s;
@@ -298,16 +298,16 @@ TrainerRun scaled_run(const std::string& env) {
   return r;
 }
 
-void expect_lens_check_passes(const lens::tools::Run& run) {
-  for (const auto& v : lens::tools::check_run(run, lens::tools::build_view(run)))
-    ADD_FAILURE() << lens::tools::format_violation(v);
+void expect_lens_check_passes(const lens::analysis::Run& run) {
+  for (const auto& v : lens::analysis::check_run(run, lens::analysis::build_view(run)))
+    ADD_FAILURE() << lens::analysis::format_violation(v);
 }
 
 TEST(TrainerScale, PipelineScopeGivesEachReplicaATraceLinkedToRankZero) {
   const TrainerRun r = scaled_run("LENS_TRACE_SCOPE=pipeline");
   RunOutput out = run_trainer(r, "scope-pipeline");
   ASSERT_EQ(out.exit_code, 0) << out.output;
-  const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
+  const lens::analysis::Run run = lens::analysis::read_run(out.trace_dir / out.run_id);
   ASSERT_EQ(run.files.size(), 4u);
   std::map<int, int> replica_of;
   for (const auto& f : run.files) {
@@ -346,16 +346,16 @@ TEST(TrainerScale, PipelineScopeGivesEachReplicaATraceLinkedToRankZero) {
     EXPECT_NE(*traces[0].begin(), *traces[1].begin()) << "the replicas' traces differ";
   }
   // The check notices a replica that lost its link to rank 0's step span.
-  lens::tools::Run broken = run;
+  lens::analysis::Run broken = run;
   for (auto& f : broken.files)
     if (f.replica == 1)
       for (auto& s : f.spans)
         if (s.name == "megatron.train_step") s.links.clear();
-  const auto found = lens::tools::check_run(broken, lens::tools::build_view(broken));
+  const auto found = lens::analysis::check_run(broken, lens::analysis::build_view(broken));
   ASSERT_FALSE(found.empty());
-  EXPECT_NE(lens::tools::format_violation(found[0]).find("does not link to rank 0's step span"),
+  EXPECT_NE(lens::analysis::format_violation(found[0]).find("does not link to rank 0's step span"),
             std::string::npos)
-      << lens::tools::format_violation(found[0]);
+      << lens::analysis::format_violation(found[0]);
 }
 
 // LENS_STEP_CONTEXT=derived on a real 2 x 2 run, in both scopes: no
@@ -380,7 +380,7 @@ TEST_P(TrainerDerived, NoBroadcastAndLensCheckPassesWithDataParallel) {
   EXPECT_NE(out.output.find("step context  derived on every rank for 3 steps, 1 step checks"),
             std::string::npos)
       << out.output;
-  const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
+  const lens::analysis::Run run = lens::analysis::read_run(out.trace_dir / out.run_id);
   ASSERT_EQ(run.files.size(), 4u);
   expect_lens_check_passes(run);
   std::map<int, int> replica_of;
@@ -428,7 +428,7 @@ TEST(TrainerScale, ExportFilterLeavesRanksOutButNotTheirCollectives) {
       EXPECT_EQ(rep["trace_file"], "") << "rank " << rep["rank"];
     }
   }
-  const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
+  const lens::analysis::Run run = lens::analysis::read_run(out.trace_dir / out.run_id);
   std::set<int> ranks;
   for (const auto& f : run.files) {
     ranks.insert(f.rank);
@@ -599,7 +599,7 @@ void launch_four_ranks_by_hand(bool agent) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << logs;
   fs::path run_dir;
   for (const auto& e : fs::directory_iterator(base / "traces")) run_dir = e.path();
-  const lens::tools::Run run = lens::tools::read_run(run_dir);
+  const lens::analysis::Run run = lens::analysis::read_run(run_dir);
   EXPECT_EQ(run.files.size(), 4u);
   for (const auto& f : run.files) EXPECT_EQ(f.tensor_rank, agent ? f.rank % 2 : 0) << f.rank;
   expect_lens_check_passes(run);
@@ -643,11 +643,11 @@ TEST(TrainerInterleavedTrace, ChunksAreTracedAndLensCheckCountsTheirLinkedSpans)
   r.flags = "--otel-enabled=true --otel-span-groups all --virtual-stages 2";
   RunOutput out = run_trainer(r, "interleaved-trace");
   ASSERT_EQ(out.exit_code, 0) << out.output;
-  const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
+  const lens::analysis::Run run = lens::analysis::read_run(out.trace_dir / out.run_id);
   expect_lens_check_passes(run);
   // Stage 1 of 2 with V = 2, M = 4: min(2*0 + 1*2, 8) = 2 warmup receives
   // and the pre-steady-state one; chunk 0 feeds two of them, chunk 1 one.
-  const auto stage_of = [](const lens::tools::RankFile& f) {
+  const auto stage_of = [](const lens::analysis::RankFile& f) {
     return std::stoi(f.resource.at("dl.pipeline_parallel.rank"));
   };
   for (const auto& f : run.files) {
@@ -671,7 +671,7 @@ TEST(TrainerInterleavedTrace, ChunksAreTracedAndLensCheckCountsTheirLinkedSpans)
     }
   }
   // Without one of chunk 1's linked spans the count is wrong, and said so.
-  lens::tools::Run broken = run;
+  lens::analysis::Run broken = run;
   for (auto& f : broken.files) {
     if (stage_of(f) != 1) continue;
     for (auto it = f.spans.begin(); it != f.spans.end(); ++it)
@@ -682,12 +682,12 @@ TEST(TrainerInterleavedTrace, ChunksAreTracedAndLensCheckCountsTheirLinkedSpans)
       }
     break;
   }
-  const auto found = lens::tools::check_run(broken, lens::tools::build_view(broken));
+  const auto found = lens::analysis::check_run(broken, lens::analysis::build_view(broken));
   ASSERT_FALSE(found.empty());
-  EXPECT_NE(lens::tools::format_violation(found[0]).find(
+  EXPECT_NE(lens::analysis::format_violation(found[0]).find(
                 "2 linked spans where stage 1 of 2 with 4 microbatches and 2 chunks has 3"),
             std::string::npos)
-      << lens::tools::format_violation(found[0]);
+      << lens::analysis::format_violation(found[0]);
 }
 
 TEST(TrainerErrors, VirtualStagesNeedAPipelineAndMicrobatchesAMultipleOfIt) {
@@ -712,15 +712,15 @@ TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
   r.flags = "--otel-enabled=true --otel-span-groups all";
   RunOutput out = run_trainer(r, "readability");
   ASSERT_EQ(out.exit_code, 0) << out.output;
-  const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
+  const lens::analysis::Run run = lens::analysis::read_run(out.trace_dir / out.run_id);
   expect_lens_check_passes(run);
-  std::map<std::string, const lens::tools::SpanRow*> by_id;
+  std::map<std::string, const lens::analysis::SpanRow*> by_id;
   for (const auto& f : run.files)
     for (const auto& s : f.spans) by_id[s.span_id] = &s;
   for (int step = 0; step < r.steps; ++step) {
     const auto steps = step_spans_of(run, step);
     ASSERT_EQ(steps.size(), 3u);
-    const lens::tools::SpanRow* source = steps.at(0);
+    const lens::analysis::SpanRow* source = steps.at(0);
     for (const auto& f : run.files)
       for (const auto& s : f.spans)
         if (s.trace_id == source->trace_id) {
@@ -747,7 +747,7 @@ TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
   EXPECT_GT(nested, 0);
   // One job trace: every rank's job span in it, the others linking to rank
   // 0's, and every step span linking to its own rank's job span.
-  std::map<int, const lens::tools::SpanRow*> job_of;
+  std::map<int, const lens::analysis::SpanRow*> job_of;
   for (const auto& f : run.files)
     for (const auto& s : f.spans)
       if (s.name == "megatron.job") job_of[f.rank] = &s;
@@ -834,7 +834,7 @@ TEST(TrainerTensorParallelInterleaved, EveryStepsLossEqualsTheTp1InterleavedRuns
           << "rank " << rank << " step " << step;
     }
   }
-  const lens::tools::Run run = lens::tools::read_run(b.trace_dir / b.run_id);
+  const lens::analysis::Run run = lens::analysis::read_run(b.trace_dir / b.run_id);
   ASSERT_EQ(run.files.size(), 4u);
   expect_lens_check_passes(run);
 }
@@ -854,7 +854,7 @@ TEST_P(TrainerTensorParallelTrace, LensCheckPassesAndCollectivesAreSpansOfEveryT
   r.flags += " --step-context " + context;
   RunOutput out = run_trainer(r, "tp-trace-" + scope + "-" + context);
   ASSERT_EQ(out.exit_code, 0) << out.output;
-  const lens::tools::Run run = lens::tools::read_run(out.trace_dir / out.run_id);
+  const lens::analysis::Run run = lens::analysis::read_run(out.trace_dir / out.run_id);
   ASSERT_EQ(run.files.size(), 8u);
   expect_lens_check_passes(run);
   std::map<int, std::pair<int, int>> pipeline_of;  // rank -> (replica, tensor)

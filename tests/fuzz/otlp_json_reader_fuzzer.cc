@@ -23,25 +23,25 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::fwrite(data, 1, size, f);
   std::fclose(f);
   try {
-    lens::tools::Run run = lens::tools::read_run(path);
-    lens::tools::PipelineView view = lens::tools::build_view(run);
-    (void)lens::tools::check_run(run, view);
-    (void)lens::tools::check_dir(path);
-    const lens::tools::ClockAlignment clock = lens::tools::read_clock_alignment(path);
-    lens::tools::ClockReport report = lens::tools::ClockReport::of(clock);
-    lens::tools::StreamOptions aligned;
+    lens::analysis::Run run = lens::analysis::read_run(path);
+    lens::analysis::PipelineView view = lens::analysis::build_view(run);
+    (void)lens::analysis::check_run(run, view);
+    (void)lens::analysis::check_dir(path);
+    const lens::analysis::ClockAlignment clock = lens::analysis::read_clock_alignment(path);
+    lens::analysis::ClockReport report = lens::analysis::ClockReport::of(clock);
+    lens::analysis::StreamOptions aligned;
     aligned.clock = &clock;
     aligned.clock_report = &report;
-    lens::tools::Analysis analysis = lens::tools::analyze_dir(path, aligned, nullptr);
+    lens::analysis::Analysis analysis = lens::analysis::analyze_dir(path, aligned, nullptr);
     analysis.clock = report;
-    (void)lens::tools::format_table(analysis);
-    (void)lens::tools::format_json(analysis);
+    (void)lens::analysis::format_table(analysis);
+    (void)lens::analysis::format_json(analysis);
     // The same bytes under a small line limit, so inputs of fuzzing size
     // reach the too-long-line path too.
-    lens::tools::RankFileReader small(path, 512);
+    lens::analysis::RankFileReader small(path, 512);
     while (small.next_line()) {
     }
-  } catch (const lens::tools::ReadError& e) {
+  } catch (const lens::analysis::ReadError& e) {
     if (std::string(e.what()).find(path) == std::string::npos) std::abort();  // must name the file
   }
   return 0;

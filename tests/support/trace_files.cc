@@ -15,7 +15,7 @@ std::int64_t ExportedSpan::int_attr(const std::string& key) const {
 
 std::vector<ExportedSpan> read_run(const std::filesystem::path& dir) {
   // The `lens` command's reader does the parsing and the input checks.
-  const lens::tools::Run run = lens::tools::read_run(dir);
+  const lens::analysis::Run run = lens::analysis::read_run(dir);
   std::vector<ExportedSpan> out;
   for (const auto& f : run.files) {
     const std::map<std::string, std::string> resource = {{"dl.rank", std::to_string(f.rank)},
