@@ -1,0 +1,106 @@
+// Resolver: device-timed work resolved off the training thread
+// (resolver.h).
+#include "resolver.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace lens::device {
+
+Resolver::Resolver(const CudaRuntime& runtime, DeviceClock& clock, EventPool& pool,
+                   std::size_t max_pending, std::chrono::microseconds poll_every)
+    : runtime_(runtime),
+      clock_(clock),
+      pool_(pool),
+      max_pending_(max_pending),
+      poll_every_(poll_every),
+      thread_([this] { run(); }) {}
+
+Resolver::~Resolver() { shutdown(std::chrono::milliseconds(0)); }
+
+bool Resolver::submit(Event start, Event end, Done done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_ && pending_.size() < max_pending_) {
+      const bool was_idle = pending_.empty();
+      pending_.push_back({start, end, std::move(done)});
+      ++stats_.submitted;
+      stats_.pending_high_water = std::max(stats_.pending_high_water, pending_.size());
+      if (was_idle) wake_.notify_one();
+      return true;
+    }
+    ++stats_.refused;
+  }
+  pool_.release(start);
+  pool_.release(end);
+  return false;
+}
+
+void Resolver::shutdown(std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {  // the first call sets the deadline; later ones only wait
+      stopping_ = true;
+      deadline_ = std::chrono::steady_clock::now() + timeout;
+    }
+    wake_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+Resolver::Stats Resolver::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Resolver::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (stopping_ && (pending_.empty() || std::chrono::steady_clock::now() >= deadline_)) break;
+    if (pending_.empty()) {
+      wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      continue;
+    }
+    lock.unlock();
+    const bool progressed = resolve_completed();
+    lock.lock();
+    if (!progressed) wake_.wait_for(lock, poll_every_);
+  }
+  std::deque<Pending> rest;
+  rest.swap(pending_);
+  lock.unlock();
+  for (Pending& p : rest) finish(p, std::nullopt);
+}
+
+bool Resolver::resolve_completed() {
+  std::vector<Pending> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (runtime_.query(it->end) == kSuccess) {
+        ready.push_back(std::move(*it));
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Pending& p : ready) {
+    const auto start = clock_.host_time(p.start);
+    const auto end = clock_.host_time(p.end);
+    finish(p, start && end ? std::optional<Times>(Times{*start, *end}) : std::nullopt);
+  }
+  return !ready.empty();
+}
+
+void Resolver::finish(Pending& p, std::optional<Times> times) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(times ? stats_.resolved : stats_.unresolved);
+  }
+  if (p.done) p.done(times);
+  pool_.release(p.start);
+  pool_.release(p.end);
+}
+
+}  // namespace lens::device

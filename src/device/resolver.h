@@ -1,0 +1,91 @@
+// Resolver: device-timed work between its launch and its export
+// (docs/device-time.md). The training thread submits a pair of events (the
+// start and end recorded on a stream) with what to do once their times are
+// known; a thread of the resolver's own polls the pending pairs, and when a
+// pair's end event has completed puts both on the host clock (DeviceClock)
+// and hands the times on, then returns the events to the pool.
+//
+// Never a stall of the training thread: submit() only takes a mutex and
+// appends; the pending set is bounded, and a submit beyond it is refused
+// and counted (the caller keeps its host times). Work whose events never
+// complete (a hung stream) stays pending until shutdown(), which waits a
+// bounded time and then hands the rest on as unresolved, counted.
+//
+// Thread safety: submit() and stats() from any thread; shutdown() once.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "device_clock.h"
+#include "event_pool.h"
+
+namespace lens::device {
+
+class Resolver {
+ public:
+  // Device start and end on the host clock (ns).
+  struct Times {
+    std::int64_t start_ns = 0, end_ns = 0;
+  };
+  // Called on the resolver's thread with the times, or nullopt when they
+  // could not be had (the events never completed before shutdown, or the
+  // runtime failed).
+  using Done = std::function<void(std::optional<Times>)>;
+
+  struct Stats {
+    std::uint64_t submitted = 0, resolved = 0;
+    std::uint64_t refused = 0;     // the pending set was full
+    std::uint64_t unresolved = 0;  // handed on without times
+    std::size_t pending_high_water = 0;
+  };
+
+  Resolver(const CudaRuntime& runtime, DeviceClock& clock, EventPool& pool, std::size_t max_pending,
+           std::chrono::microseconds poll_every);
+  ~Resolver();  // shutdown(0) if not yet shut down
+  Resolver(const Resolver&) = delete;
+  Resolver& operator=(const Resolver&) = delete;
+
+  // Takes the two events (returned to the pool once handled). False when
+  // the pending set is full or the resolver is shut down: the events go
+  // back to the pool and `done` is not called.
+  bool submit(Event start, Event end, Done done);
+
+  // Waits up to `timeout` for what is pending to resolve, then hands the
+  // rest on unresolved and stops the thread.
+  void shutdown(std::chrono::milliseconds timeout);
+
+  Stats stats() const;
+
+ private:
+  struct Pending {
+    Event start = nullptr, end = nullptr;
+    Done done;
+  };
+  void run();
+  // Hands on every pending pair whose end event has completed; true when
+  // some were.
+  bool resolve_completed();
+  void finish(Pending& p, std::optional<Times> times);
+
+  const CudaRuntime& runtime_;
+  DeviceClock& clock_;
+  EventPool& pool_;
+  const std::size_t max_pending_;
+  const std::chrono::microseconds poll_every_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<Pending> pending_;
+  Stats stats_;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point deadline_{};
+  std::thread thread_;
+};
+
+}  // namespace lens::device
