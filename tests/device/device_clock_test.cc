@@ -4,46 +4,21 @@
 // host time the simulation says (lens_sim_completion_ns).
 #include "device_clock.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <time.h>
 
 #include <chrono>
 #include <cmath>
 #include <thread>
 
 #include "cuda_runtime.h"
+#include "simulation.h"
 
 namespace lens::device {
 namespace {
 
-std::int64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// The simulation's controls, from the library the runtime was loaded from.
-struct Simulation {
-  Simulation() {
-    handle = ::dlopen(LENS_SIMULATED_CUDA_RUNTIME, RTLD_NOW | RTLD_LOCAL);
-    reset = reinterpret_cast<void (*)(std::int64_t, double)>(::dlsym(handle, "lens_sim_reset"));
-    launch = reinterpret_cast<void (*)(void*, std::int64_t)>(::dlsym(handle, "lens_sim_launch"));
-    hold = reinterpret_cast<void (*)(void*, bool)>(::dlsym(handle, "lens_sim_hold"));
-    completion =
-        reinterpret_cast<std::int64_t (*)(void*)>(::dlsym(handle, "lens_sim_completion_ns"));
-    events = reinterpret_cast<long (*)()>(::dlsym(handle, "lens_sim_events"));
-  }
-  ~Simulation() { ::dlclose(handle); }
-  void* handle = nullptr;
-  void (*reset)(std::int64_t, double) = nullptr;
-  void (*launch)(void*, std::int64_t) = nullptr;
-  void (*hold)(void*, bool) = nullptr;
-  std::int64_t (*completion)(void*) = nullptr;
-  long (*events)() = nullptr;
-};
-
-Stream stream(std::uintptr_t n) { return reinterpret_cast<Stream>(n); }
+using testing::monotonic_ns;
+using testing::Simulation;
+using testing::stream;
 
 TEST(CudaRuntime, WithoutALibraryThereIsNoneAndItSaysWhy) {
   const auto missing = CudaRuntime::from_library("/nonexistent/libcudart.so.12");
