@@ -30,9 +30,12 @@ CollectiveWaits collective_waits(const std::vector<TensorPeer>& ranks) {
   // (replica, stage, sequence) -> each peer's span of that collective.
   std::map<std::tuple<int, int, std::int64_t>, std::vector<Arrival>> collectives;
   for (const TensorPeer& p : ranks) {
-    std::vector<const SpanRow*> own;
-    for (const SpanRow* s : p.step->spans)
+    std::vector<const SpanRow*> own, computes;
+    for (const SpanRow* s : p.step->spans) {
       if (is_tensor_collective(*s)) own.push_back(s);
+      const SpanKind k = kind_of(*s);
+      if (k == SpanKind::kForward || k == SpanKind::kBackward) computes.push_back(s);
+    }
     if (own.empty()) continue;
     std::sort(own.begin(), own.end(),
               [](const SpanRow* a, const SpanRow* b) { return a->start_ns < b->start_ns; });
@@ -40,6 +43,10 @@ CollectiveWaits collective_waits(const std::vector<TensorPeer>& ranks) {
     for (std::size_t k = 0; k < own.size(); ++k) {
       const SpanRow* s = own[k];
       r.collective_ns += std::max<std::int64_t>(0, s->end_ns - s->start_ns);
+      // (A rank's computes do not overlap one another.)
+      for (const SpanRow* c : computes)
+        r.in_compute_ns += std::max<std::int64_t>(
+            0, std::min(s->end_ns, c->end_ns) - std::max(s->start_ns, c->start_ns));
       ++r.collectives;
       const std::int64_t sequence =
           s->int_attr("dl.collective.sequence", static_cast<std::int64_t>(k));

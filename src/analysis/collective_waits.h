@@ -26,6 +26,7 @@ namespace lens::analysis {
 
 struct RankCollectives {
   std::int64_t collective_ns = 0;          // its TP collectives' whole time
+  std::int64_t in_compute_ns = 0;          // of it, inside its forward and backward spans
   std::int64_t wait_ns = 0;                // of it, waiting for the last peer
   int collectives = 0, unmatched = 0;      // unmatched: no peer recorded the same collective
   std::map<int, std::int64_t> waited_for;  // TP rank -> this rank's wait for it

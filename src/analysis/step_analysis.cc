@@ -235,15 +235,17 @@ StepAnalysis analyze_step(const StepView& step, int stages,
     const auto it = out.graphs.find(f.pipeline());
     if (it != out.graphs.end()) f.microbatches /= it->second.chunks;  // forwards per chunk
     out.microbatches = std::max(out.microbatches, f.microbatches);
-    // The TP collectives run inside the computes: their own time is
-    // transfer, their wait a column of its own (the rest stays the rest).
+    // The TP collectives run inside the computes (what of them does not
+    // was in the rest): their own time is transfer, their wait a column of
+    // its own.
     const auto c = out.collectives.by_rank.find(f.rank);
     if (c == out.collectives.by_rank.end()) continue;
     f.collective_ms = ms(c->second.collective_ns);
     f.collective_wait_ms = ms(c->second.wait_ns);
     f.collective_last_peer = c->second.last_peer();
     for (const auto& [peer, ns] : c->second.waited_for) f.collective_waited_for_ms[peer] = ms(ns);
-    f.compute_ms -= f.collective_ms;
+    f.compute_ms -= ms(c->second.in_compute_ns);
+    f.rest_ms -= ms(c->second.collective_ns - c->second.in_compute_ns);
     f.transfer_ms += f.collective_ms - f.collective_wait_ms;
   }
   // Waits at the gradient sync: the replicas of a stage and tensor rank

@@ -688,6 +688,43 @@ TEST(StepAnalysis, AWaitAtATensorParallelCollectiveIsForTheLastPeerAndNotCompute
   EXPECT_LE(a.critical_path_ms, a.step_ms + 1e-9);
 }
 
+TEST(StepAnalysis, ACollectiveOutsideThePassesIsTakenFromTheRestNotFromCompute) {
+  // P = 1, M = 1, two TP ranks: F [0, 2], B [2, 4], step [0, 6]; one
+  // collective inside F (rank 0 at 1, rank 1 at 1.2, both end 1.5) and one
+  // after B, outside the passes (rank 0 at 4, rank 1 at 4.5, both end 5).
+  analysis::Run run;
+  for (int tensor = 0; tensor < 2; ++tensor) {
+    analysis::Run r = make_step(1, {{0, 6}}, {{0, F, 0, 0, 2}, {0, B, 0, 2, 4}}, 7, tensor);
+    const double late = tensor == 1 ? 1 : 0;
+    std::int64_t sequence = 0;
+    for (const auto& [a, b] : {std::pair{1 + 0.2 * late, 1.5}, std::pair{4 + 0.5 * late, 5.0}}) {
+      add_span(r, 0, "megatron.tp.all_reduce", a, b);
+      r.files[0].spans.back().attributes["dl.collective.sequence"] = std::to_string(sequence++);
+    }
+    add_tensor_rank(run, std::move(r), tensor);
+  }
+  const StepAnalysis a = analyze(run, 1);
+  ASSERT_TRUE(a.complete);
+  std::map<int, const StageFigures*> by_rank;
+  for (const auto& f : a.stages_figures) by_rank[f.rank] = &f;
+  ASSERT_EQ(by_rank.size(), 2u);
+  const StageFigures& r0 = *by_rank[0];
+  EXPECT_NEAR(r0.collective_ms, 1.5, 1e-9);
+  EXPECT_NEAR(r0.collective_wait_ms, 0.7, 1e-9);
+  EXPECT_NEAR(r0.compute_ms, 3.5, 1e-9) << "only the collective inside F comes off compute";
+  EXPECT_NEAR(r0.transfer_ms, 0.8, 1e-9);
+  EXPECT_NEAR(r0.rest_ms, 1.0, 1e-9);
+  const StageFigures& r1 = *by_rank[1];
+  EXPECT_NEAR(r1.compute_ms, 3.7, 1e-9);
+  EXPECT_NEAR(r1.collective_wait_ms, 0, 1e-9);
+  EXPECT_NEAR(r1.rest_ms, 1.5, 1e-9);
+  for (const auto& [rank, f] : by_rank)
+    EXPECT_NEAR(f->compute_ms + f->late_sender_ms + f->late_receiver_ms + f->transfer_ms +
+                    f->collective_wait_ms + f->sync_wait_ms + f->rest_ms,
+                f->step_ms, 1e-9)
+        << "rank " << rank;
+}
+
 TEST(StepAnalysis, ASlowTensorParallelRankIsNamedWithItsPeersWaitsForIt) {
   // Six steps; from step 3 on rank 3's local work takes 4 ms, 1 ms before.
   AnalysisBuilder b;
