@@ -1,6 +1,5 @@
 #include "p2p_communicator.h"
 
-#include <stdexcept>
 
 namespace lens::train {
 namespace {
@@ -45,15 +44,13 @@ c10::intrusive_ptr<c10d::Work> P2PCommunicator::post_recv(torch::Tensor& t, int 
 }
 
 void P2PCommunicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* op, int peer) {
-  try {
-    if (!work->wait(timeout_)) throw std::runtime_error("timed out");
-  } catch (const std::exception& e) {
-    const std::string what = std::string(op) + " with pipeline stage " + std::to_string(peer) +
-                             " failed on stage " + std::to_string(stage_) + " after up to " +
-                             std::to_string(timeout_.count()) + " ms: " + e.what();
-    if (on_failure_) on_failure_(what);
-    throw std::runtime_error(what);
-  }
+  wait_or_fail(
+      work, timeout_,
+      [&] {
+        return std::string(op) + " with pipeline stage " + std::to_string(peer) +
+               " failed on stage " + std::to_string(stage_);
+      },
+      on_failure_);
 }
 
 torch::Tensor P2PCommunicator::recv_forward(int microbatch) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "lens/tracer.h"
+#include "work_wait.h"
 
 namespace lens::train {
 
@@ -59,9 +60,7 @@ class P2PCommunicator {
   bool first_stage() const { return stage_ == 0; }
   // Called with the error text when a transfer fails, before it is thrown,
   // while the spans around the transfer are still open.
-  void on_failure(std::function<void(const std::string&)> callback) {
-    on_failure_ = std::move(callback);
-  }
+  void on_failure(FailureCallback callback) { on_failure_ = std::move(callback); }
   bool last_stage() const { return stage_ == stages_ - 1; }
 
  private:
@@ -82,7 +81,7 @@ class P2PCommunicator {
     int peer;
   };
   std::vector<PostedSend> posted_;  // the interleaved schedule's, until finish_sends()
-  std::function<void(const std::string&)> on_failure_;
+  FailureCallback on_failure_;
 };
 
 }  // namespace lens::train

@@ -1,7 +1,5 @@
 #include "tensor_parallel.h"
 
-#include <cmath>
-#include <stdexcept>
 #include <thread>
 
 namespace lens::train {
@@ -92,23 +90,21 @@ Span TensorParallel::collective_span(const char* name) {
 }
 
 void TensorParallel::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* op) {
-  try {
-    if (!work->wait(timeout_)) throw std::runtime_error("timed out");
-  } catch (const std::exception& e) {
-    const std::string what = std::string("tensor-parallel ") + op + " (collective " +
-                             std::to_string(sequence_ - 1) + " of the step) failed on TP rank " +
-                             std::to_string(rank_) + " of " + std::to_string(size_) +
-                             " after up to " + std::to_string(timeout_.count()) +
-                             " ms: " + e.what();
-    if (on_failure_) on_failure_(what);
-    throw std::runtime_error(what);
-  }
+  wait_or_fail(
+      work, timeout_,
+      [&] {
+        return std::string("tensor-parallel ") + op + " (collective " +
+               std::to_string(sequence_ - 1) + " of the step) failed on TP rank " +
+               std::to_string(rank_) + " of " + std::to_string(size_);
+      },
+      on_failure_);
 }
 
 torch::Tensor TensorParallel::all_reduce(torch::Tensor x) {
   pace();
   Span span = collective_span("megatron.tp.all_reduce");
-  std::vector<torch::Tensor> io{x.detach().contiguous().clone()};
+  // A copy of its own (the reduction is in place), contiguous: one copy.
+  std::vector<torch::Tensor> io{x.detach().clone(at::MemoryFormat::Contiguous)};
   wait(group_->allreduce(io), "all-reduce");
   mark();
   return io[0];

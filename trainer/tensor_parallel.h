@@ -36,6 +36,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "lens/tracer.h"
+#include "work_wait.h"
 
 namespace lens::train {
 
@@ -60,9 +61,7 @@ class TensorParallel {
 
   // Called with what failed when a collective fails or times out (a lost
   // peer), before it throws: the trainer's failure record.
-  void on_failure(std::function<void(const std::string&)> callback) {
-    on_failure_ = std::move(callback);
-  }
+  void on_failure(FailureCallback callback) { on_failure_ = std::move(callback); }
 
   // The collectives, each a span; a failure or timeout throws.
   torch::Tensor all_reduce(torch::Tensor x);  // sums over the group
@@ -82,7 +81,7 @@ class TensorParallel {
   std::int64_t sequence_ = 0;
   double slow_factor_ = 1;
   std::chrono::steady_clock::time_point segment_start_ = std::chrono::steady_clock::now();
-  std::function<void(const std::string&)> on_failure_;
+  FailureCallback on_failure_;
 };
 
 // A Linear(in = out = hidden) split over `tp` (column- or row-parallel),

@@ -12,7 +12,6 @@
 #include "step_replay.h"
 
 namespace lens::analysis {
-namespace {}  // namespace
 
 void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
   const std::map<int, PipelineKey> pipeline_of = pipelines_of(run);
@@ -66,7 +65,6 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
       s.sync_wait.push_back(f.sync_wait_ms);
       s.sync_last_replica.push_back(f.sync_last_replica);
       s.collective_wait.push_back(f.collective_wait_ms);
-      s.collective_last_peer.push_back(f.collective_last_peer);
       s.collective_waited_for.push_back(f.collective_waited_for_ms);
       s.rest.push_back(f.rest_ms);
       s.unmatched += f.unmatched_transfers;
@@ -183,9 +181,7 @@ Analysis AnalysisBuilder::finish() {
     std::map<int, double> waited_for;  // over the run
     for (const auto& step : s.collective_waited_for)
       for (const auto& [peer, w] : step) waited_for[peer] += w;
-    for (const auto& [peer, w] : waited_for)
-      if (st.collective_last_peer < 0 || w > waited_for[st.collective_last_peer])
-        st.collective_last_peer = peer;
+    st.collective_last_peer = longest_waited_for(waited_for);
     st.unmatched_transfers = s.unmatched;
     st.idle_p50_ms = percentile(s.idle, 0.5);
     st.warmup_idle_p50_ms = percentile(s.warmup, 0.5);
@@ -200,7 +196,7 @@ Analysis AnalysisBuilder::finish() {
       out.what_if.push_back({s.steps[i], st.replica, st.tensor, st.stage, st.rank, s.step_time[i],
                              s.slack[i], s.gain_at_baseline[i], s.gain_at_median[i], s.sync_wait[i],
                              s.sync_last_replica[i], s.collective_wait[i],
-                             s.collective_last_peer[i]});
+                             longest_waited_for(s.collective_waited_for[i])});
     if (st.relative > out.slowest_relative) {
       out.slowest_relative = st.relative;
       out.slowest_stage = st.stage;

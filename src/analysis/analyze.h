@@ -128,8 +128,7 @@ class AnalysisBuilder {
         schedule_idle, slack, gain_at_baseline, gain_at_median;
     std::vector<int> sync_last_replica;
     std::vector<double> collective_wait;
-    std::vector<int> collective_last_peer;
-    std::vector<std::map<int, double>> collective_waited_for;
+    std::vector<std::map<int, double>> collective_waited_for;  // TP rank -> wait, per step
     std::vector<double> step_time;  // the step's time (the longest step span), for shares
     int unmatched = 0;
   };

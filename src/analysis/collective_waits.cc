@@ -7,19 +7,6 @@
 
 namespace lens::analysis {
 
-int RankCollectives::last_peer() const {
-  int peer = -1;
-  std::int64_t longest = 0;
-  for (const auto& [tensor, ns] : waited_for)
-    if (ns > longest) {
-      longest = ns;
-      peer = tensor;
-    }
-  return peer;
-}
-
-bool is_tensor_collective(const SpanRow& span) { return kind_of(span) == SpanKind::kCollective; }
-
 CollectiveWaits collective_waits(const std::vector<TensorPeer>& ranks) {
   CollectiveWaits out;
   struct Arrival {
@@ -32,8 +19,8 @@ CollectiveWaits collective_waits(const std::vector<TensorPeer>& ranks) {
   for (const TensorPeer& p : ranks) {
     std::vector<const SpanRow*> own, computes;
     for (const SpanRow* s : p.step->spans) {
-      if (is_tensor_collective(*s)) own.push_back(s);
       const SpanKind k = kind_of(*s);
+      if (k == SpanKind::kCollective) own.push_back(s);
       if (k == SpanKind::kForward || k == SpanKind::kBackward) computes.push_back(s);
     }
     if (own.empty()) continue;

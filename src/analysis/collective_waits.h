@@ -30,9 +30,21 @@ struct RankCollectives {
   std::int64_t wait_ns = 0;                // of it, waiting for the last peer
   int collectives = 0, unmatched = 0;      // unmatched: no peer recorded the same collective
   std::map<int, std::int64_t> waited_for;  // TP rank -> this rank's wait for it
-  // The peer that held it longest (-1: none).
-  int last_peer() const;
 };
+
+// Of the TP peers a rank waited for (TP rank -> wait), the one it waited
+// for longest (-1: none).
+template <typename T>
+int longest_waited_for(const std::map<int, T>& waited_for) {
+  int peer = -1;
+  T longest{};
+  for (const auto& [tensor, wait] : waited_for)
+    if (wait > longest) {
+      longest = wait;
+      peer = tensor;
+    }
+  return peer;
+}
 
 struct CollectiveWaits {
   std::map<int, RankCollectives> by_rank;
@@ -47,8 +59,5 @@ struct TensorPeer {
 };
 
 CollectiveWaits collective_waits(const std::vector<TensorPeer>& ranks);
-
-// A tensor-parallel collective's span (megatron.tp.*).
-bool is_tensor_collective(const SpanRow& span);
 
 }  // namespace lens::analysis

@@ -242,7 +242,6 @@ StepAnalysis analyze_step(const StepView& step, int stages,
     if (c == out.collectives.by_rank.end()) continue;
     f.collective_ms = ms(c->second.collective_ns);
     f.collective_wait_ms = ms(c->second.wait_ns);
-    f.collective_last_peer = c->second.last_peer();
     for (const auto& [peer, ns] : c->second.waited_for) f.collective_waited_for_ms[peer] = ms(ns);
     f.compute_ms -= ms(c->second.in_compute_ns);
     f.rest_ms -= ms(c->second.collective_ns - c->second.in_compute_ns);

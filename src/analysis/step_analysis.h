@@ -56,8 +56,8 @@ struct StageFigures {
   // held it longest (-1: none).
   double collective_ms = 0;
   double collective_wait_ms = 0;
-  int collective_last_peer = -1;
   std::map<int, double> collective_waited_for_ms;  // TP rank -> the wait for it
+  int collective_last_peer() const { return longest_waited_for(collective_waited_for_ms); }
   // At the data-parallel gradient sync: from its arrival (its first
   // all-reduce's start) to the arrival of the last replica of its stage and
   // tensor rank, at most its sync's length; and that last replica (-1: no

@@ -5,8 +5,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "collective_waits.h"
-
 namespace lens::analysis {
 
 namespace {
@@ -26,10 +24,6 @@ void SummaryBuilder::add(const PipelineView& view) {
       row.step_ms = ms(*sr.step_span);
       double window = 0;
       for (const SpanRow* s : sr.spans) {
-        if (is_tensor_collective(*s)) {
-          row.collective_ms += ms(*s);
-          out_.tensor_collectives = true;
-        }
         switch (kind_of(*s)) {
           case SpanKind::kForward:
             row.forward_ms += ms(*s);
@@ -39,6 +33,10 @@ void SummaryBuilder::add(const PipelineView& view) {
             break;
           case SpanKind::kP2p:
             row.p2p_ms += ms(*s);
+            break;
+          case SpanKind::kCollective:  // inside a forward or backward
+            row.collective_ms += ms(*s);
+            out_.tensor_collectives = true;
             break;
           case SpanKind::kOptimizer:
             row.optimizer_ms += ms(*s);

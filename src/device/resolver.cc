@@ -3,6 +3,7 @@
 #include "resolver.h"
 
 #include <algorithm>
+#include <iterator>
 #include <vector>
 
 namespace lens::device {
@@ -21,11 +22,11 @@ Resolver::~Resolver() { shutdown(std::chrono::milliseconds(0)); }
 bool Resolver::submit(Event start, Event end, Done done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!stopping_ && pending_.size() < max_pending_) {
-      const bool was_idle = pending_.empty();
+    if (!stopping_ && pending_.size() + polling_ < max_pending_) {
+      const bool was_idle = pending_.empty() && polling_ == 0;
       pending_.push_back({start, end, std::move(done)});
       ++stats_.submitted;
-      stats_.pending_high_water = std::max(stats_.pending_high_water, pending_.size());
+      stats_.pending_high_water = std::max(stats_.pending_high_water, pending_.size() + polling_);
       if (was_idle) wake_.notify_one();
       return true;
     }
@@ -73,17 +74,25 @@ void Resolver::run() {
 }
 
 bool Resolver::resolve_completed() {
-  std::vector<Pending> ready;
+  // The runtime is queried outside the mutex, so a submit never waits for
+  // the polling: the pairs being polled are taken out and counted.
+  std::deque<Pending> polling;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (runtime_.query(it->end) == kSuccess) {
-        ready.push_back(std::move(*it));
-        it = pending_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    polling.swap(pending_);
+    polling_ = polling.size();
+  }
+  std::vector<Pending> ready;
+  std::vector<Pending> waiting;
+  for (Pending& p : polling)
+    (runtime_.query(p.end) == kSuccess ? ready : waiting).push_back(std::move(p));
+  {
+    // The pairs still waiting keep their place ahead of those submitted
+    // meanwhile.
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.insert(pending_.begin(), std::make_move_iterator(waiting.begin()),
+                    std::make_move_iterator(waiting.end()));
+    polling_ = 0;
   }
   for (Pending& p : ready) {
     const auto start = clock_.host_time(p.start);

@@ -82,6 +82,7 @@ class Resolver {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::deque<Pending> pending_;
+  std::size_t polling_ = 0;  // pairs taken out of pending_ while the runtime is queried
   Stats stats_;
   bool stopping_ = false;
   std::chrono::steady_clock::time_point deadline_{};

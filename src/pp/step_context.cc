@@ -14,13 +14,6 @@ namespace lens {
 
 namespace {
 
-// SplitMix64's finaliser: a bijective mix of one word.
-std::uint64_t mix(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 // A step context drawn from the run's shared key, its id, the step and a
 // salt (0: the anchor): the same on every rank that has the same inputs.
 // Two 64-bit states, each its own mix of every input, give the trace id's
@@ -33,13 +26,14 @@ SpanContext derived_context(std::uint64_t run_key, std::string_view run_id, std:
   std::uint64_t h2 = 0x6a09e667f3bcc909ULL;  // and a second hash of it, mixed byte by byte
   for (unsigned char c : run_id) {
     h1 = (h1 ^ c) * 0x100000001b3ULL;
-    h2 = mix(h2 ^ c);
+    h2 = detail::mix64(h2 ^ c);
   }
   std::uint64_t a = run_key ^ h1 ^ (step * 0xd1b54a32d192ed03ULL);
-  std::uint64_t b = mix(run_key ^ 0x9e3779b97f4a7c15ULL) ^ h2 ^ (step * 0x8cb92ba72f3d8dd7ULL);
+  std::uint64_t b =
+      detail::mix64(run_key ^ 0x9e3779b97f4a7c15ULL) ^ h2 ^ (step * 0x8cb92ba72f3d8dd7ULL);
   if (salt != 0) {
-    a ^= mix(salt);
-    b ^= mix(salt ^ 0x5851f42d4c957f2dULL);
+    a ^= detail::mix64(salt);
+    b ^= detail::mix64(salt ^ 0x5851f42d4c957f2dULL);
   }
   SpanContext c;
   do {

@@ -659,7 +659,7 @@ TEST(StepAnalysis, AWaitAtATensorParallelCollectiveIsForTheLastPeerAndNotCompute
   // Rank 1 waited 2 ms at each of its two collectives, for tensor rank 1.
   EXPECT_NEAR(by_rank[1]->collective_ms, 4.4, 1e-9);
   EXPECT_NEAR(by_rank[1]->collective_wait_ms, 4, 1e-9);
-  EXPECT_EQ(by_rank[1]->collective_last_peer, 1);
+  EXPECT_EQ(by_rank[1]->collective_last_peer(), 1);
   EXPECT_NEAR(by_rank[1]->compute_ms, 2, 1e-9) << "its own work, not its wait";
   EXPECT_NEAR(by_rank[3]->collective_wait_ms, 0, 1e-9);
   EXPECT_NEAR(by_rank[3]->compute_ms, 6, 1e-9);
