@@ -119,6 +119,13 @@ struct TelemetryOptions {
   std::optional<std::uint32_t> clock_sync_steps;
   std::optional<std::uint32_t> clock_sync_seconds;
   std::optional<int> clock_sync_exchanges;
+  /// Device-timed spans (docs/device-time.md): how many may await their
+  /// device at once (past it a span keeps its host times, counted;
+  /// LENS_DEVICE_MAX_PENDING, 1 to 1,000,000, default 4096), and how often
+  /// the device clock is anchored again (LENS_DEVICE_ANCHOR_MS, 100 ms to
+  /// an hour, default 5000).
+  std::optional<std::uint32_t> device_max_pending;
+  std::optional<std::uint32_t> device_anchor_ms;
   /// TEST AID, never for production: skews this telemetry's span clock by a
   /// fixed offset and a drift (the clock then reads system time + offset +
   /// drift x time since the telemetry started), so that clock alignment can
@@ -160,6 +167,8 @@ struct Config {
   std::uint32_t clock_sync_steps = 0;
   std::uint32_t clock_sync_seconds = 300;
   int clock_sync_exchanges = 8;
+  std::uint32_t device_max_pending = 4096;
+  std::uint32_t device_anchor_ms = 5000;
   std::int64_t test_clock_offset_ns = 0;  ///< the test aid (TelemetryOptions)
   double test_clock_drift_ppm = 0;
   std::uint64_t run_key = 0;  ///< random unless agreed

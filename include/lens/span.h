@@ -58,6 +58,15 @@ struct StartOptions {
   /// span whose ids are known only after what it covers began (the clock
   /// sync's). Unset: now.
   std::optional<std::int64_t> start_time_unix_ns;
+  /// Time the span on a device (docs/device-time.md): the CUDA stream
+  /// (cudaStream_t; nullptr is the legacy default stream) its work is
+  /// launched on. Its start and end are then where the device reached them
+  /// on that stream, put on the span clock once the device has got there
+  /// (the span is exported then, not when it ends), with the host's launch
+  /// times kept as lens.host.start_unix_ns and lens.host.end_unix_ns. No
+  /// CUDA runtime, an unsampled span, or no free event: timed on the host,
+  /// as without it.
+  std::optional<void*> device_stream;
 };
 
 class Span {

@@ -25,6 +25,7 @@
 
 #include "lens/batch_options.h"
 #include "lens/config.h"
+#include "lens/device_stats.h"
 #include "lens/exporter.h"
 #include "lens/resource.h"
 #include "lens/span_groups.h"
@@ -43,6 +44,8 @@ struct TelemetryStats {
   /// The exporter's delivery counters (requests, retries, spooled, ...),
   /// when it delivers over a network (an OTLP endpoint).
   std::optional<DeliveryStats> delivery;
+  /// Device-timed spans, once a span asked for a device.
+  std::optional<DeviceStats> device;
 };
 
 /// Where every span ended went, in the words of the end-of-run report:

@@ -14,6 +14,16 @@
 namespace lens::detail {
 
 class TelemetryCore;
+class DeviceEvents;
+
+// A span timed on a device (device_timing.h): its stream and events, and
+// who gives the events back. All null for a span timed on the host.
+struct DeviceMarks {
+  DeviceEvents* events = nullptr;
+  void* stream = nullptr;
+  void* start = nullptr;
+  void* end = nullptr;
+};
 
 struct LiveSpan : SpanRecord {
   // The telemetry this span reports to; null once that telemetry has shut
@@ -27,6 +37,7 @@ struct LiveSpan : SpanRecord {
   std::int64_t start_steady_ns = 0;
   // The test aid's drift of the span's clock (span_clock.h), 0 unless set.
   double clock_drift = 0;
+  DeviceMarks device;
   // attributes[0, attributes_used) are the span's; the slots past them are
   // attributes of an earlier use of this record, kept in place so that a
   // new attribute reuses their strings' heap buffers without moving them

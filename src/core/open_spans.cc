@@ -27,6 +27,9 @@ void TelemetryCore::register_open(LiveSpan* s) {
 
 void finish_span(LiveSpan* s) {
   const std::int64_t end_steady = steady_now_ns();
+  // A device-timed span's end is recorded on its stream first: what the
+  // device does after this moment is not the span's.
+  if (s->device.events != nullptr) s->device.events->record_end(s);
   bool queued = false;
   BatchProcessor::PendingWake wake;
   {
@@ -46,13 +49,20 @@ void finish_span(LiveSpan* s) {
       // is released; it holds the processor's state, not the core.
       if (s->context.sampled()) {
         s->settle_attributes();
+        if (s->device.events != nullptr && core->device != nullptr && core->device->submit(s)) {
+          return;  // the device part queues it once its times are known
+        }
+        if (s->device.events != nullptr) s->device.events->release(s);
         core->processor->enqueue(s, wake);
         queued = true;
       }
     }
   }
   wake.run();
-  if (!queued) release_record(s);
+  if (!queued) {
+    if (s->device.events != nullptr) s->device.events->release(s);
+    release_record(s);
+  }
 }
 
 }  // namespace lens::detail

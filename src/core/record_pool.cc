@@ -64,6 +64,7 @@ void LiveSpan::reset() {
   status_message.clear();
   core = nullptr;
   prev = next = nullptr;
+  device = {};
 }
 
 LiveSpan* acquire_record() {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "batch_processor.h"
+#include "device_timing.h"
 #include "lens/sampler.h"
 #include "lens/span_record.h"
 #include "lens/tracer.h"
@@ -37,6 +38,8 @@ class TelemetryCore {
   Sampler sampler;
   ClockSkew clock_skew;  // the test aid's; inactive unless a test sets it
   std::unique_ptr<BatchProcessor> processor;
+  // Device timing, when telemetry has it (device_timing.h); else null.
+  DeviceTiming* device = nullptr;
   LiveSpan open_head;  // sentinel of the circular open-span list
   std::atomic<std::uint64_t> spans_truncated{0};
   // The span that ended last (name, truncated to fit, and when), for the

@@ -81,6 +81,9 @@ LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
     s->start_steady_ns -= s->start_time_unix_ns - *options->start_time_unix_ns;
     s->start_time_unix_ns = *options->start_time_unix_ns;
   }
+  // Timed on a device: only a sampled span, whose times are exported.
+  if (options && options->device_stream && core_->device != nullptr && s->context.sampled())
+    core_->device->begin(s, *options->device_stream);
   core_->register_open(s);
   return s;
 }

@@ -14,6 +14,8 @@ constexpr const char* kSonames[] = {"libcudart.so.13", "libcudart.so.12", "libcu
 
 // cudaEventDefault: timing on, the stream's ordering.
 constexpr unsigned kEventDefault = 0;
+// cudaStreamNonBlocking: no implicit wait for the legacy default stream.
+constexpr unsigned kStreamNonBlocking = 1;
 
 template <typename F>
 bool resolve(void* handle, const char* name, F*& out, std::string* missing) {
@@ -24,12 +26,12 @@ bool resolve(void* handle, const char* name, F*& out, std::string* missing) {
 
 std::unique_ptr<CudaRuntime> find() {
   if (const char* path = std::getenv("LENS_CUDA_RUNTIME"); path != nullptr && *path != '\0')
-    return CudaRuntime::from_library(path);
+    return CudaRuntime::from_library(path, "LENS_CUDA_RUNTIME=");
   // Already in the process: RTLD_NOLOAD opens nothing new.
   for (const char* soname : kSonames)
     if (void* h = ::dlopen(soname, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) {
       ::dlclose(h);
-      auto runtime = CudaRuntime::from_library(soname);
+      auto runtime = CudaRuntime::from_library(soname, "already loaded: ");
       if (runtime->available()) return runtime;
     }
   for (const char* soname : kSonames) {
@@ -50,7 +52,8 @@ const CudaRuntime& CudaRuntime::process() {
   return *runtime;
 }
 
-std::unique_ptr<CudaRuntime> CudaRuntime::from_library(const std::string& path) {
+std::unique_ptr<CudaRuntime> CudaRuntime::from_library(const std::string& path,
+                                                       const std::string& how) {
   std::unique_ptr<CudaRuntime> r(new CudaRuntime());
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -58,7 +61,7 @@ std::unique_ptr<CudaRuntime> CudaRuntime::from_library(const std::string& path) 
     r->origin_ = "cannot load " + path + ": " + (why ? why : "unknown error");
     return r;
   }
-  r->bind(handle, path);
+  r->bind(handle, how + path);
   return r;
 }
 
@@ -80,6 +83,10 @@ bool CudaRuntime::bind(void* handle, std::string origin) {
   resolve(handle, "cudaEventQuery", query_, &missing);
   resolve(handle, "cudaEventSynchronize", synchronize_, &missing);
   resolve(handle, "cudaEventElapsedTime", elapsed_, &missing);
+  resolve(handle, "cudaStreamCreateWithFlags", create_stream_, &missing);
+  resolve(handle, "cudaStreamDestroy", destroy_stream_, &missing);
+  resolve(handle, "cudaGetDevice", get_device_, &missing);
+  resolve(handle, "cudaSetDevice", set_device_, &missing);
   resolve(handle, "cudaGetErrorString", error_string_, &missing);
   if (!missing.empty()) {
     ::dlclose(handle);
@@ -99,6 +106,13 @@ int CudaRuntime::synchronize(Event event) const { return synchronize_(event); }
 int CudaRuntime::elapsed_ms(float* ms, Event start, Event end) const {
   return elapsed_(ms, start, end);
 }
+
+int CudaRuntime::create_stream(Stream* stream) const {
+  return create_stream_(stream, kStreamNonBlocking);
+}
+int CudaRuntime::destroy_stream(Stream stream) const { return destroy_stream_(stream); }
+int CudaRuntime::get_device(int* device) const { return get_device_(device); }
+int CudaRuntime::set_device(int device) const { return set_device_(device); }
 
 std::string CudaRuntime::describe(int status) const {
   const char* s = error_string_ != nullptr ? error_string_(status) : nullptr;

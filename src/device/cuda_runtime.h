@@ -31,8 +31,10 @@ class CudaRuntime {
  public:
   // The process's runtime, found on the first call (the order above).
   static const CudaRuntime& process();
-  // The runtime in the library at `path` (a fresh load, for tests).
-  static std::unique_ptr<CudaRuntime> from_library(const std::string& path);
+  // The runtime in the library at `path` (a fresh load, for tests); its
+  // origin says `path`, after `how` it was chosen when given.
+  static std::unique_ptr<CudaRuntime> from_library(const std::string& path,
+                                                   const std::string& how = {});
   // None: what a process without a GPU has.
   static std::unique_ptr<CudaRuntime> none(std::string why);
 
@@ -55,6 +57,13 @@ class CudaRuntime {
   // Milliseconds from `start` to `end` (both complete), as the runtime
   // measures them (about 0.5 us resolution).
   int elapsed_ms(float* ms, Event start, Event end) const;
+  // A stream of lens's own that waits for no other (cudaStreamNonBlocking),
+  // and its end.
+  int create_stream(Stream* stream) const;
+  int destroy_stream(Stream stream) const;
+  // The calling thread's current device, and setting it.
+  int get_device(int* device) const;
+  int set_device(int device) const;
   // The runtime's message for a status code.
   std::string describe(int status) const;
 
@@ -73,6 +82,10 @@ class CudaRuntime {
   int (*query_)(Event) = nullptr;
   int (*synchronize_)(Event) = nullptr;
   int (*elapsed_)(float*, Event, Event) = nullptr;
+  int (*create_stream_)(Stream*, unsigned) = nullptr;
+  int (*destroy_stream_)(Stream) = nullptr;
+  int (*get_device_)(int*) = nullptr;
+  int (*set_device_)(int) = nullptr;
   const char* (*error_string_)(int) = nullptr;
 };
 

@@ -2,6 +2,9 @@
 // (resolver.h).
 #include "resolver.h"
 
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <iterator>
 #include <vector>
@@ -9,17 +12,21 @@
 namespace lens::device {
 
 Resolver::Resolver(const CudaRuntime& runtime, DeviceClock& clock, EventPool& pool,
-                   std::size_t max_pending, std::chrono::microseconds poll_every)
+                   std::size_t max_pending, std::chrono::microseconds poll_every,
+                   std::optional<Anchoring> anchoring)
     : runtime_(runtime),
       clock_(clock),
       pool_(pool),
       max_pending_(max_pending),
       poll_every_(poll_every),
-      thread_([this] { run(); }) {}
+      anchoring_(anchoring),
+      owner_pid_(::getpid()),
+      thread_(std::make_unique<std::thread>([this] { run(); })) {}
 
 Resolver::~Resolver() { shutdown(std::chrono::milliseconds(0)); }
 
 bool Resolver::submit(Event start, Event end, Done done) {
+  if (::getpid() != owner_pid_) return false;  // a fork's child: no thread, no pool
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_ && pending_.size() + polling_ < max_pending_) {
@@ -38,6 +45,12 @@ bool Resolver::submit(Event start, Event end, Done done) {
 }
 
 void Resolver::shutdown(std::chrono::milliseconds timeout) {
+  if (::getpid() != owner_pid_) {
+    // A fork's child: the thread is the parent's, and the mutex may have
+    // been held when the process forked. Nothing to join or hand on.
+    static_cast<void>(thread_.release());
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {  // the first call sets the deadline; later ones only wait
@@ -46,7 +59,7 @@ void Resolver::shutdown(std::chrono::milliseconds timeout) {
     }
     wake_.notify_one();
   }
-  if (thread_.joinable()) thread_.join();
+  if (thread_ && thread_->joinable()) thread_->join();
 }
 
 Resolver::Stats Resolver::stats() const {
@@ -63,7 +76,9 @@ void Resolver::run() {
       continue;
     }
     lock.unlock();
+    anchor_if_due();
     const bool progressed = resolve_completed();
+    note_cpu();
     lock.lock();
     if (!progressed) wake_.wait_for(lock, poll_every_);
   }
@@ -71,6 +86,33 @@ void Resolver::run() {
   rest.swap(pending_);
   lock.unlock();
   for (Pending& p : rest) finish(p, std::nullopt);
+  if (anchor_stream_made_) runtime_.destroy_stream(anchor_stream_);
+  note_cpu();
+}
+
+void Resolver::anchor_if_due() {
+  if (!anchoring_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_anchor_) return;  // the first call finds it in the past
+  next_anchor_ = now + anchoring_->every;
+  bool ok = true;
+  if (!anchor_stream_made_) {
+    ok = runtime_.set_device(anchoring_->device) == kSuccess &&
+         runtime_.create_stream(&anchor_stream_) == kSuccess;
+    anchor_stream_made_ = ok;
+  }
+  ok = ok && clock_.anchor(anchor_stream_);
+  if (!ok) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.anchor_failures;
+  }
+}
+
+void Resolver::note_cpu() {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.cpu_ns = static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 bool Resolver::resolve_completed() {

@@ -11,7 +11,15 @@
 // complete (a hung stream) stays pending until shutdown(), which waits a
 // bounded time and then hands the rest on as unresolved, counted.
 //
-// Thread safety: submit() and stats() from any thread; shutdown() once.
+// Anchoring (optional): the resolver's thread keeps the clock anchored
+// itself, on a stream of its own that waits for no other, so the training
+// thread never waits for an anchor: before it first resolves and again
+// every `every`, on the device the training thread uses (set on the
+// resolver's thread first). Without it, the caller anchors the clock.
+//
+// Thread safety: submit() and stats() from any thread; shutdown() once. In
+// the child of a fork the resolver has no thread: shutdown() and the
+// destructor then leave it be (no join) and submit() refuses.
 #pragma once
 
 #include <chrono>
@@ -19,6 +27,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -44,10 +53,17 @@ class Resolver {
     std::uint64_t refused = 0;     // the pending set was full
     std::uint64_t unresolved = 0;  // handed on without times
     std::size_t pending_high_water = 0;
+    std::int64_t cpu_ns = 0;          // the resolver thread's CPU time
+    std::uint64_t anchor_failures = 0;  // anchors it could not take
+  };
+
+  struct Anchoring {
+    int device = 0;
+    std::chrono::milliseconds every{5000};
   };
 
   Resolver(const CudaRuntime& runtime, DeviceClock& clock, EventPool& pool, std::size_t max_pending,
-           std::chrono::microseconds poll_every);
+           std::chrono::microseconds poll_every, std::optional<Anchoring> anchoring = std::nullopt);
   ~Resolver();  // shutdown(0) if not yet shut down
   Resolver(const Resolver&) = delete;
   Resolver& operator=(const Resolver&) = delete;
@@ -73,6 +89,9 @@ class Resolver {
   // some were.
   bool resolve_completed();
   void finish(Pending& p, std::optional<Times> times);
+  // Anchors the clock when due (anchoring only); on the resolver's thread.
+  void anchor_if_due();
+  void note_cpu();
 
   const CudaRuntime& runtime_;
   DeviceClock& clock_;
@@ -86,7 +105,12 @@ class Resolver {
   Stats stats_;
   bool stopping_ = false;
   std::chrono::steady_clock::time_point deadline_{};
-  std::thread thread_;
+  const std::optional<Anchoring> anchoring_;
+  Stream anchor_stream_ = nullptr;  // the resolver thread's own
+  bool anchor_stream_made_ = false;
+  std::chrono::steady_clock::time_point next_anchor_{};
+  const int owner_pid_;
+  std::unique_ptr<std::thread> thread_;
 };
 
 }  // namespace lens::device

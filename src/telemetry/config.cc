@@ -433,6 +433,29 @@ void resolve_parallel(const TelemetryOptions& options, const Env& env, Config& c
   }
 }
 
+// A count from the options, checked against [lo, hi], else from `env_name`.
+std::uint32_t bounded_setting(const std::optional<std::uint32_t>& option, const Env& env,
+                              const char* env_name, std::uint32_t lo, std::uint32_t hi,
+                              std::uint32_t current, const char* what) {
+  if (option) {
+    if (*option < lo || *option > hi)
+      throw ConfigError(std::string(what) + " of " + std::to_string(*option) +
+                        " is not valid; accepted: " + std::to_string(lo) + " to " +
+                        std::to_string(hi));
+    return *option;
+  }
+  if (auto s = env.get({env_name})) return static_cast<std::uint32_t>(parse_uint(*s, lo, hi));
+  return current;
+}
+
+void resolve_device(const TelemetryOptions& options, const Env& env, Config& c) {
+  c.device_max_pending =
+      bounded_setting(options.device_max_pending, env, "LENS_DEVICE_MAX_PENDING", 1, 1000000,
+                      c.device_max_pending, "device max pending");
+  c.device_anchor_ms = bounded_setting(options.device_anchor_ms, env, "LENS_DEVICE_ANCHOR_MS", 100,
+                                       3600000, c.device_anchor_ms, "device anchor interval (ms)");
+}
+
 void resolve_clock_sync(const TelemetryOptions& options, const Env& env, Config& c) {
   if (options.clock_sync)
     c.clock_sync = *options.clock_sync;
@@ -503,6 +526,7 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
   resolve_sampler(options, env, c);
   resolve_parallel(options, env, c);
   resolve_clock_sync(options, env, c);
+  resolve_device(options, env, c);
   c.coordinates = options.coordinates;
   c.run_key = options.run_key ? *options.run_key : IdGenerator::next_u64();
   c.run_key_agreed = options.run_key.has_value();

@@ -14,6 +14,8 @@
 #include "lens/otlp_http_exporter.h"
 #include "lens/termination.h"
 #include "span_clock.h"
+#include "span_timing.h"
+#include "spin_lock.h"
 #include "telemetry_core.h"
 
 namespace lens {
@@ -96,6 +98,8 @@ struct Telemetry::Impl {
   std::string trace_file;
   std::shared_ptr<SpanExporter> exporter;
   detail::TelemetryCore core;
+  // Device-timed spans; idle until a span asks for a device.
+  std::unique_ptr<device::SpanTiming> device_timing;
   std::mutex scopes_mu;
   // Stable addresses; shared with the processor, whose thread may outlive
   // this object if an exporter hangs past the shutdown timeout.
@@ -149,6 +153,10 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
                                  std::memory_order_relaxed);
   impl->core.processor =
       std::make_unique<BatchProcessor>(impl->exporter, impl->resource, c.batch, impl->scopes);
+  impl->device_timing = std::make_unique<device::SpanTiming>(
+      impl->core, device::SpanTimingOptions{c.device_max_pending, std::chrono::microseconds(500),
+                                            std::chrono::milliseconds(c.device_anchor_ms)});
+  impl->core.device = impl->device_timing.get();
   return std::unique_ptr<Telemetry>(new Telemetry(std::move(impl)));
 }
 
@@ -199,10 +207,25 @@ bool Telemetry::shutdown(std::chrono::milliseconds timeout) {
   impl_->core.switches.bits.store(0, std::memory_order_relaxed);
   // A fork's child exports nothing (its spans open are the parent's too) and
   // does not wait for an export thread it does not have.
-  if (impl_->core.processor->in_forked_child()) return true;
+  if (impl_->core.processor->in_forked_child()) {
+    impl_->core.device = nullptr;  // no lock: the parent's threads are not here
+    return true;
+  }
   const int stop_signal = impl_->stop_signal_received();
   impl_->core.truncate_open_spans(stop_signal ? signal_name(stop_signal) : std::string_view());
-  const bool in_time = impl_->core.processor->shutdown(timeout);
+  // Device-timed spans still waiting for their device go to the processor
+  // before it shuts down: resolved if the device gets there within a
+  // share of the timeout, else with their host times, truncated.
+  const auto started = std::chrono::steady_clock::now();
+  impl_->device_timing->shutdown(std::min(timeout / 4, std::chrono::milliseconds(2000)));
+  {
+    std::lock_guard<detail::SpinLock> lock(detail::open_spans_lock());
+    impl_->core.device = nullptr;
+  }
+  const auto left = std::max(std::chrono::milliseconds(0),
+                             timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::chrono::steady_clock::now() - started));
+  const bool in_time = impl_->core.processor->shutdown(left);
   const SpanAccount account = SpanAccount::of(stats());
   if (account.exported != account.ended || account.truncated > 0) {
     const std::string who =
@@ -284,6 +307,7 @@ TelemetryStats Telemetry::stats() const {
   s.spans_truncated = impl_->core.spans_truncated.load(std::memory_order_relaxed);
   s.stop_signal = impl_->stop_signal_received();
   s.delivery = impl_->exporter->delivery_stats();
+  s.device = impl_->device_timing->stats();
   return s;
 }
 

@@ -18,6 +18,14 @@
 //   lens_sim_hold(stream, held)           hold or release a stream
 //   lens_sim_completion_ns(event)         when an event completes (host ns), -1 if unrecorded
 //   lens_sim_events()                     events alive (created, not destroyed)
+//   lens_sim_streams()                    streams alive (created, not destroyed)
+//   lens_sim_last_set_device()            the device a thread set last, -1 if none
+//
+// Streams a program creates are fresh handles, idle until used. The
+// current device is the calling thread's (0 until set), as CUDA's is; the
+// simulation remembers the device each thread set last, so a test can
+// check that lens's own thread works on the training thread's device
+// (lens_sim_last_set_device).
 //
 // Thread safety: every function takes one mutex.
 #include <time.h>
@@ -48,6 +56,9 @@ std::map<void*, SimStream> streams;
 std::int64_t delay_ns = 0;
 double drift = 0;  // (device rate / host rate) - 1
 std::atomic<long> alive{0};
+std::atomic<long> streams_alive{0};
+std::atomic<int> last_set_device{-1};
+thread_local int current_device = 0;
 
 std::int64_t host_ns() {
   timespec ts{};
@@ -124,6 +135,35 @@ int cudaEventElapsedTime(float* ms, void* start, void* end) {
   return kSuccess;
 }
 
+int cudaStreamCreateWithFlags(void** stream, unsigned /*flags*/) {
+  if (stream == nullptr) return kInvalidValue;
+  *stream = new char(0);  // a unique handle
+  ++streams_alive;
+  return kSuccess;
+}
+
+int cudaStreamDestroy(void* stream) {
+  if (stream == nullptr) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(mu);
+  streams.erase(stream);
+  delete static_cast<char*>(stream);
+  --streams_alive;
+  return kSuccess;
+}
+
+int cudaGetDevice(int* device) {
+  if (device == nullptr) return kInvalidValue;
+  *device = current_device;
+  return kSuccess;
+}
+
+int cudaSetDevice(int device) {
+  if (device < 0 || device > 7) return kInvalidValue;
+  current_device = device;
+  last_set_device = device;
+  return kSuccess;
+}
+
 const char* cudaGetErrorString(int status) {
   switch (status) {
     case kSuccess:
@@ -162,5 +202,9 @@ std::int64_t lens_sim_completion_ns(void* event) {
 }
 
 long lens_sim_events() { return alive.load(); }
+
+long lens_sim_streams() { return streams_alive.load(); }
+
+int lens_sim_last_set_device() { return last_set_device.load(); }
 
 }  // extern "C"

@@ -32,6 +32,9 @@ struct Simulation {
     completion =
         reinterpret_cast<std::int64_t (*)(void*)>(::dlsym(handle, "lens_sim_completion_ns"));
     events = reinterpret_cast<long (*)()>(::dlsym(handle, "lens_sim_events"));
+    streams = reinterpret_cast<long (*)()>(::dlsym(handle, "lens_sim_streams"));
+    last_set_device = reinterpret_cast<int (*)()>(::dlsym(handle, "lens_sim_last_set_device"));
+    set_device = reinterpret_cast<int (*)(int)>(::dlsym(handle, "cudaSetDevice"));
   }
   ~Simulation() { ::dlclose(handle); }
   Simulation(const Simulation&) = delete;
@@ -43,6 +46,9 @@ struct Simulation {
   void (*hold)(void* stream, bool held) = nullptr;
   std::int64_t (*completion)(void* event) = nullptr;  // host ns; -1 unrecorded
   long (*events)() = nullptr;                         // events alive
+  long (*streams)() = nullptr;                        // streams alive
+  int (*last_set_device)() = nullptr;                 // -1: none set
+  int (*set_device)(int) = nullptr;                   // the calling thread's (cudaSetDevice)
 };
 
 }  // namespace lens::device::testing

@@ -131,6 +131,32 @@ TEST(Telemetry, SpansAfterShutdownAreNotRecorded) {
   EXPECT_FALSE(s.recording());
 }
 
+TEST(Telemetry, WithoutACudaRuntimeADeviceTimedSpanIsTimedOnTheHostAndCounted) {
+  if (std::getenv("LENS_CUDA_RUNTIME") != nullptr) GTEST_SKIP() << "a runtime is named";
+  MemoryTelemetry m;
+  EXPECT_FALSE(m.telemetry->stats().device.has_value()) << "nothing until a span asks";
+  StartOptions options;
+  options.device_stream = nullptr;  // the legacy default stream
+  const auto before = m.telemetry->now_unix_ns();
+  { Span span = m.telemetry->tracer().start_span(SpanGroup::kStep, "forward", options); }
+  if (m.telemetry->stats().device->timed > 0)
+    GTEST_SKIP() << "this machine times on a GPU: " << m.telemetry->stats().device->runtime;
+  const auto spans = m.spans();
+  ASSERT_EQ(spans.size(), 1u) << "exported at once, as a host span";
+  EXPECT_GE(spans[0].start_time_unix_ns, before);
+  for (const auto& a : spans[0].attributes) EXPECT_NE(a.key, "lens.host.start_unix_ns");
+  const auto d = m.telemetry->stats().device;
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->host_timed, 1u);
+  EXPECT_EQ(d->timed, 0u);
+  // No GPU here (CI never has one): the account says why the span stayed
+  // on the host, whether the CUDA libraries are installed or not.
+  EXPECT_TRUE(d->runtime.find("no CUDA runtime") != std::string::npos ||
+              d->runtime.find("; no device: CUDA status") != std::string::npos)
+      << d->runtime;
+  EXPECT_EQ(d->anchors, 0u);
+}
+
 TEST(Telemetry, SpanGroupsCanChangeAtRuntime) {
   MemoryTelemetry mt;
   Tracer tracer = mt.telemetry->tracer();
