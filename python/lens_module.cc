@@ -375,14 +375,22 @@ void set_py_attribute(lens::Span& span, PyObject* key, PyObject* value) {
 // `join` is a lens.Carrier or None; taken as a handle, since pybind's
 // conversion of None to a null pointer first tries the None as a Carrier
 // (an AttributeError formatted and dropped on every call).
+// `stream` is None or a CUDA stream's handle as an int (what
+// torch.cuda.Stream.cuda_stream gives): the span is then timed on the device.
 std::unique_ptr<PySpan> start_span(std::string_view name, std::string_view group,
-                                   const py::dict& attributes, const py::handle& join_arg) {
+                                   const py::dict& attributes, const py::handle& join_arg,
+                                   const py::handle& stream) {
   const PyCarrier* join = join_arg.is_none() ? nullptr : &join_arg.cast<const PyCarrier&>();
   const lens::SpanGroup g = group_from_name(group);
   PerTelemetry& state = per_telemetry();
   lens::Tracer& tracer = state.tracer;
   if (!tracer.enabled(g)) return std::make_unique<PySpan>(lens::Span());
   lens::StartOptions start;
+  if (!stream.is_none()) {
+    if (!py::isinstance<py::int_>(stream) || stream.cast<py::int_>() < py::int_(0))
+      throw py::value_error("lens: stream must be a CUDA stream's handle (an int >= 0)");
+    start.device_stream = reinterpret_cast<void*>(stream.cast<std::uintptr_t>());
+  }
   if (g == lens::SpanGroup::kStep && state.job)
     start.links.push_back({*state.job, {{"lens.link", std::string("job")}}});
   if (join) {
@@ -606,7 +614,8 @@ PYBIND11_MODULE(_lens, m) {
   });
 
   m.def("start_span", &start_span, py::arg("name"), py::arg("group"),
-        py::arg("attributes") = py::dict(), py::arg("join") = py::none());
+        py::arg("attributes") = py::dict(), py::arg("join") = py::none(),
+        py::arg("stream") = py::none());
   m.def("current_span_context", [] {
     const lens::SpanContext c = lens::current_span_context();
     return c.valid() ? std::optional<lens::SpanContext>(c) : std::nullopt;
@@ -844,6 +853,20 @@ PYBIND11_MODULE(_lens, m) {
     d["truncated"] = s.spans_truncated;
     // Where every span went, in the end-of-run report's words.
     d["account"] = lens::SpanAccount::of(s).describe();
+    if (s.device) {
+      py::dict dev;
+      dev["runtime"] = s.device->runtime;
+      dev["timed"] = s.device->timed;
+      dev["host_timed"] = s.device->host_timed;
+      dev["resolved"] = s.device->resolved;
+      dev["refused"] = s.device->refused;
+      dev["unresolved"] = s.device->unresolved;
+      dev["anchors"] = s.device->anchors;
+      dev["drift"] = s.device->drift;
+      dev["uncertainty_ns"] = s.device->uncertainty_ns;
+      dev["resolver_cpu_ns"] = s.device->resolver_cpu_ns;
+      d["device"] = dev;
+    }
     return d;
   });
 }

@@ -112,8 +112,8 @@ struct TelemetryOptions {
   /// against global rank 0's at the first step, every `clock_sync_steps`
   /// steps and every `clock_sync_seconds` seconds (0: not by that measure;
   /// 300 by default, so that a run that dies without StepTrace::finish still
-  /// has samples along its length), and at StepTrace::finish (LENS_CLOCK_SYNC, LENS_CLOCK_SYNC_STEPS,
-  /// LENS_CLOCK_SYNC_SECONDS, LENS_CLOCK_SYNC_EXCHANGES). Agreed at
+  /// has samples along its length), and at StepTrace::finish (LENS_CLOCK_SYNC,
+  /// LENS_CLOCK_SYNC_STEPS, LENS_CLOCK_SYNC_SECONDS, LENS_CLOCK_SYNC_EXCHANGES). Agreed at
   /// start-up: the sync is a collective.
   std::optional<bool> clock_sync;
   std::optional<std::uint32_t> clock_sync_steps;

@@ -28,8 +28,8 @@ struct DeviceStats {
   std::size_t pending_high_water = 0;
   std::uint64_t anchors = 0;  ///< device clock anchors taken
   std::uint64_t anchor_failures = 0;
-  double drift = 0;               ///< the device clock's rate against the host's, minus 1
-  std::int64_t uncertainty_ns = 0;  ///< how far a device time may be off on the span clock
+  double drift = 0;                  ///< the device clock's rate against the host's, minus 1
+  std::int64_t uncertainty_ns = 0;   ///< how far a device time may be off on the span clock
   std::int64_t resolver_cpu_ns = 0;  ///< the resolver thread's CPU time
 };
 

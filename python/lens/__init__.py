@@ -193,7 +193,16 @@ class _NoSpan:
 _NO_SPAN = _NoSpan()
 
 
-def managed_span(name, group, **attributes):
+def _stream_handle(stream):
+    """A CUDA stream's handle: a torch.cuda.Stream's ``cuda_stream``, or an int."""
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError(f"lens: stream= takes a torch.cuda.Stream or a stream handle (int), "
+                        f"not {type(stream).__name__}")
+    return handle
+
+
+def managed_span(name, group, stream=None, **attributes):
     """A span as a context manager: current inside the block, ended on exit.
 
     ``group`` is a span group name ("step", "forward_backward",
@@ -201,10 +210,18 @@ def managed_span(name, group, **attributes):
     initialised) this returns a shared no-op object. An exception leaving the
     block is recorded on the span (an "exception" event, status error) and
     propagates.
+
+    ``stream`` (a ``torch.cuda.Stream``, e.g. ``torch.cuda.current_stream()``,
+    or a raw stream handle) times the span on the device: its start and end
+    are where the GPU reached them on that stream, not when Python launched
+    the work (docs/device-time.md). Without a CUDA runtime it is timed on
+    the host, as without it.
     """
     if group in _enabled:
         join = state._take_step_carrier() if group == "step" else None
-        return _lens.start_span(name, group, attributes, join)
+        if stream is None:
+            return _lens.start_span(name, group, attributes, join)
+        return _lens.start_span(name, group, attributes, join, _stream_handle(stream))
     if group in _KNOWN_GROUPS:
         return _NO_SPAN
     raise ValueError(f"lens: unknown span group {group!r} (valid: {', '.join(sorted(_KNOWN_GROUPS))})")

@@ -53,7 +53,7 @@ class Resolver {
     std::uint64_t refused = 0;     // the pending set was full
     std::uint64_t unresolved = 0;  // handed on without times
     std::size_t pending_high_water = 0;
-    std::int64_t cpu_ns = 0;          // the resolver thread's CPU time
+    std::int64_t cpu_ns = 0;            // the resolver thread's CPU time
     std::uint64_t anchor_failures = 0;  // anchors it could not take
   };
 

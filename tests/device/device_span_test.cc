@@ -4,10 +4,9 @@
 // the same path a real one is. The simulation's device is exact by
 // construction, so the spans' device times are checked against where it
 // says the device reached them.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
@@ -101,9 +100,7 @@ TEST(DeviceSpan, AnUnsampledSpanAndASpanWithoutAStreamStayOnTheHost) {
   TelemetryOptions options;
   options.sampler = Sampler{Sampler::Kind::kAlwaysOff};
   MemoryTelemetry off(options);
-  {
-    Span span = off.telemetry->tracer().start_span(SpanGroup::kStep, "s", on_stream(stream(12)));
-  }
+  { Span span = off.telemetry->tracer().start_span(SpanGroup::kStep, "s", on_stream(stream(12))); }
   EXPECT_FALSE(off.telemetry->stats().device.has_value()) << "an unsampled span asks for nothing";
   MemoryTelemetry on;
   { Span span = on.telemetry->tracer().start_span(SpanGroup::kStep, "s"); }
@@ -118,13 +115,9 @@ TEST(DeviceSpan, ANeverCompletingSpanIsExportedAtShutdownWithHostTimesTruncatedA
   MemoryTelemetry m;
   const device::Stream s = stream(13);
   sim.hold(s, true);  // a hung stream: its events never complete
-  {
-    Span span = m.telemetry->tracer().start_span(SpanGroup::kStep, "hung", on_stream(s));
-  }
+  { Span span = m.telemetry->tracer().start_span(SpanGroup::kStep, "hung", on_stream(s)); }
   // A second span on another stream resolves meanwhile.
-  {
-    Span span = m.telemetry->tracer().start_span(SpanGroup::kStep, "fine", on_stream(stream(14)));
-  }
+  { Span span = m.telemetry->tracer().start_span(SpanGroup::kStep, "fine", on_stream(stream(14))); }
   wait_handed_on(*m.telemetry, 1);
   const auto started = std::chrono::steady_clock::now();
   m.telemetry->shutdown(std::chrono::milliseconds(2000));

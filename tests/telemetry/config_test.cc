@@ -197,8 +197,26 @@ INSTANTIATE_TEST_SUITE_P(
                       BadValue{"LENS_TRACE_FILE", "../escape.jsonl", "no '/'"},
                       BadValue{"LENS_STEP_CONTEXT", "gossip", "broadcast, derived"},
                       BadValue{"LENS_STEP_VERIFY_STEPS", "-1", "integer"},
-                      BadValue{"LENS_STEP_VERIFY_STEPS", "100000001", "integer"}),
+                      BadValue{"LENS_STEP_VERIFY_STEPS", "100000001", "integer"},
+                      BadValue{"LENS_DEVICE_MAX_PENDING", "0", "integer from 1"},
+                      BadValue{"LENS_DEVICE_MAX_PENDING", "many", "integer"},
+                      BadValue{"LENS_DEVICE_ANCHOR_MS", "50", "integer from 100"}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
+
+TEST(Config, DeviceSettingsFromOptionsOverTheEnvironmentAndBounded) {
+  TelemetryOptions options;
+  options.enabled = true;
+  Config c = resolve_config(
+      options, fake_env({{"LENS_DEVICE_MAX_PENDING", "64"}, {"LENS_DEVICE_ANCHOR_MS", "1000"}}));
+  EXPECT_EQ(c.device_max_pending, 64u);
+  EXPECT_EQ(c.device_anchor_ms, 1000u);
+  options.device_max_pending = 8;
+  c = resolve_config(options, fake_env({{"LENS_DEVICE_MAX_PENDING", "64"}}));
+  EXPECT_EQ(c.device_max_pending, 8u);
+  EXPECT_EQ(c.device_anchor_ms, 5000u) << "the default";
+  options.device_max_pending = 0;
+  EXPECT_THROW(resolve_config(options, fake_env({})), ConfigError);
+}
 
 TEST(Config, RunIdMustBeSafeAsDirectoryName) {
   std::string msg = config_error({}, {{"MEGATRON_OTEL_RUN_ID", "../etc"}});
