@@ -142,14 +142,29 @@ def run_rank(args):
         print(f"pp_train: rank {rank}: {error}", file=sys.stderr, flush=True)
         return 2
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(f"pp_train: rank {rank}: --device cuda, but torch sees no CUDA device", file=sys.stderr, flush=True)
+        return 2
+    device = torch.device(args.device)
+    # On a GPU the compute and the copies are timed on the device: the spans
+    # below name the stream their work is launched on (docs/device-time.md).
+    stream = torch.cuda.current_stream() if args.device == "cuda" else None
     torch.manual_seed(1234 + stage)
     hidden = args.hidden
     model = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
-                                torch.nn.Linear(hidden, hidden))
+                                torch.nn.Linear(hidden, hidden)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
     data = torch.Generator().manual_seed(99)
-    target_map = torch.randn(hidden, hidden, generator=data) / hidden ** 0.5
-    dataset = [torch.randn(args.batch, hidden, generator=data) for _ in range(args.microbatches)]
+    target_map = (torch.randn(hidden, hidden, generator=data) / hidden ** 0.5).to(device)
+    dataset = [torch.randn(args.batch, hidden, generator=data).to(device) for _ in range(args.microbatches)]
+
+    # Gloo moves host tensors: on a GPU an activation goes through the host
+    # (the copy to the host waits for the device; the copy back is queued).
+    def to_wire(t):
+        return t.detach().cpu() if stream is not None else t.detach()
+
+    def from_wire(t):
+        return t.to(device, non_blocking=True) if stream is not None else t
     first, last = stage == 0, stage == stages - 1
     losses = []
 
@@ -211,13 +226,15 @@ def run_rank(args):
                                         remote_carrier=lens.state.get_pp_trace_carrier(),
                                         **{"dl.pipeline_parallel.rank": stage, "dl.microbatch_id": mb})
                                 with lens.managed_span("megatron.p2p.recv_forward", group="communication",
+                                                       stream=stream,
                                                        **p2p_attributes("forward", stage - 1, received=mb)):
                                     dist.recv(x, src=rank - 1, tag=P2P_TAG_FORWARD)
+                                    x = from_wire(x)
                                 if link is not None:
                                     link.end()
                                 x.requires_grad_(True)
                             with lens.managed_span("megatron.microbatch.forward", group="microbatch",
-                                                   **{"dl.microbatch_id": mb}):
+                                                   stream=stream, **{"dl.microbatch_id": mb}):
                                 y = model(x)
                                 if last:
                                     loss = torch.nn.functional.mse_loss(y, inputs[mb] @ target_map)
@@ -227,26 +244,30 @@ def run_rank(args):
                                     saved[mb] = (x, y)
                             if not last:
                                 with lens.managed_span("megatron.p2p.send_forward", group="communication",
+                                                       stream=stream,
                                                        **p2p_attributes("forward", stage + 1, sent=mb)):
-                                    pending_sends.append(dist.isend(y.detach(), dst=rank + 1, tag=P2P_TAG_FORWARD))
+                                    pending_sends.append(dist.isend(to_wire(y), dst=rank + 1, tag=P2P_TAG_FORWARD))
                         else:
                             x, out = saved.pop(mb)
                             grad = None
                             if not last:
-                                grad = torch.empty_like(out)
+                                grad = torch.empty(out.shape)
                                 with lens.managed_span("megatron.p2p.recv_backward", group="communication",
+                                                       stream=stream,
                                                        **p2p_attributes("backward", stage + 1, received=mb)):
                                     dist.recv(grad, src=rank + 1, tag=P2P_TAG_BACKWARD)
+                                    grad = from_wire(grad)
                             with lens.managed_span("megatron.microbatch.backward", group="microbatch",
-                                                   **{"dl.microbatch_id": mb}):
+                                                   stream=stream, **{"dl.microbatch_id": mb}):
                                 if last:
                                     out.backward()
                                 else:
                                     out.backward(grad)
                             if not first:
                                 with lens.managed_span("megatron.p2p.send_backward", group="communication",
+                                                       stream=stream,
                                                        **p2p_attributes("backward", stage - 1, sent=mb)):
-                                    pending_sends.append(dist.isend(x.grad, dst=rank - 1, tag=P2P_TAG_BACKWARD))
+                                    pending_sends.append(dist.isend(to_wire(x.grad), dst=rank - 1, tag=P2P_TAG_BACKWARD))
                     for work in pending_sends:
                         work.wait()
                 with lens.managed_span("megatron.optimizer.step", group="optimizer"):
@@ -291,6 +312,8 @@ def main():
     parser.add_argument("--microbatches", type=int, default=6)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=32)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the model runs; cuda times compute and copies on the GPU")
     parser.add_argument("--trace-dir", default="")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds the launcher waits")
     parser.add_argument("--rank-env", action="append", default=[], metavar="RANK:NAME=VALUE",

@@ -171,6 +171,19 @@ class PythonPipelineDisabled(unittest.TestCase):
         self.assertEqual(read_spans(directory), [])
 
 
+class PythonPipelineOnCuda(unittest.TestCase):
+    def test_cuda_without_a_device_fails_every_rank_saying_so(self):
+        import torch
+        if torch.cuda.is_available():
+            self.skipTest("this machine has a CUDA device: the GPU script runs --device cuda")
+        directory = tempfile.mkdtemp(prefix="lens-py-pp-cuda-")
+        result = run_training(directory, ("--device", "cuda"))
+        self.assertNotEqual(result.returncode, 0)
+        for rank in range(WORLD):
+            self.assertIn(f"pp_train: rank {rank}: --device cuda, but torch sees no CUDA device",
+                          result.stderr)
+
+
 class PythonDerivedStepContext(unittest.TestCase):
     """LENS_STEP_CONTEXT=derived: no broadcast at all, the same correlation
     (lens check passes), step checks every LENS_STEP_VERIFY_STEPS steps, and
