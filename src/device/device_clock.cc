@@ -51,6 +51,19 @@ bool DeviceClock::anchor(Stream stream) {
 
 std::optional<std::int64_t> DeviceClock::host_time(Event event) const {
   std::lock_guard<std::mutex> lock(mu_);
+  return host_time_locked(event);
+}
+
+std::optional<std::pair<std::int64_t, std::int64_t>> DeviceClock::host_times(Event start,
+                                                                              Event end) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto a = host_time_locked(start);
+  const auto b = a ? host_time_locked(end) : std::nullopt;
+  if (!b) return std::nullopt;
+  return std::make_pair(*a, *b);
+}
+
+std::optional<std::int64_t> DeviceClock::host_time_locked(Event event) const {
   if (anchors_.empty()) return std::nullopt;
   const Anchor& a = anchors_.back();
   float ms = 0;

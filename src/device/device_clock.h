@@ -23,6 +23,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -45,6 +46,8 @@ class DeviceClock {
   // anchor; nullopt before any anchor, or when the runtime cannot say
   // (the event is not complete).
   std::optional<std::int64_t> host_time(Event event) const;
+  // Both of a span's events at once (one lock); nullopt unless both have one.
+  std::optional<std::pair<std::int64_t, std::int64_t>> host_times(Event start, Event end) const;
 
   // The device's rate against the host's, minus 1 (0 until two anchors
   // a second apart).
@@ -59,6 +62,8 @@ class DeviceClock {
     Event event = nullptr;
     std::int64_t host_ns = 0;  // the bracket's midpoint
   };
+  std::optional<std::int64_t> host_time_locked(Event event) const;  // under mu_
+
   const CudaRuntime& runtime_;
   std::function<std::int64_t()> host_now_;
   mutable std::mutex mu_;

@@ -12,6 +12,20 @@ EventPool::~EventPool() {
 
 Event EventPool::acquire() {
   std::lock_guard<std::mutex> lock(mu_);
+  return take();
+}
+
+bool EventPool::acquire_pair(Event* first, Event* second) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *first = take();
+  *second = *first != nullptr ? take() : nullptr;
+  if (*second != nullptr) return true;
+  if (*first != nullptr) free_.push_back(*first);
+  *first = nullptr;
+  return false;
+}
+
+Event EventPool::take() {
   if (!free_.empty()) {
     Event e = free_.back();
     free_.pop_back();
@@ -28,6 +42,12 @@ void EventPool::release(Event event) {
   if (event == nullptr) return;
   std::lock_guard<std::mutex> lock(mu_);
   free_.push_back(event);
+}
+
+void EventPool::release_all(const std::vector<Event>& events) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Event e : events)
+    if (e != nullptr) free_.push_back(e);
 }
 
 std::size_t EventPool::created() const {

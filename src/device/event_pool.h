@@ -25,12 +25,17 @@ class EventPool {
   // A free event, made on first need; nullptr when `capacity` are in use
   // or the runtime cannot make one.
   Event acquire();
+  // Two events at once (a span's start and end), or neither.
+  bool acquire_pair(Event* first, Event* second);
   void release(Event event);
+  void release_all(const std::vector<Event>& events);
 
   std::size_t created() const;
   std::size_t in_use() const;
 
  private:
+  Event take();  // under mu_
+
   const CudaRuntime& runtime_;
   const std::size_t capacity_;
   mutable std::mutex mu_;

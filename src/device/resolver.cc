@@ -30,11 +30,12 @@ bool Resolver::submit(Event start, Event end, Done done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_ && pending_.size() + polling_ < max_pending_) {
-      const bool was_idle = pending_.empty() && polling_ == 0;
       pending_.push_back({start, end, std::move(done)});
       ++stats_.submitted;
       stats_.pending_high_water = std::max(stats_.pending_high_water, pending_.size() + polling_);
-      if (was_idle) wake_.notify_one();
+      // Only a resolver asleep for good needs waking: one that polls finds
+      // the pair at its next poll (a notify is a system call).
+      if (asleep_) wake_.notify_one();
       return true;
     }
     ++stats_.refused;
@@ -72,7 +73,14 @@ void Resolver::run() {
   for (;;) {
     if (stopping_ && (pending_.empty() || std::chrono::steady_clock::now() >= deadline_)) break;
     if (pending_.empty()) {
-      wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      // Nothing pending: keep polling for one more interval (spans come in
+      // streams), then sleep until a submit wakes it.
+      wake_.wait_for(lock, poll_every_, [&] { return stopping_ || !pending_.empty(); });
+      if (!stopping_ && pending_.empty()) {
+        asleep_ = true;
+        wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+        asleep_ = false;
+      }
       continue;
     }
     lock.unlock();
@@ -136,10 +144,23 @@ bool Resolver::resolve_completed() {
                     std::make_move_iterator(waiting.end()));
     polling_ = 0;
   }
+  // Handed on in one batch: one lock for the counts, one for the pool.
+  std::vector<Event> used;
+  used.reserve(2 * ready.size());
+  std::uint64_t resolved = 0;
   for (Pending& p : ready) {
-    const auto start = clock_.host_time(p.start);
-    const auto end = clock_.host_time(p.end);
-    finish(p, start && end ? std::optional<Times>(Times{*start, *end}) : std::nullopt);
+    std::optional<Times> times;
+    if (const auto both = clock_.host_times(p.start, p.end)) times = Times{both->first, both->second};
+    resolved += times ? 1 : 0;
+    if (p.done) p.done(times);
+    used.push_back(p.start);
+    used.push_back(p.end);
+  }
+  pool_.release_all(used);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.resolved += resolved;
+    stats_.unresolved += ready.size() - resolved;
   }
   return !ready.empty();
 }

@@ -104,6 +104,7 @@ class Resolver {
   std::size_t polling_ = 0;  // pairs taken out of pending_ while the runtime is queried
   Stats stats_;
   bool stopping_ = false;
+  bool asleep_ = false;  // waiting for a submit, not polling
   std::chrono::steady_clock::time_point deadline_{};
   const std::optional<Anchoring> anchoring_;
   Stream anchor_stream_ = nullptr;  // the resolver thread's own

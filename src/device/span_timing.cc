@@ -53,9 +53,11 @@ class ProcessEvents final : public detail::DeviceEvents {
 };
 
 void mark(detail::LiveSpan* s, std::string_view key, AttributeValue value) {
-  // Past the attribute limit too: they say what the span's times are.
-  s->attributes.push_back({std::string(key), std::move(value)});
-  ++s->attributes_used;
+  // Past the attribute limit too: they say what the span's times are. A
+  // slot of the record's earlier use keeps its key's buffer.
+  Attribute& a = s->new_attribute();
+  a.key.assign(key);
+  a.value = std::move(value);
 }
 
 }  // namespace
@@ -109,9 +111,8 @@ bool SpanTiming::begin(detail::LiveSpan* s, void* stream) noexcept {
     return false;
   }
   ProcessEvents& events = ProcessEvents::get();
-  Event start = events.pool.acquire();
-  Event end = start != nullptr ? events.pool.acquire() : nullptr;
-  if (end == nullptr || runtime_->record(start, stream) != kSuccess) {
+  Event start = nullptr, end = nullptr;
+  if (!events.pool.acquire_pair(&start, &end) || runtime_->record(start, stream) != kSuccess) {
     events.pool.release(start);
     events.pool.release(end);
     host_timed_.fetch_add(1, std::memory_order_relaxed);
