@@ -47,8 +47,8 @@ void spans(benchmark::State& state, bool on_device) {
   if (on_device) options.device_stream = reinterpret_cast<void*>(0x5);
   std::uint64_t started = 0;
   for (auto _ : state) {
-    lens::Span span = tracer.start_span(lens::SpanGroup::kMicrobatch,
-                                        "megatron.microbatch.forward", options);
+    lens::Span span =
+        tracer.start_span(lens::SpanGroup::kMicrobatch, "megatron.microbatch.forward", options);
     span.set_attribute("dl.microbatch_id", 3);
     span.set_attribute("dl.pipeline_parallel.rank", 1);
     span.end();
@@ -73,10 +73,10 @@ void spans(benchmark::State& state, bool on_device) {
     state.counters["resolved"] = static_cast<double>(s.device->resolved);
     state.counters["refused"] = static_cast<double>(s.device->refused);
     state.counters["host_timed"] = static_cast<double>(s.device->host_timed);
-    state.counters["resolver_ns_per_span"] =
-        s.device->resolved > 0 ? static_cast<double>(s.device->resolver_cpu_ns) /
-                                     static_cast<double>(s.device->resolved)
-                               : 0;
+    state.counters["resolver_ns_per_span"] = s.device->resolved > 0
+                                                 ? static_cast<double>(s.device->resolver_cpu_ns) /
+                                                       static_cast<double>(s.device->resolved)
+                                                 : 0;
   }
 }
 

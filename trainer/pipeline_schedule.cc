@@ -20,7 +20,8 @@ class Stage {
   Stage(ScheduleContext& ctx, std::int64_t step) : ctx_(ctx), step_(step) {}
 
   torch::Tensor forward(torch::Tensor input, int microbatch) {
-    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.forward");
+    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.forward",
+                                       ctx_.compute_span_options());
     span.set_attribute("dl.microbatch_id", microbatch);
     const auto start = ctx_.begin_compute(step_);
     if (ctx_.p2p->first_stage()) {
@@ -38,11 +39,15 @@ class Stage {
     }
     in_flight_.push_back({input, output});
     ctx_.stretch(start, step_, microbatch, false);
+    ctx_.launch_on_device(start);
+    span.end();
+    ctx_.device_done();
     return output;
   }
 
   torch::Tensor backward(const torch::Tensor& output_grad, int microbatch) {
-    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.backward");
+    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.backward",
+                                       ctx_.compute_span_options());
     span.set_attribute("dl.microbatch_id", microbatch);
     const auto start = ctx_.begin_compute(step_);
     InFlight f = std::move(in_flight_.front());
@@ -53,6 +58,9 @@ class Stage {
       f.output.backward(output_grad);
     }
     ctx_.stretch(start, step_, microbatch, true);
+    ctx_.launch_on_device(start);
+    span.end();
+    ctx_.device_done();
     return ctx_.p2p->first_stage() ? torch::Tensor() : f.input.grad();
   }
 
@@ -110,6 +118,20 @@ void ScheduleContext::stretch(std::chrono::steady_clock::time_point start, std::
   if (slowed(step) && tp == nullptr) wait += (slow_factor - 1) * took;
   wait += (jitter(step, microbatch) - 1) * typical;
   if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(std::llround(wait)));
+}
+
+StartOptions ScheduleContext::compute_span_options() const {
+  StartOptions o;
+  if (device != nullptr) o.device_stream = device->stream();
+  return o;
+}
+
+void ScheduleContext::launch_on_device(std::chrono::steady_clock::time_point start) {
+  if (device != nullptr) device->launch(start);
+}
+
+void ScheduleContext::device_done() {
+  if (device != nullptr) device->wait();
 }
 
 int interleaved_warmup(int stages, int stage, int microbatches, int virtual_stages) {
@@ -204,7 +226,8 @@ class Chunks {
   }
 
   void forward(int v, int microbatch, torch::Tensor input) {
-    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.forward");
+    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.forward",
+                                       ctx_.compute_span_options());
     span.set_attribute("dl.microbatch_id", microbatch);
     span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{v});
     const auto start = ctx_.begin_compute(step_);
@@ -222,14 +245,17 @@ class Chunks {
     }
     in_flight_[static_cast<std::size_t>(v)].push_back({input, output});
     ctx_.stretch(start, step_, microbatch, false);
+    ctx_.launch_on_device(start);
     span.end();
+    ctx_.device_done();
     if (!last_chunk(v)) ctx_.p2p->send_chunk(true, output, next_stage(), microbatch, v);
   }
 
   void backward(int v, int microbatch) {
     torch::Tensor output_grad;
     if (!last_chunk(v)) output_grad = ctx_.p2p->recv_chunk(false, next_stage(), microbatch, v);
-    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.backward");
+    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.backward",
+                                       ctx_.compute_span_options());
     span.set_attribute("dl.microbatch_id", microbatch);
     span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{v});
     const auto start = ctx_.begin_compute(step_);
@@ -241,7 +267,9 @@ class Chunks {
     else
       f.output.backward(output_grad);
     ctx_.stretch(start, step_, microbatch, true);
+    ctx_.launch_on_device(start);
     span.end();
+    ctx_.device_done();
     if (!first_chunk(v))
       ctx_.p2p->send_chunk(false, f.input.grad(), previous_stage(), microbatch, v);
   }

@@ -30,6 +30,7 @@
 
 #include "lens/step_trace.h"
 #include "p2p_communicator.h"
+#include "simulated_device.h"
 #include "stage_model.h"
 #include "tensor_parallel.h"
 
@@ -64,6 +65,18 @@ struct ScheduleContext {
   // between the TP collectives (TensorParallel::pace), so a slow TP rank's
   // peers wait for it at each collective, as they would for a slow GPU.
   TensorParallel* tp = nullptr;
+  // TEST AID (--test-simulated-device): the compute runs on a simulated GPU
+  // and its spans are timed there (simulated_device.h). Null: on the host.
+  SimulatedDevice* device = nullptr;
+
+  // How a forward or backward span starts: on the device's stream, if any.
+  StartOptions compute_span_options() const;
+  // A forward or backward that began at `start` has launched its work; on
+  // the simulated device the work runs now (after the span ends, the rank
+  // waits for it: device_done).
+  void launch_on_device(std::chrono::steady_clock::time_point start);
+  // After a forward's or backward's span: waits for the device, if any.
+  void device_done();
 
   // The factor of `microbatch` in `step`: 1 to microbatch_jitter.
   double jitter(std::int64_t step, int microbatch) const;

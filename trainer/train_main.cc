@@ -239,6 +239,11 @@ int run_rank(const TrainOptions& o) {
   ctx.microbatch_jitter = o.microbatch_jitter;
   ctx.seed = o.seed;
   ctx.tp = tp.get();
+  std::unique_ptr<SimulatedDevice> device;
+  if (o.test_simulated_device > 0) {
+    device = SimulatedDevice::open(o.test_simulated_device, rank);
+    ctx.device = device.get();
+  }
 
   RankReport report;
   report.rank = rank;

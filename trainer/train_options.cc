@@ -73,6 +73,11 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  "fault injection: --slow-stage is slow from this step on (a slowdown that begins "
                  "mid-run); default 0")
       ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--test-simulated-device", o.test_simulated_device,
+                 "TEST AID: run each forward and backward on the simulated GPU named in "
+                 "LENS_CUDA_RUNTIME, F times as long as the host's compute, its spans timed on "
+                 "the device (docs/device-time.md)")
+      ->check(CLI::Range(1.0, 100.0));
   app.add_option("--microbatch-jitter", o.microbatch_jitter,
                  "TEST AID: each microbatch's forward and backward take a factor in [1, F] as "
                  "long, drawn from --seed, the step, the replica and the microbatch: the same on "

@@ -51,6 +51,9 @@ struct TrainOptions {
   // Test aid: each microbatch's compute takes a seeded factor in [1, F] as
   // long, the same on every stage (work that varies by microbatch). 1: none.
   double microbatch_jitter = 1;
+  // TEST AID: the compute on the simulated GPU named in LENS_CUDA_RUNTIME,
+  // running this many times the host's compute (0: on the host).
+  double test_simulated_device = 0;
   // TEST AID: per rank (by global rank), an offset and a drift injected into
   // that rank's span clock, so that clock alignment can be tried on one
   // host. Empty, or one value per rank.

@@ -55,7 +55,7 @@ std::optional<std::int64_t> DeviceClock::host_time(Event event) const {
 }
 
 std::optional<std::pair<std::int64_t, std::int64_t>> DeviceClock::host_times(Event start,
-                                                                              Event end) const {
+                                                                             Event end) const {
   std::lock_guard<std::mutex> lock(mu_);
   const auto a = host_time_locked(start);
   const auto b = a ? host_time_locked(end) : std::nullopt;

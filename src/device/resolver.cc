@@ -150,7 +150,8 @@ bool Resolver::resolve_completed() {
   std::uint64_t resolved = 0;
   for (Pending& p : ready) {
     std::optional<Times> times;
-    if (const auto both = clock_.host_times(p.start, p.end)) times = Times{both->first, both->second};
+    if (const auto both = clock_.host_times(p.start, p.end))
+      times = Times{both->first, both->second};
     resolved += times ? 1 : 0;
     if (p.done) p.done(times);
     used.push_back(p.start);

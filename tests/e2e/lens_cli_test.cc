@@ -1141,11 +1141,12 @@ class TrainerRuns : public ::testing::Test {
   // Runs lens-train with each (name, arguments), traced with the per_step and
   // microbatch groups, under a folder named after `prefix` and this process.
   static void make_runs(const std::string& prefix,
-                        const std::vector<std::pair<std::string, std::string>>& runs) {
+                        const std::vector<std::pair<std::string, std::string>>& runs,
+                        const std::string& env = {}) {
     base_ = fs::temp_directory_path() / (prefix + std::to_string(getpid()));
     fs::remove_all(base_);
     for (const auto& [name, args] : runs) {
-      Result r = run(std::string(LENS_TRAIN_BIN) + args +
+      Result r = run(env + LENS_TRAIN_BIN + args +
                      " --otel-enabled=true --otel-span-groups per_step,microbatch --trace-dir " +
                      (base_ / name).string());
       ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -1367,6 +1368,70 @@ TEST_F(DataParallelCli, ABalancedRunHasNoStragglerNoVariableWorkAndShortSyncWait
   for (const auto& st : a["stages"])
     EXPECT_LT(st["sync_wait_p50_ms"].get<double>(), 0.5 * step) << st.dump();
   ASSERT_EQ(a["set_by"].size(), 6u);
+}
+
+// Device time end to end: lens-train's stages compute on the simulated GPU
+// (--test-simulated-device 4: the device runs 4 times the host's compute,
+// after the host has launched it), their forward and backward spans timed on
+// the device through the simulated CUDA runtime named in LENS_CUDA_RUNTIME.
+// The spans keep the host's launch times as attributes, so one run is its
+// own baseline: the device's durations are several times the launches', and
+// what lens analyze calls compute is the device's.
+class DeviceTimeCli : public TrainerRuns<DeviceTimeCli> {
+ protected:
+  static void SetUpTestSuite() {
+    make_runs("lens-device-test-",
+              {{"device",
+                " --pp 2 --layers 4 --microbatches 4 --steps 4 --hidden 128 "
+                "--microbatch-size 32 --test-simulated-device 4"}},
+              std::string("LENS_CUDA_RUNTIME=") + LENS_SIMULATED_CUDA_RUNTIME + " ");
+  }
+};
+
+TEST_F(DeviceTimeCli, ComputeSpansAreTheDevicesAndTheAnalysisReadsThem) {
+  const fs::path dir = dirs_.at("device");
+  ASSERT_EQ(run(lens("check " + dir.string())).exit_code, 0);
+  // Per rank: each pass's device duration against its launch's, and the
+  // launches' total per step.
+  std::map<int, double> launch_ms;
+  std::vector<double> ratios;
+  for (int rank : {0, 1}) {
+    for (const auto& l : read_lines(dir / ("rank-" + std::to_string(rank) + ".otlp.jsonl"))) {
+      const json line = json::parse(l);
+      for (const auto& rs : line["resourceSpans"])
+        for (const auto& ss : rs["scopeSpans"])
+          for (const auto& span : ss["spans"]) {
+            const std::string name = span["name"];
+            if (name != "megatron.microbatch.forward" && name != "megatron.microbatch.backward")
+              continue;
+            std::int64_t host_start = -1, host_end = -1;
+            for (const auto& a : span["attributes"]) {
+              if (a["key"] == "lens.host.start_unix_ns")
+                host_start = std::stoll(a["value"]["intValue"].get<std::string>());
+              if (a["key"] == "lens.host.end_unix_ns")
+                host_end = std::stoll(a["value"]["intValue"].get<std::string>());
+            }
+            ASSERT_GT(host_start, 0) << "timed on the device: " << span.dump();
+            const double device =
+                static_cast<double>(std::stoll(span["endTimeUnixNano"].get<std::string>()) -
+                                    std::stoll(span["startTimeUnixNano"].get<std::string>()));
+            const double host = static_cast<double>(host_end - host_start);
+            ratios.push_back(device / std::max(host, 1.0));
+            launch_ms[rank] += host / 1e6 / 4;  // per step, over the 4 steps
+          }
+    }
+  }
+  ASSERT_EQ(ratios.size(), 2u * 2 * 4 * 4) << "2 ranks x (forward, backward) x 4 mb x 4 steps";
+  std::sort(ratios.begin(), ratios.end());
+  // The device ran 4x the launch after it: 5x the launch, 2.5x with room.
+  EXPECT_GE(ratios[ratios.size() / 2], 2.5) << "median device / launch";
+  const json a = analysis("device");
+  for (int rank : {0, 1}) {
+    const json& st = stage(a, rank);
+    EXPECT_GE(st["compute_p50_ms"].get<double>(), 2.5 * launch_ms[rank])
+        << "compute is the device's, not the launches' (" << launch_ms[rank]
+        << " ms per step): " << st.dump();
+  }
 }
 
 // lens over tensor-parallel runs (pp 2 x tp 2: ranks 0, 1 stage 0's TP
