@@ -13,18 +13,13 @@
 #include <cstring>
 
 #include "lens/carrier.h"
+#include "discard_exporter.h"
 #include "lens/telemetry.h"
 #include "lens/trace_context.h"
 
 namespace {
 
-class DiscardExporter : public lens::SpanExporter {
- public:
-  lens::ExportResult export_spans(const lens::Resource&,
-                                  std::span<const lens::SpanRecord* const>) override {
-    return lens::ExportResult::kSuccess;
-  }
-};
+using lens::bench::DiscardExporter;
 
 std::unique_ptr<lens::Telemetry> make_telemetry(const char* groups) {
   lens::TelemetryOptions opts;

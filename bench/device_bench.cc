@@ -16,17 +16,12 @@
 #include <cstdlib>
 #include <thread>
 
+#include "discard_exporter.h"
 #include "lens/telemetry.h"
 
 namespace {
 
-class DiscardExporter : public lens::SpanExporter {
- public:
-  lens::ExportResult export_spans(const lens::Resource&,
-                                  std::span<const lens::SpanRecord* const>) override {
-    return lens::ExportResult::kSuccess;
-  }
-};
+using lens::bench::DiscardExporter;
 
 std::unique_ptr<lens::Telemetry> make_telemetry() {
   lens::TelemetryOptions opts;
