@@ -30,7 +30,7 @@ std::unique_ptr<lens::Telemetry> make_telemetry() {
   opts.run_id = "bench";
   opts.max_queue_size = 1 << 16;
   opts.max_export_batch_size = 512;
-  opts.device_max_pending = 1 << 16;
+  opts.device_max_pending = 8192;
   opts.exporter_instance = std::make_shared<DiscardExporter>();
   return lens::Telemetry::create(opts, [](std::string_view) { return std::nullopt; });
 }

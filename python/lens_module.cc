@@ -861,6 +861,8 @@ PYBIND11_MODULE(_lens, m) {
       dev["resolved"] = s.device->resolved;
       dev["refused"] = s.device->refused;
       dev["unresolved"] = s.device->unresolved;
+      dev["pending_high_water"] = s.device->pending_high_water;
+      dev["anchor_failures"] = s.device->anchor_failures;
       dev["anchors"] = s.device->anchors;
       dev["drift"] = s.device->drift;
       dev["uncertainty_ns"] = s.device->uncertainty_ns;

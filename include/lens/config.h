@@ -121,7 +121,8 @@ struct TelemetryOptions {
   std::optional<int> clock_sync_exchanges;
   /// Device-timed spans (docs/device-time.md): how many may await their
   /// device at once (past it a span keeps its host times, counted;
-  /// LENS_DEVICE_MAX_PENDING, 1 to 1,000,000, default 4096), and how often
+  /// LENS_DEVICE_MAX_PENDING, 1 to 8192, default 4096: the process's
+  /// events make 8192 pairs), and how often
   /// the device clock is anchored again (LENS_DEVICE_ANCHOR_MS, 100 ms to
   /// an hour, default 5000).
   std::optional<std::uint32_t> device_max_pending;

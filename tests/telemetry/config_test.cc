@@ -200,6 +200,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadValue{"LENS_STEP_VERIFY_STEPS", "100000001", "integer"},
                       BadValue{"LENS_DEVICE_MAX_PENDING", "0", "integer from 1"},
                       BadValue{"LENS_DEVICE_MAX_PENDING", "many", "integer"},
+                      BadValue{"LENS_DEVICE_MAX_PENDING", "8193", "integer"},
                       BadValue{"LENS_DEVICE_ANCHOR_MS", "50", "integer from 100"}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
 
