@@ -450,7 +450,7 @@ std::uint32_t bounded_setting(const std::optional<std::uint32_t>& option, const 
 
 void resolve_device(const TelemetryOptions& options, const Env& env, Config& c) {
   c.device_max_pending = bounded_setting(options.device_max_pending, env, "LENS_DEVICE_MAX_PENDING",
-                                         1, 1000000, c.device_max_pending, "device max pending");
+                                         1, 8192, c.device_max_pending, "device max pending");
   c.device_anchor_ms = bounded_setting(options.device_anchor_ms, env, "LENS_DEVICE_ANCHOR_MS", 100,
                                        3600000, c.device_anchor_ms, "device anchor interval (ms)");
 }
