@@ -1,0 +1,129 @@
+/// \file
+/// Metrics: counters, gauges and histograms with exemplars, and their
+/// OpenMetrics text (docs/metrics.md).
+///
+/// A MetricRegistry holds metric families by name; each metric of a family
+/// has its own labels (a rank's, a stage's). A Histogram has explicit
+/// bucket bounds and keeps, per bucket, an exemplar: the latest observation
+/// that fell in it and was made inside a sampled trace (its trace id and
+/// span id, so that a point on a dashboard opens the trace; OpenTelemetry's
+/// trace-based exemplar filter). openmetrics() writes the registry as the
+/// OpenMetrics 1.0 text format that Prometheus scrapes.
+///
+/// Names follow Prometheus's rules ([a-zA-Z_:][a-zA-Z0-9_:]*; label names
+/// without ':'); a bad name is std::invalid_argument when the metric is
+/// made, never at a scrape. Label values and help are escaped as the format
+/// says.
+///
+/// Thread safety: every method from any thread. Recording takes one
+/// uncontended mutex per metric (a scrape holds it while it copies).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lens/span_context.h"
+
+namespace lens {
+
+using MetricLabels = std::vector<std::pair<std::string, std::string>>;
+
+/// A sampled observation a histogram bucket points at.
+struct MetricExemplar {
+  double value = 0;
+  TraceId trace_id;
+  SpanId span_id;
+  std::int64_t time_unix_ns = 0;
+};
+
+class Counter {
+ public:
+  void add(double delta = 1);
+  double value() const;
+
+ private:
+  mutable std::mutex mu_;
+  double value_ = 0;
+};
+
+class Gauge {
+ public:
+  void set(double value);
+  double value() const;
+
+ private:
+  mutable std::mutex mu_;
+  double value_ = 0;
+};
+
+class Histogram {
+ public:
+  /// `bounds`: the buckets' upper bounds, strictly increasing and finite
+  /// (std::invalid_argument otherwise); a last bucket +Inf is implied.
+  explicit Histogram(std::vector<double> bounds);
+
+  /// Counts `value`; with a sampled, valid `context` the value's bucket
+  /// keeps it as its exemplar (at `time_unix_ns`). NaN is not counted.
+  void record(double value, const SpanContext& context = {}, std::int64_t time_unix_ns = 0);
+
+  struct Snapshot {
+    std::vector<double> bounds;
+    std::vector<std::uint64_t> counts;  // per bucket, not cumulative; bounds.size() + 1
+    std::vector<std::optional<MetricExemplar>> exemplars;  // per bucket
+    std::uint64_t count = 0;
+    double sum = 0;
+  };
+  Snapshot snapshot() const;
+
+ private:
+  const std::vector<double> bounds_;
+  mutable std::mutex mu_;
+  std::vector<std::uint64_t> counts_;
+  std::vector<std::optional<MetricExemplar>> exemplars_;
+  std::uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+class MetricRegistry {
+ public:
+  /// The metric of family `name` with `labels`, made on first use. A family
+  /// keeps the kind, help and unit it was made with (std::invalid_argument
+  /// when asked for as another kind, or with other bounds). `unit` is
+  /// OpenMetrics's (e.g. "seconds"); a family's name must then end in
+  /// "_<unit>". A counter's name is given without "_total".
+  Counter& counter(const std::string& name, const std::string& help,
+                   const MetricLabels& labels = {});
+  Gauge& gauge(const std::string& name, const std::string& help, const std::string& unit = {},
+               const MetricLabels& labels = {});
+  Histogram& histogram(const std::string& name, const std::string& help, const std::string& unit,
+                       const std::vector<double>& bounds, const MetricLabels& labels = {});
+
+  /// Every family in the OpenMetrics 1.0 text format, ending in "# EOF".
+  std::string openmetrics() const;
+
+ private:
+  enum class Kind { kCounter, kGauge, kHistogram };
+  struct Family {
+    std::string name, help, unit;
+    Kind kind;
+    std::vector<double> bounds;
+    // Stable addresses: handed out by reference.
+    std::deque<std::pair<MetricLabels, std::unique_ptr<Counter>>> counters;
+    std::deque<std::pair<MetricLabels, std::unique_ptr<Gauge>>> gauges;
+    std::deque<std::pair<MetricLabels, std::unique_ptr<Histogram>>> histograms;
+  };
+  // The family `name`, made on first use (under mu_).
+  Family& family(const std::string& name, const std::string& help, const std::string& unit,
+                 Kind kind, const std::vector<double>& bounds);
+
+  mutable std::mutex mu_;
+  std::deque<Family> families_;
+};
+
+}  // namespace lens
