@@ -1,6 +1,5 @@
 #include "p2p_communicator.h"
 
-
 namespace lens::train {
 namespace {
 

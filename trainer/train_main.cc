@@ -15,12 +15,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "gloo_job.h"
 #include "lens/broadcast_trace_context.h"
 #include "lens/c10d_communicator.h"
 #include "lens/error.h"
+#include "lens/metrics.h"
+#include "lens/metrics_endpoint.h"
 #include "lens/pipeline_stats.h"
 #include "lens/startup_agreement.h"
 #include "lens/step_context.h"
@@ -239,6 +242,33 @@ int run_rank(const TrainOptions& o) {
   ctx.microbatch_jitter = o.microbatch_jitter;
   ctx.seed = o.seed;
   ctx.tp = tp.get();
+  // Live metrics: this rank's step figures on an OpenMetrics endpoint, the
+  // step histograms' exemplars pointing at the sampled steps' spans.
+  MetricRegistry metrics;
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  Histogram* step_seconds = nullptr;
+  Histogram* compute_seconds = nullptr;
+  Counter* steps_counter = nullptr;
+  if (o.metrics_port >= 0) {
+    const MetricLabels labels = {{"run", telemetry ? telemetry->config().run_id : std::string()},
+                                 {"rank", std::to_string(rank)},
+                                 {"stage", std::to_string(stage)},
+                                 {"replica", std::to_string(replica)},
+                                 {"tensor", std::to_string(tensor)}};
+    const std::vector<double> bounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                        1,     2.5,  5,     10,   30,  60,   120};
+    step_seconds =
+        &metrics.histogram("lens_step_duration_seconds", "Time of one training step on this rank.",
+                           "seconds", bounds, labels);
+    compute_seconds = &metrics.histogram("lens_step_compute_seconds",
+                                         "Forward and backward time of one step on this rank.",
+                                         "seconds", bounds, labels);
+    steps_counter = &metrics.counter("lens_steps", "Training steps this rank has run.", labels);
+    endpoint = std::make_unique<MetricsEndpoint>(metrics, o.metrics_host,
+                                                 o.metrics_port == 0 ? 0 : o.metrics_port + rank);
+    std::fprintf(stderr, "lens-train: rank %d: metrics at http://%s:%d/metrics\n", rank,
+                 o.metrics_host.c_str(), endpoint->port());
+  }
   std::unique_ptr<SimulatedDevice> device;
   if (o.test_simulated_device > 0) {
     device = SimulatedDevice::open(o.test_simulated_device, rank);
@@ -266,11 +296,14 @@ int run_rank(const TrainOptions& o) {
       for (int step = 0; step < o.steps; ++step) {
         if (termination_signal() != 0) break;  // between steps: a clean stop
         const auto start = std::chrono::steady_clock::now();
+        SpanContext step_context;  // the step span's, for the metrics' exemplars
         StepReport sr;
         sr.step = step;
         try {
           const int skew = rank == o.test_step_skew_rank ? 1 : 0;
+          ctx.step_compute_ns = 0;
           StepScope step_scope(step_trace, static_cast<std::uint64_t>(step + skew));
+          step_context = step_scope.span().context();
           sr.open_microseconds =
               std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
                   .count();
@@ -318,6 +351,12 @@ int run_rank(const TrainOptions& o) {
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                 .count();
         report.steps.push_back(sr);
+        if (step_seconds != nullptr) {
+          const std::int64_t now = telemetry ? telemetry->now_unix_ns() : 0;
+          step_seconds->record(sr.milliseconds / 1e3, step_context, now);
+          compute_seconds->record(ctx.step_compute_ns / 1e9, step_context, now);
+          steps_counter->add();
+        }
       }
       // Stopped: the closing clock sample is a collective the others may
       // not reach.
@@ -375,6 +414,8 @@ int run_rank(const TrainOptions& o) {
         stage, replica, tensor, report.steps.size(), last.milliseconds,
         last.loss ? (", loss " + std::to_string(*last.loss)).c_str() : "");
   }
+  if (endpoint && o.metrics_linger_s > 0)  // a last scrape or two
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.metrics_linger_s));
   return 0;
 }
 

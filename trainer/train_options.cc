@@ -73,6 +73,15 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  "fault injection: --slow-stage is slow from this step on (a slowdown that begins "
                  "mid-run); default 0")
       ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--metrics-port", o.metrics_port,
+                 "serve live metrics for Prometheus: rank r on --metrics-host:PORT+r, /metrics "
+                 "(0: a port each rank picks, printed; default off)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-host", o.metrics_host,
+                 "the IPv4 address the metrics endpoints listen on; default 127.0.0.1");
+  app.add_option("--metrics-linger", o.metrics_linger_s,
+                 "seconds each rank keeps serving its metrics after its last step; default 0")
+      ->check(CLI::Range(0.0, 3600.0));
   app.add_option("--test-simulated-device", o.test_simulated_device,
                  "TEST AID: run each forward and backward on the simulated GPU named in "
                  "LENS_CUDA_RUNTIME, F times as long as the host's compute, its spans timed on "
@@ -126,6 +135,13 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  "lens-train: --tp %d does not divide --hidden %d; accepted: a divisor of the "
                  "hidden size\n",
                  o.tp, o.hidden);
+    std::exit(2);
+  }
+  if (o.metrics_port > 0 && o.metrics_port + o.world() - 1 > 65535) {
+    std::fprintf(stderr,
+                 "lens-train: --metrics-port %d leaves no port for rank %d; accepted: 0, or 1 to "
+                 "%d\n",
+                 o.metrics_port, o.world() - 1, 65536 - o.world());
     std::exit(2);
   }
   if (o.slow_rank >= o.world()) {

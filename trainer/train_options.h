@@ -54,6 +54,12 @@ struct TrainOptions {
   // TEST AID: the compute on the simulated GPU named in LENS_CUDA_RUNTIME,
   // running this many times the host's compute (0: on the host).
   double test_simulated_device = 0;
+  // Live metrics (docs/metrics.md): rank r serves its OpenMetrics text on
+  // metrics_host:metrics_port + r (-1: off; 0: a port each rank picks,
+  // printed), and keeps serving metrics_linger_s seconds after its last step.
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
+  double metrics_linger_s = 0;
   // TEST AID: per rank (by global rank), an offset and a drift injected into
   // that rank's span clock, so that clock alignment can be tried on one
   // host. Empty, or one value per rank.
