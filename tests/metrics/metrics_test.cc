@@ -21,6 +21,8 @@
 namespace lens {
 namespace {
 
+using namespace std::string_literals;
+
 SpanContext sampled_context() {
   SpanContext c;
   c.trace_id = *TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736");
@@ -145,7 +147,7 @@ TEST(MetricsEndpoint, ServesTheTextAtMetricsAndAnswersEveryOtherRequestWithoutTr
   for (const Case& c :
        {Case{"GET / HTTP/1.1\r\n\r\n", "404"}, Case{"POST /metrics HTTP/1.1\r\n\r\n", "405"},
         Case{"GET /metrics\r\n\r\n", "400"}, Case{"garbage\r\n\r\n", "400"},
-        Case{std::string("GET /metrics HTTP/1.1\0\r\n\r\n", 28), "200"}, Case{huge, "431"}}) {
+        Case{"GET /metrics HTTP/1.1\0\r\n\r\n"s, "200"}, Case{huge, "431"}}) {
     const std::string answer = ask(endpoint.port(), c.request);
     EXPECT_TRUE(answer.starts_with(std::string("HTTP/1.1 ") + c.status)) << answer;
   }
