@@ -12,8 +12,10 @@
 #include <chrono>
 #include <cstring>
 
-#include "lens/carrier.h"
 #include "discard_exporter.h"
+#include "lens/carrier.h"
+#include "lens/ids.h"
+#include "lens/metrics.h"
 #include "lens/telemetry.h"
 #include "lens/trace_context.h"
 
@@ -83,6 +85,32 @@ void BM_SpanTwoAttributesOneLink(benchmark::State& state) {
   report_drops(state, *telemetry);
 }
 BENCHMARK(BM_SpanTwoAttributesOneLink);
+
+// What live metrics add to a training step (docs/metrics.md): lens-train's
+// per-step recording, two histograms (one exemplar each, as for a sampled
+// step) and a counter.
+void BM_MetricsStepRecord(benchmark::State& state) {
+  lens::MetricRegistry registry;
+  const lens::MetricLabels labels = {
+      {"run", "bench"}, {"rank", "0"}, {"stage", "0"}, {"replica", "0"}, {"tensor", "0"}};
+  const std::vector<double> bounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                      1,     2.5,  5,     10,   30,  60,   120};
+  lens::Histogram& step = registry.histogram("step_seconds", "", "seconds", bounds, labels);
+  lens::Histogram& compute = registry.histogram("compute_seconds", "", "seconds", bounds, labels);
+  lens::Counter& steps = registry.counter("steps", "", labels);
+  lens::SpanContext sampled;
+  sampled.trace_id = lens::IdGenerator::new_trace_id();
+  sampled.span_id = lens::IdGenerator::new_span_id();
+  sampled.trace_flags = lens::TraceFlags::kSampled;
+  double t = 0.04;
+  for (auto _ : state) {
+    step.record(t, sampled, 1);
+    compute.record(t * 0.7, sampled, 1);
+    steps.add();
+    t = t < 1 ? t * 1.1 : 0.04;
+  }
+}
+BENCHMARK(BM_MetricsStepRecord);
 
 void BM_TraceparentFormatParse(benchmark::State& state) {
   lens::SpanContext ctx;

@@ -6,7 +6,8 @@
 // median step time and the ratios to untraced, beside the ratio of a second
 // untraced run (what the machine's noise alone gives), and how long rank 0
 // took to open a step (the step protocol on the source's training thread:
-// a figure in microseconds that the machine's noise does not drown).
+// a figure in microseconds that the machine's noise does not drown), and
+// the same with live metrics on (--metrics-port 0).
 //
 //   lens_trainer_overhead [rounds] [steps]   (run from the build directory's bin/)
 //
@@ -97,6 +98,11 @@ int main(int argc, char** argv) {
        "--step-context derived"},
       {"derived, all groups", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=all",
        "--step-context derived"},
+      // Live metrics (docs/metrics.md) on, each rank's endpoint on a port of
+      // its own choosing, nobody scraping: the per-step recording alone.
+      {"untraced, metrics", "MEGATRON_OTEL_ENABLED=0", "--metrics-port 0"},
+      {"derived, default, metrics", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
+       "--step-context derived --metrics-port 0"},
   };
   constexpr int kModes = sizeof(modes) / sizeof(modes[0]);
   for (int r = 0; r < rounds; ++r) {
