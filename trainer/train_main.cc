@@ -11,6 +11,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "lens/broadcast_trace_context.h"
 #include "lens/c10d_communicator.h"
 #include "lens/error.h"
+#include "lens/live_stragglers.h"
 #include "lens/metrics.h"
 #include "lens/metrics_endpoint.h"
 #include "lens/pipeline_stats.h"
@@ -33,6 +35,7 @@
 #include "pipeline_schedule.h"
 #include "train_options.h"
 #include "train_report.h"
+#include "work_wait.h"
 
 namespace lens::train {
 namespace {
@@ -269,6 +272,29 @@ int run_rank(const TrainOptions& o) {
     std::fprintf(stderr, "lens-train: rank %d: metrics at http://%s:%d/metrics\n", rank,
                  o.metrics_host.c_str(), endpoint->port());
   }
+  // Live stragglers: every --live-every steps one all-gather of each rank's
+  // median compute over the window; every rank applies the rule to the same
+  // figures, rank 0 says what it found.
+  std::unique_ptr<LiveStragglerRule> live_rule;
+  std::vector<double> window_compute_ms;
+  Gauge* straggler_score = nullptr;
+  if (o.live_every > 0) {
+    std::vector<RankCoordinates> ranks;
+    for (int r = 0; r < o.world(); ++r)
+      ranks.push_back({r, o.stage_of(r), o.replica_of(r), o.tensor_of(r)});
+    live_rule = std::make_unique<LiveStragglerRule>(std::move(ranks));
+    if (endpoint)
+      straggler_score = &metrics.gauge(
+          "lens_straggler_score",
+          "This rank's compute over the last window against its own start or its stage's other "
+          "ranks, whichever is larger (1: as expected; the live rule names 1.5 and more).",
+          {},
+          {{"run", telemetry ? telemetry->config().run_id : std::string()},
+           {"rank", std::to_string(rank)},
+           {"stage", std::to_string(stage)},
+           {"replica", std::to_string(replica)},
+           {"tensor", std::to_string(tensor)}});
+  }
   std::unique_ptr<SimulatedDevice> device;
   if (o.test_simulated_device > 0) {
     device = SimulatedDevice::open(o.test_simulated_device, rank);
@@ -338,6 +364,38 @@ int run_rank(const TrainOptions& o) {
           if (!std::isnan(loss)) {
             sr.loss = loss;
             step_scope.span().set_attribute("dl.loss", loss);
+          }
+          if (live_rule) {
+            window_compute_ms.push_back(ctx.step_compute_ns / 1e6);
+            if (static_cast<int>(window_compute_ms.size()) == o.live_every) {
+              // The window's median, gathered from every rank (the same
+              // figures on every rank, so the same verdict).
+              std::sort(window_compute_ms.begin(), window_compute_ms.end());
+              const double mine = window_compute_ms[window_compute_ms.size() / 2];
+              window_compute_ms.clear();
+              std::vector<torch::Tensor> input{torch::full({1}, mine, torch::kFloat64)};
+              std::vector<std::vector<torch::Tensor>> output(1);
+              for (int r = 0; r < o.world(); ++r)
+                output[0].push_back(torch::empty({1}, torch::kFloat64));
+              wait_or_fail(
+                  world_group->allgather(output, input), timeout,
+                  [] { return std::string("the live straggler all-gather"); }, record_failure);
+              std::vector<double> figures;
+              for (const auto& t : output[0]) figures.push_back(t.item<double>());
+              for (const LiveStraggler& s : live_rule->observe(step, figures)) {
+                if (rank != 0) continue;
+                std::fprintf(stderr, "lens-train: live: %s\n", s.describe().c_str());
+                step_scope.span().add_event(
+                    "lens.straggler",
+                    {{"dl.rank", std::int64_t{s.who.rank}},
+                     {"dl.pipeline_parallel.rank", std::int64_t{s.who.stage}},
+                     {"dl.data_parallel.rank", std::int64_t{s.who.replica}},
+                     {"dl.tensor_parallel.rank", std::int64_t{s.who.tensor}},
+                     {"lens.factor", s.factor},
+                     {"lens.against", std::string(s.against_peers ? "peers" : "own start")}});
+              }
+              if (straggler_score != nullptr) straggler_score->set(live_rule->score(rank));
+            }
           }
         } catch (...) {
           // Stopping, and a peer stopped first (its transfers fail): what

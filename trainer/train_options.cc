@@ -82,6 +82,10 @@ TrainOptions parse_train_options(int argc, char** argv) {
   app.add_option("--metrics-linger", o.metrics_linger_s,
                  "seconds each rank keeps serving its metrics after its last step; default 0")
       ->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--live-every", o.live_every,
+                 "every N steps the ranks gather their compute over the last N steps and rank 0 "
+                 "names a straggler as it happens (one all-gather every N steps; default off)")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--test-simulated-device", o.test_simulated_device,
                  "TEST AID: run each forward and backward on the simulated GPU named in "
                  "LENS_CUDA_RUNTIME, F times as long as the host's compute, its spans timed on "

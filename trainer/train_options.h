@@ -60,6 +60,9 @@ struct TrainOptions {
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
   double metrics_linger_s = 0;
+  // Live stragglers (docs/metrics.md): every N steps the ranks gather their
+  // compute over the last N steps and name a straggler as it happens (0: off).
+  int live_every = 0;
   // TEST AID: per rank (by global rank), an offset and a drift injected into
   // that rank's span clock, so that clock alignment can be tried on one
   // host. Empty, or one value per rank.

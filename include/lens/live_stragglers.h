@@ -11,8 +11,11 @@
 /// ranks doing the same work). A stage that simply does more work is not
 /// named: its ranks are as slow as its other ranks and as they were from
 /// the start (that is imbalance, which `lens analyze` reports). A rank is
-/// named once when it becomes a straggler, and may be named again after it
-/// recovered. The score of a rank is the larger of the two ratios.
+/// named when it becomes a straggler, again when it gets markedly worse
+/// (`threshold` times the factor it was named at: a rank that noise named
+/// at 1.6x and that then slows down 4x is named at 4x), and again after it
+/// recovered and slowed down anew. The score of a rank is the larger of
+/// the two ratios.
 ///
 /// Thread safety: one thread.
 #pragma once
@@ -56,7 +59,7 @@ class LiveStragglerRule {
   double threshold_;
   std::vector<double> baseline_;  // each rank's first figure (0: none yet)
   std::vector<double> scores_;
-  std::vector<bool> named_;
+  std::vector<double> named_;  // the factor each rank was last named at (0: not named)
 };
 
 }  // namespace lens

@@ -34,7 +34,7 @@ LiveStragglerRule::LiveStragglerRule(std::vector<RankCoordinates> ranks, double 
       threshold_(threshold),
       baseline_(ranks_.size(), 0),
       scores_(ranks_.size(), 0),
-      named_(ranks_.size(), false) {
+      named_(ranks_.size(), 0) {
   if (!(threshold > 1)) throw std::invalid_argument("live straggler threshold must be above 1");
   for (std::size_t i = 0; i < ranks_.size(); ++i)
     if (ranks_[i].rank != static_cast<int>(i))
@@ -59,10 +59,14 @@ std::vector<LiveStraggler> LiveStragglerRule::observe(std::int64_t step,
     const double against = peers.empty() ? 0 : v / median(peers);
     scores_[r] = std::max(own, against);
     if (scores_[r] >= threshold_) {
-      if (!named_[r]) named.push_back({ranks_[r], step, scores_[r], against >= own});
-      named_[r] = true;
+      // Named when it becomes a straggler, and again when it gets markedly
+      // worse (the threshold times the factor it was named at).
+      if (named_[r] == 0 || scores_[r] >= named_[r] * threshold_) {
+        named.push_back({ranks_[r], step, scores_[r], against >= own});
+        named_[r] = scores_[r];
+      }
     } else {
-      named_[r] = false;  // recovered: may be named again
+      named_[r] = 0;  // recovered: may be named again
     }
   }
   return named;

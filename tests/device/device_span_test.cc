@@ -57,10 +57,11 @@ TEST(DeviceSpan, ItsTimesAreWhereTheDeviceRanTheWorkNotWhereTheHostLaunchedIt) {
   MemoryTelemetry m;
   const Tracer tracer = m.telemetry->tracer();
   const device::Stream s = stream(11);
-  // The device is 30 ms behind the host (work queued before the span), so
-  // the span's 5 ms of work runs from 30 to 35 ms after its launch.
+  // The device is 200 ms behind the host (work queued before the span), so
+  // the span's 5 ms of work runs from 200 to 205 ms after its launch (far
+  // more than a loaded machine or a sanitizer makes the host take).
   const std::int64_t before = monotonic_ns();
-  sim.launch(s, 30'000'000);
+  sim.launch(s, 200'000'000);
   const std::int64_t after = monotonic_ns();
   {
     Span span = tracer.start_span(SpanGroup::kForwardBackward, "forward", on_stream(s));
@@ -77,19 +78,19 @@ TEST(DeviceSpan, ItsTimesAreWhereTheDeviceRanTheWorkNotWhereTheHostLaunchedIt) {
   const SpanRecord& span = spans[0];
   // The duration is the device's, to the microsecond.
   EXPECT_NEAR(static_cast<double>(span.end_time_unix_ns - span.start_time_unix_ns), 5e6, 1e3);
-  // Where it starts: 30 ms after the first launch (between `before` and
+  // Where it starts: 200 ms after the first launch (between `before` and
   // `after`), on the span clock, within the anchor's uncertainty.
   const double slack = static_cast<double>(d.uncertainty_ns) + 1e3;
   EXPECT_GE(static_cast<double>(span.start_time_unix_ns),
-            static_cast<double>(detail::unix_ns_from_steady(before + 30'000'000)) - slack);
+            static_cast<double>(detail::unix_ns_from_steady(before + 200'000'000)) - slack);
   EXPECT_LE(static_cast<double>(span.start_time_unix_ns),
-            static_cast<double>(detail::unix_ns_from_steady(after + 30'000'000)) + slack);
+            static_cast<double>(detail::unix_ns_from_steady(after + 200'000'000)) + slack);
   // The host's launch times are kept: the host was done long before.
   const std::int64_t host_start = int_of(span, "lens.host.start_unix_ns");
   const std::int64_t host_end = int_of(span, "lens.host.end_unix_ns");
   ASSERT_GT(host_start, 0);
-  EXPECT_LT(host_end - host_start, 5'000'000) << "launching took less than the work";
-  EXPECT_GT(span.start_time_unix_ns - host_start, 25'000'000);
+  EXPECT_LT(host_end, span.end_time_unix_ns) << "the host was done before the device";
+  EXPECT_GT(span.start_time_unix_ns - host_start, 150'000'000) << "the device started later";
   EXPECT_EQ(int_of(span, "lens.device.uncertainty_ns"), d.uncertainty_ns);
   EXPECT_EQ(find(span, "nemo.span.truncated"), nullptr);
 }

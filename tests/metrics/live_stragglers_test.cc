@@ -38,6 +38,16 @@ TEST(LiveStragglerRule, NamesARankThatSlowsDownOnceAgainstItsStagesOtherRanks) {
   EXPECT_EQ(rule.observe(59, {10, 10, 12, 40}).size(), 1u) << "slow again: named again";
 }
 
+TEST(LiveStragglerRule, ARankNamedAtALowFactorIsNamedAgainWhenItGetsMarkedlyWorse) {
+  LiveStragglerRule rule(pp2_dp2());
+  EXPECT_TRUE(rule.observe(4, {10, 10, 12, 12}).empty());
+  ASSERT_EQ(rule.observe(9, {10, 10, 12, 20}).size(), 1u) << "1.67x: named (noise, perhaps)";
+  EXPECT_TRUE(rule.observe(14, {10, 10, 12, 24}).empty()) << "2x: not markedly worse than 1.67x";
+  const auto worse = rule.observe(19, {10, 10, 12, 48});
+  ASSERT_EQ(worse.size(), 1u) << "4x: 1.5 times the factor it was named at";
+  EXPECT_DOUBLE_EQ(worse[0].factor, 4.0);
+}
+
 TEST(LiveStragglerRule, AStageThatDoesMoreWorkIsNotAStragglerButARankAloneIsAgainstItsStart) {
   // One pipeline (no peers): stage 1 does 3x the work from the start.
   LiveStragglerRule pipeline({{0, 0, 0, 0}, {1, 1, 0, 0}});
