@@ -14,6 +14,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "lens/broadcast_trace_context.h"
@@ -24,6 +25,9 @@
 #include "lens/error.h"
 #include "lens/ids.h"
 #include "lens/linked_span.h"
+#include "lens/live_stragglers.h"
+#include "lens/metrics.h"
+#include "lens/metrics_endpoint.h"
 #include "lens/pipeline_stats.h"
 #include "lens/startup_agreement.h"
 #include "lens/step_check.h"
@@ -469,6 +473,68 @@ PYBIND11_MODULE(_lens, m) {
         return "<lens.Carrier step=" + std::to_string(c.carrier.step) + " " +
                lens::format_traceparent(c.carrier.context) + ">";
       });
+
+  // Live metrics (docs/metrics.md): the registry, its endpoint, and the
+  // live straggler rule, as in C++.
+  py::class_<lens::Counter>(m, "Counter")
+      .def("add", &lens::Counter::add, py::arg("delta") = 1.0)
+      .def_property_readonly("value", &lens::Counter::value);
+  py::class_<lens::Gauge>(m, "Gauge")
+      .def("set", &lens::Gauge::set, py::arg("value"))
+      .def_property_readonly("value", &lens::Gauge::value);
+  py::class_<lens::Histogram>(m, "Histogram")
+      .def(
+          "record",
+          [](lens::Histogram& h, double value, const std::optional<lens::SpanContext>& context) {
+            const lens::Telemetry* t = lens::get_telemetry();
+            h.record(value, context.value_or(lens::SpanContext()), t ? t->now_unix_ns() : 0);
+          },
+          py::arg("value"), py::arg("context") = py::none())
+      .def_property_readonly("count", [](const lens::Histogram& h) { return h.snapshot().count; })
+      .def_property_readonly("sum", [](const lens::Histogram& h) { return h.snapshot().sum; });
+  py::class_<lens::MetricRegistry>(m, "MetricRegistry")
+      .def(py::init<>())
+      .def("counter", &lens::MetricRegistry::counter, py::arg("name"), py::arg("help") = "",
+           py::arg("labels") = lens::MetricLabels{}, py::return_value_policy::reference_internal)
+      .def("gauge", &lens::MetricRegistry::gauge, py::arg("name"), py::arg("help") = "",
+           py::arg("unit") = "", py::arg("labels") = lens::MetricLabels{},
+           py::return_value_policy::reference_internal)
+      .def("histogram", &lens::MetricRegistry::histogram, py::arg("name"), py::arg("help"),
+           py::arg("unit"), py::arg("bounds"), py::arg("labels") = lens::MetricLabels{},
+           py::return_value_policy::reference_internal)
+      .def("openmetrics", &lens::MetricRegistry::openmetrics);
+  py::class_<lens::MetricsEndpoint>(m, "MetricsEndpoint")
+      .def(py::init<const lens::MetricRegistry&, const std::string&, int>(), py::arg("registry"),
+           py::arg("host") = "127.0.0.1", py::arg("port") = 0, py::keep_alive<1, 2>())
+      .def_property_readonly("port", &lens::MetricsEndpoint::port)
+      .def("stop", &lens::MetricsEndpoint::stop, py::call_guard<py::gil_scoped_release>());
+  py::class_<lens::LiveStragglerRule>(m, "LiveStragglerRule")
+      .def(py::init([](const std::vector<std::tuple<int, int, int, int>>& ranks, double threshold) {
+             std::vector<lens::RankCoordinates> coords;
+             for (const auto& [r, s, d, t] : ranks) coords.push_back({r, s, d, t});
+             return std::make_unique<lens::LiveStragglerRule>(std::move(coords), threshold);
+           }),
+           py::arg("ranks"), py::arg("threshold") = 1.5)
+      .def(
+          "observe",
+          [](lens::LiveStragglerRule& rule, std::int64_t step, const std::vector<double>& figures) {
+            py::list named;
+            for (const auto& s : rule.observe(step, figures)) {
+              py::dict d;
+              d["rank"] = s.who.rank;
+              d["stage"] = s.who.stage;
+              d["replica"] = s.who.replica;
+              d["tensor"] = s.who.tensor;
+              d["step"] = s.step;
+              d["factor"] = s.factor;
+              d["against_peers"] = s.against_peers;
+              d["line"] = s.describe();
+              named.append(d);
+            }
+            return named;
+          },
+          py::arg("step"), py::arg("figures"))
+      .def("score", &lens::LiveStragglerRule::score, py::arg("rank"));
 
   py::class_<PySpan>(m, "Span")
       .def_property_readonly("recording", &PySpan::recording)

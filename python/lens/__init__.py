@@ -23,9 +23,12 @@ groups are read from the core at ``init``, ``set_span_groups`` and
 
 from . import _lens
 from ._lens import Carrier, ConfigError, Span, SpanContext, StepCheckError, __version__
+# Live metrics and stragglers (docs/metrics.md).
+from ._lens import LiveStragglerRule, MetricRegistry, MetricsEndpoint
 
 __all__ = [
     "Carrier", "ConfigError", "Span", "SpanContext", "StepCheckError", "Telemetry", "__version__",
+    "LiveStragglerRule", "MetricRegistry", "MetricsEndpoint",
     "current_span_context", "distributed", "flush", "get_telemetry", "init",
     "managed_span", "refresh", "set_span_groups", "shutdown", "state",
 ]

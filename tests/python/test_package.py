@@ -312,5 +312,46 @@ class Configuration(unittest.TestCase):
         lens.shutdown()
 
 
+class LiveMetrics(Traced):
+    """The metrics registry, its endpoint and the live straggler rule from Python."""
+
+    def test_a_step_histogram_with_the_step_spans_exemplar_served_over_http(self):
+        import urllib.request
+        registry = lens.MetricRegistry()
+        step = registry.histogram("lens_step_duration_seconds", "Step time.", "seconds",
+                                  [0.01, 0.1, 1], [("rank", "0")])
+        steps = registry.counter("lens_steps", "Steps.", [("rank", "0")])
+        with lens.managed_span("megatron.train_step", "step") as span:
+            pass
+        step.record(0.05, span.context)
+        step.record(0.5)  # outside a trace: counted, no exemplar
+        steps.add()
+        self.assertEqual(step.count, 2)
+        endpoint = lens.MetricsEndpoint(registry, "127.0.0.1", 0)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}/metrics", timeout=10) as r:
+                self.assertTrue(r.headers["Content-Type"].startswith("application/openmetrics-text"))
+                text = r.read().decode()
+        finally:
+            endpoint.stop()
+        ctx = span.context
+        self.assertIn(f'lens_step_duration_seconds_bucket{{rank="0",le="0.1"}} 1 # '
+                      f'{{trace_id="{ctx.trace_id}",span_id="{ctx.span_id}"}} 0.05 ', text)
+        self.assertIn('lens_step_duration_seconds_bucket{rank="0",le="1"} 2\n', text)
+        self.assertIn('lens_steps_total{rank="0"} 1\n', text)
+        self.assertTrue(text.endswith("# EOF\n"))
+        with self.assertRaises(ValueError):
+            registry.gauge("bad-name")
+
+    def test_the_live_rule_names_a_slow_rank_against_its_stage(self):
+        rule = lens.LiveStragglerRule([(0, 0, 0, 0), (1, 0, 1, 0), (2, 1, 0, 0), (3, 1, 1, 0)])
+        self.assertEqual(rule.observe(9, [10, 10, 12, 12]), [])
+        (named,) = rule.observe(19, [10, 10, 12, 48])
+        self.assertEqual((named["rank"], named["stage"], named["replica"]), (3, 1, 1))
+        self.assertAlmostEqual(named["factor"], 4.0)
+        self.assertIn("rank 3 (stage 1, replica 1, tensor rank 0) is a straggler at step 19", named["line"])
+        self.assertAlmostEqual(rule.score(3), 4.0)
+
+
 if __name__ == "__main__":
     unittest.main()
