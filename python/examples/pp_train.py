@@ -165,6 +165,39 @@ def run_rank(args):
 
     def from_wire(t):
         return t.to(device, non_blocking=True) if stream is not None else t
+
+    # Live metrics and stragglers (docs/metrics.md): this rank's step and
+    # compute times as histograms on an OpenMetrics endpoint (their
+    # exemplars the sampled steps' spans), and every --live-every steps one
+    # all-gather of each rank's median compute, judged alike by every rank.
+    bounds = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
+    labels = [("rank", str(rank)), ("stage", str(stage))]
+    registry = lens.MetricRegistry()
+    step_seconds = registry.histogram("lens_step_duration_seconds", "Time of one training step on this rank.",
+                                      "seconds", bounds, labels)
+    compute_seconds = registry.histogram("lens_step_compute_seconds",
+                                         "Forward and backward time of one step on this rank.",
+                                         "seconds", bounds, labels)
+    steps_done = registry.counter("lens_steps", "Training steps this rank has run.", labels)
+    endpoint = None
+    if args.metrics_port >= 0:
+        endpoint = lens.MetricsEndpoint(registry, "127.0.0.1",
+                                        0 if args.metrics_port == 0 else args.metrics_port + rank)
+        print(f"pp_train: rank {rank}: metrics at http://127.0.0.1:{endpoint.port}/metrics",
+              file=sys.stderr, flush=True)
+    rule = lens.LiveStragglerRule([(r, r, 0, 0) for r in range(world)]) if args.live_every > 0 else None
+    window = []
+    slow_rank, slow_factor, slow_from = -1, 1.0, 0
+    if args.test_slow_rank:  # TEST AID: RANK:FACTOR:FROM_STEP
+        slow_rank, slow_factor, slow_from = args.test_slow_rank.split(":")
+        slow_rank, slow_factor, slow_from = int(slow_rank), float(slow_factor), int(slow_from)
+
+    def computed(started, step):
+        """A forward or backward that began at `started` is done: its time, slowed by the aid."""
+        took = time.perf_counter() - started
+        if rank == slow_rank and step >= slow_from and slow_factor > 1:
+            time.sleep((slow_factor - 1) * took)
+        return time.perf_counter() - started
     first, last = stage == 0, stage == stages - 1
     losses = []
 
@@ -202,9 +235,11 @@ def run_rank(args):
                     return 1
                 lens.state.set_pp_trace_carrier(carrier)
 
+            step_started = time.perf_counter()
+            compute = 0.0
             with lens.managed_span("megatron.train_step", group="step", **{
                     "dl.step": step, "dl.rank": rank, "dl.pipeline_parallel.rank": stage,
-                    "dl.pipeline_parallel.size": stages, "dl.num_microbatches": args.microbatches}):
+                    "dl.pipeline_parallel.size": stages, "dl.num_microbatches": args.microbatches}) as step_span:
                 inputs = dataset  # the same microbatches every step: the loss goes down
                 saved = {}
                 pending_sends = []  # isend: a stage never blocks on its sends, as Megatron's batched p2p
@@ -235,6 +270,7 @@ def run_rank(args):
                                 x.requires_grad_(True)
                             with lens.managed_span("megatron.microbatch.forward", group="microbatch",
                                                    stream=stream, **{"dl.microbatch_id": mb}):
+                                started = time.perf_counter()
                                 y = model(x)
                                 if last:
                                     loss = torch.nn.functional.mse_loss(y, inputs[mb] @ target_map)
@@ -242,6 +278,7 @@ def run_rank(args):
                                     saved[mb] = (x, loss / args.microbatches)
                                 else:
                                     saved[mb] = (x, y)
+                                compute += computed(started, step)
                             if not last:
                                 with lens.managed_span("megatron.p2p.send_forward", group="communication",
                                                        stream=stream,
@@ -259,10 +296,12 @@ def run_rank(args):
                                     grad = from_wire(grad)
                             with lens.managed_span("megatron.microbatch.backward", group="microbatch",
                                                    stream=stream, **{"dl.microbatch_id": mb}):
+                                started = time.perf_counter()
                                 if last:
                                     out.backward()
                                 else:
                                     out.backward(grad)
+                                compute += computed(started, step)
                             if not first:
                                 with lens.managed_span("megatron.p2p.send_backward", group="communication",
                                                        stream=stream,
@@ -272,8 +311,24 @@ def run_rank(args):
                         work.wait()
                 with lens.managed_span("megatron.optimizer.step", group="optimizer"):
                     optimizer.step()
+                if rule is not None:
+                    window.append(compute * 1e3)
+                    if len(window) == args.live_every:
+                        mine = sorted(window)[len(window) // 2]
+                        window.clear()
+                        figures = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
+                        dist.all_gather(figures, torch.tensor([mine], dtype=torch.float64))
+                        for named in rule.observe(step, [f.item() for f in figures]):
+                            if rank == 0:
+                                print(f"pp_train: live: {named['line']}", file=sys.stderr, flush=True)
+                                step_span.add_event("lens.straggler", {"dl.rank": named["rank"],
+                                                                       "lens.factor": named["factor"]})
                 if last:
                     losses.append(step_loss)
+            context = step_span.context if step_span.recording else None
+            step_seconds.record(time.perf_counter() - step_started, context)
+            compute_seconds.record(compute, context)
+            steps_done.add()
     except RuntimeError as error:  # a peer that stopped first: this rank's transfer fails
         if not lens.termination_signal():
             raise
@@ -299,6 +354,9 @@ def run_rank(args):
     dist.barrier()
     lens.shutdown()
     dist.destroy_process_group()
+    if endpoint is not None:
+        time.sleep(args.metrics_linger)  # a last scrape or two
+        endpoint.stop()
     print(f"pp_train: rank {rank}: {stats['broadcasts']} broadcasts, "
           f"{stats['derived_steps']} derived step contexts, {stats['step_checks']} step checks, "
           f"{stats['linked_spans']} linked spans", flush=True)
@@ -314,6 +372,14 @@ def main():
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the model runs; cuda times compute and copies on the GPU")
+    parser.add_argument("--metrics-port", type=int, default=-1,
+                        help="serve live metrics: rank r on 127.0.0.1:PORT+r (0: picked, printed)")
+    parser.add_argument("--metrics-linger", type=float, default=0.0,
+                        help="seconds to keep serving metrics after the last step")
+    parser.add_argument("--live-every", type=int, default=0,
+                        help="every N steps the ranks gather their compute; rank 0 names stragglers")
+    parser.add_argument("--test-slow-rank", default="", metavar="RANK:FACTOR:FROM_STEP",
+                        help="TEST AID: that rank computes FACTOR times as long from FROM_STEP on")
     parser.add_argument("--trace-dir", default="")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds the launcher waits")
     parser.add_argument("--rank-env", action="append", default=[], metavar="RANK:NAME=VALUE",
