@@ -1435,12 +1435,12 @@ TEST_F(DeviceTimeCli, ComputeSpansAreTheDevicesAndTheAnalysisReadsThem) {
 }
 
 // Stragglers named while the job runs (lens-train --live-every 5): pp 2 x
-// dp 2, rank 3 (stage 1, replica 1) slowed 4x from step 10, and the same
+// dp 2, rank 3 (stage 1, replica 1) slowed 8x from step 10, and the same
 // run balanced. The slowed rank is named within two meetings of its
-// slowdown, at 2.5x or more (4x injected), with an event on rank 0's step
-// span; the balanced run names nobody at 2x or more (what a 4x effect would
-// show; the rule itself names 1.5x, which noise on 4 ranks sharing 2 cores
-// can reach).
+// slowdown, at 4x or more, with an event on rank 0's step span; nobody
+// else, and nobody in the balanced run, at 3x or more. (The rule names
+// 1.5x; 4 ranks sharing a 2-core machine with its other core busy reached
+// 2.2x by noise alone, in 20 rounds: bench/README.md.)
 struct LiveLine {
   int rank = -1;
   long step = -1;
@@ -1467,17 +1467,17 @@ TEST(LiveStragglersCli, ASlowRankIsNamedAsItHappensAndABalancedRunNamesNobody) {
       std::string(LENS_TRAIN_BIN) +
       " --pp 2 --dp 2 --layers 4 --microbatches 4 --steps 30 --hidden 128 --microbatch-size 32 "
       "--live-every 5 --otel-enabled=true --otel-span-groups per_step";
-  Result slow = run(layout + " --slow-rank 3 --slow-factor 4 --slow-from-step 10 --trace-dir " +
+  Result slow = run(layout + " --slow-rank 3 --slow-factor 8 --slow-from-step 10 --trace-dir " +
                     (base / "slow").string());
   ASSERT_EQ(slow.exit_code, 0) << slow.output;
   const auto named = live_lines(slow.output);
   const LiveLine* found = nullptr;
   for (const auto& l : named)
-    if (l.rank == 3 && l.step >= 10 && l.factor >= 2.5) found = &l;
+    if (found == nullptr && l.rank == 3 && l.step >= 10 && l.factor >= 4) found = &l;
   ASSERT_NE(found, nullptr) << slow.output;
   EXPECT_LE(found->step, 10 + 2 * 5 + 4) << "within two meetings of the slowdown";
   for (const auto& l : named)
-    EXPECT_TRUE(l.rank == 3 || l.factor < 2.0) << "rank " << l.rank << " at " << l.factor << "x";
+    EXPECT_TRUE(l.rank == 3 || l.factor < 3.0) << "rank " << l.rank << " at " << l.factor << "x";
   // The event is on rank 0's step span of that step.
   fs::path run_dir;
   for (const auto& e : fs::directory_iterator(base / "slow")) run_dir = e.path();
