@@ -1495,7 +1495,7 @@ TEST(LiveStragglersCli, ASlowRankIsNamedAsItHappensAndABalancedRunNamesNobody) {
   EXPECT_TRUE(event) << "a lens.straggler event on rank 0's step span";
   Result balanced = run(layout + " --trace-dir " + (base / "balanced").string());
   ASSERT_EQ(balanced.exit_code, 0) << balanced.output;
-  for (const auto& l : live_lines(balanced.output)) EXPECT_LT(l.factor, 2.0) << balanced.output;
+  for (const auto& l : live_lines(balanced.output)) EXPECT_LT(l.factor, 3.0) << balanced.output;
   fs::remove_all(base);
 }
 
