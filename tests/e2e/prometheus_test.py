@@ -3,9 +3,10 @@
 Debian's prometheus (installed by scripts/bootstrap) is started on loopback
 with exemplar storage and a 1 s scrape interval, against the two ranks'
 endpoints of a `lens-train --pp 2 --metrics-port` run traced with the step
-group. Then its HTTP API is asked: every rank's step count is there and was
-scraped several times during the run, and the exemplars it stored on the
-step-time histogram name, by trace id and span id, each rank's own
+group. Then its HTTP API is asked: every rank's step count is there, the
+step-time series has a point per scrape its rank answered, and the
+exemplars it stored on the step-time histogram name, by trace id and span
+id, each rank's own
 megatron.train_step span in the run's trace files (which `lens check`
 passes).
 
@@ -93,7 +94,7 @@ def main():
         run = subprocess.run([train_bin, "--pp", "2", "--steps", "150", "--microbatches", "4",
                               "--otel-enabled=true", "--otel-span-groups", "per_step",
                               "--trace-dir", trace_dir, "--metrics-port", str(base),
-                              "--metrics-linger", "3"],
+                              "--metrics-linger", "5"],
                              capture_output=True, text=True, timeout=240)
         if run.returncode != 0:
             fail(f"lens-train failed: {run.stderr[-3000:]}")
@@ -112,12 +113,18 @@ def main():
         by_rank = {r["metric"]["rank"]: float(r["value"][1]) for r in steps}
         if by_rank != {"0": 150.0, "1": 150.0}:
             fail(f"lens_steps_total per rank: {by_rank}")
+        # A point per successful scrape: the series' points are as many as
+        # the scrapes its target answered (`up` was 1), and there were some.
         scrapes = api(prom_port, "query",
                       query=f"count_over_time(lens_step_duration_seconds_count[{window}])",
                       time=ended)["result"]
         counts = {r["metric"]["rank"]: int(float(r["value"][1])) for r in scrapes}
-        if sorted(counts) != ["0", "1"] or min(counts.values()) < 3:
-            fail(f"points per rank (one a scrape): {counts}")
+        answered = {}
+        for r in api(prom_port, "query", query=f"sum_over_time(up[{window}])", time=ended)["result"]:
+            port = int(r["metric"]["instance"].rsplit(":", 1)[1])
+            answered[str(port - base)] = int(float(r["value"][1]))
+        if sorted(counts) != ["0", "1"] or min(counts.values()) < 2 or counts != answered:
+            fail(f"points per rank {counts}, scrapes answered per rank {answered}")
 
         # The exemplars: each names its rank's step span in the trace files.
         data = api(prom_port, "query_exemplars", query="lens_step_duration_seconds_bucket",
