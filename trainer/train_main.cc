@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -295,6 +296,21 @@ int run_rank(const TrainOptions& o) {
            {"replica", std::to_string(replica)},
            {"tensor", std::to_string(tensor)}});
   }
+  // The same metrics as OTLP/JSON lines beside the rank's trace file
+  // (rank-<r>.metrics.jsonl), one cumulative request at each live meeting
+  // and at the end, when the traces go to files.
+  const std::int64_t metrics_start = telemetry ? telemetry->now_unix_ns() : 0;
+  std::string metrics_file;
+  if (endpoint && telemetry && telemetry->trace_file().ends_with(".otlp.jsonl")) {
+    const std::string& f = telemetry->trace_file();
+    metrics_file = f.substr(0, f.size() - std::string(".otlp.jsonl").size()) + ".metrics.jsonl";
+  }
+  const auto write_metrics_line = [&] {
+    if (metrics_file.empty()) return;
+    std::ofstream out(metrics_file, std::ios::app);
+    out << metrics.otlp_json(telemetry->resource(), metrics_start, telemetry->now_unix_ns())
+        << '\n';
+  };
   std::unique_ptr<SimulatedDevice> device;
   if (o.test_simulated_device > 0) {
     device = SimulatedDevice::open(o.test_simulated_device, rank);
@@ -395,6 +411,7 @@ int run_rank(const TrainOptions& o) {
                      {"lens.against", std::string(s.against_peers ? "peers" : "own start")}});
               }
               if (straggler_score != nullptr) straggler_score->set(live_rule->score(rank));
+              write_metrics_line();
             }
           }
         } catch (...) {
@@ -416,6 +433,7 @@ int run_rank(const TrainOptions& o) {
           steps_counter->add();
         }
       }
+      write_metrics_line();
       // Stopped: the closing clock sample is a collective the others may
       // not reach.
       if (termination_signal() == 0) step_trace.finish();

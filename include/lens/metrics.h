@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "lens/resource.h"
 #include "lens/span_context.h"
 
 namespace lens {
@@ -106,6 +107,17 @@ class MetricRegistry {
 
   /// Every family in the OpenMetrics 1.0 text format, ending in "# EOF".
   std::string openmetrics() const;
+
+  /// Every family as one OTLP/JSON ExportMetricsServiceRequest (no
+  /// newline), for an OTLP JSON lines file: cumulative temporality from
+  /// `start_unix_ns` to `now_unix_ns`, the resource's attributes, scope
+  /// "nemo.lens". Names as OpenTelemetry writes them: the family's name
+  /// without its unit suffix, '_' as '.' (lens_step_duration_seconds ->
+  /// lens.step.duration), the unit as UCUM ("seconds" -> "s"); histogram
+  /// buckets per bucket (not cumulative), exemplars with their trace and
+  /// span ids.
+  std::string otlp_json(const Resource& resource, std::int64_t start_unix_ns,
+                        std::int64_t now_unix_ns) const;
 
  private:
   enum class Kind { kCounter, kGauge, kHistogram };

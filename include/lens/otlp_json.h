@@ -26,5 +26,10 @@ void append_otlp_json(std::string& out, const Resource& resource,
 
 /// Appends s as a JSON string literal (with quotes).
 void append_json_string(std::string& out, std::string_view s);
+/// Appends "attributes":[...] as OTLP/JSON writes them (for other OTLP
+/// payloads: metrics).
+void append_otlp_json_attributes(std::string& out, const Attributes& attributes);
+/// Appends a double as OTLP/JSON writes it (NaN and infinities as strings).
+void append_otlp_json_double(std::string& out, double value);
 
 }  // namespace lens

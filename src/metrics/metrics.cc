@@ -6,6 +6,7 @@
 #include <functional>
 #include <stdexcept>
 
+#include "lens/otlp_json.h"
 #include "openmetrics_text.h"
 
 namespace lens {
@@ -129,6 +130,115 @@ std::string MetricRegistry::openmetrics() const {
       detail::write_histogram(out, f.name, labels, h->snapshot());
   }
   out += "# EOF\n";
+  return out;
+}
+
+namespace {
+
+// OpenTelemetry's name for a family: without the unit suffix, dots for
+// underscores; and the unit in UCUM.
+std::string otel_name(const std::string& name, const std::string& unit) {
+  std::string n = unit.empty() ? name : name.substr(0, name.size() - unit.size() - 1);
+  for (char& c : n)
+    if (c == '_') c = '.';
+  return n;
+}
+std::string ucum(const std::string& unit) {
+  if (unit == "seconds") return "s";
+  if (unit == "bytes") return "By";
+  return unit;
+}
+void append_quoted_uint(std::string& out, std::uint64_t v) { out += '"' + std::to_string(v) + '"'; }
+void append_point_head(std::string& out, const MetricLabels& labels, std::int64_t start,
+                       std::int64_t now) {
+  Attributes attributes;
+  for (const auto& [k, v] : labels) attributes.push_back({k, v});
+  out += '{';
+  append_otlp_json_attributes(out, attributes);
+  out += ",\"startTimeUnixNano\":\"" + std::to_string(start) + "\",\"timeUnixNano\":\"" +
+         std::to_string(now) + '"';
+}
+
+}  // namespace
+
+std::string MetricRegistry::otlp_json(const Resource& resource, std::int64_t start_unix_ns,
+                                      std::int64_t now_unix_ns) const {
+  std::string out = "{\"resourceMetrics\":[{\"resource\":{";
+  append_otlp_json_attributes(out, resource.attributes);
+  out += "},\"scopeMetrics\":[{\"scope\":{\"name\":\"nemo.lens\"},\"metrics\":[";
+  std::lock_guard<std::mutex> lock(mu_);
+  bool first_family = true;
+  for (const Family& f : families_) {
+    if (!first_family) out += ',';
+    first_family = false;
+    out += "{\"name\":";
+    append_json_string(out, otel_name(f.name, f.unit));
+    out += ",\"description\":";
+    append_json_string(out, f.help);
+    out += ",\"unit\":";
+    append_json_string(out, ucum(f.unit));
+    bool first = true;
+    const auto sep = [&] {
+      if (!first) out += ',';
+      first = false;
+    };
+    if (f.kind == Kind::kCounter) {
+      out += ",\"sum\":{\"dataPoints\":[";
+      for (const auto& [labels, c] : f.counters) {
+        sep();
+        append_point_head(out, labels, start_unix_ns, now_unix_ns);
+        out += ",\"asDouble\":";
+        append_otlp_json_double(out, c->value());
+        out += '}';
+      }
+      out += "],\"aggregationTemporality\":2,\"isMonotonic\":true}}";
+    } else if (f.kind == Kind::kGauge) {
+      out += ",\"gauge\":{\"dataPoints\":[";
+      for (const auto& [labels, g] : f.gauges) {
+        sep();
+        append_point_head(out, labels, start_unix_ns, now_unix_ns);
+        out += ",\"asDouble\":";
+        append_otlp_json_double(out, g->value());
+        out += '}';
+      }
+      out += "]}}";
+    } else {
+      out += ",\"histogram\":{\"dataPoints\":[";
+      for (const auto& [labels, h] : f.histograms) {
+        sep();
+        const Histogram::Snapshot s = h->snapshot();
+        append_point_head(out, labels, start_unix_ns, now_unix_ns);
+        out += ",\"count\":";
+        append_quoted_uint(out, s.count);
+        out += ",\"sum\":";
+        append_otlp_json_double(out, s.sum);
+        out += ",\"bucketCounts\":[";
+        for (std::size_t i = 0; i < s.counts.size(); ++i) {
+          if (i) out += ',';
+          append_quoted_uint(out, s.counts[i]);
+        }
+        out += "],\"explicitBounds\":[";
+        for (std::size_t i = 0; i < s.bounds.size(); ++i) {
+          if (i) out += ',';
+          append_otlp_json_double(out, s.bounds[i]);
+        }
+        out += "],\"exemplars\":[";
+        bool first_exemplar = true;
+        for (const auto& e : s.exemplars) {
+          if (!e) continue;
+          if (!first_exemplar) out += ',';
+          first_exemplar = false;
+          out += "{\"timeUnixNano\":\"" + std::to_string(e->time_unix_ns) + "\",\"asDouble\":";
+          append_otlp_json_double(out, e->value);
+          out += ",\"traceId\":\"" + e->trace_id.to_hex() + "\",\"spanId\":\"" +
+                 e->span_id.to_hex() + "\"}";
+        }
+        out += "]}";
+      }
+      out += "],\"aggregationTemporality\":2}}";
+    }
+  }
+  out += "]}]}]}";
   return out;
 }
 

@@ -268,6 +268,12 @@ void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
+void append_otlp_json_attributes(std::string& out, const Attributes& attributes) {
+  append_attributes(out, attributes);
+}
+
+void append_otlp_json_double(std::string& out, double value) { append_double(out, value); }
+
 void append_otlp_json(std::string& out, const Resource& resource,
                       std::span<const SpanRecord* const> spans) {
   const std::vector<const InstrumentationScope*> scopes = detail::scopes_in_order(spans);

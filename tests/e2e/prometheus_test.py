@@ -8,7 +8,7 @@ step-time series has a point per scrape its rank answered, and the
 exemplars it stored on the step-time histogram name, by trace id and span
 id, each rank's own
 megatron.train_step span in the run's trace files (which `lens check`
-passes).
+passes). The OTLP/JSON metrics lines beside the traces say the same.
 
     prometheus_test.py LENS_TRAIN_BIN LENS_BIN
 """
@@ -145,6 +145,22 @@ def main():
         missing = [e for e in exemplars if e not in step_spans]
         if missing:
             fail(f"{len(missing)} of {len(exemplars)} exemplars name no step span of their rank: {missing[:3]}")
+        # The same figures as OTLP/JSON lines beside the traces: the last
+        # line is cumulative over the run, its exemplars the same step spans.
+        for rank in (0, 1):
+            with open(os.path.join(run_dir, f"rank-{rank}.metrics.jsonl")) as f:
+                last = json.loads(f.read().splitlines()[-1])
+            metrics = {m["name"]: m for m in last["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]}
+            steps_point = metrics["lens.steps"]["sum"]["dataPoints"][0]
+            hist_point = metrics["lens.step.duration"]["histogram"]["dataPoints"][0]
+            if steps_point["asDouble"] != 150 or hist_point["count"] != "150" or \
+                    metrics["lens.step.duration"]["unit"] != "s":
+                fail(f"rank {rank}'s OTLP metrics: {steps_point}, {hist_point}")
+            if sum(int(c) for c in hist_point["bucketCounts"]) != 150:
+                fail(f"rank {rank}'s buckets: {hist_point['bucketCounts']}")
+            for e in hist_point["exemplars"]:
+                if (str(rank), e["traceId"], e["spanId"]) not in step_spans:
+                    fail(f"rank {rank}'s OTLP exemplar names no step span: {e}")
         print(f"prometheus_test: {len(exemplars)} exemplars, each a step span of its rank; "
               f"points per rank {counts}")
     finally:

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -106,6 +107,52 @@ TEST(MetricRegistry, EscapesLabelValuesAndHelpAndRefusesBadNames) {
   Counter& a = r.counter("c", "", {{"rank", "1"}});
   EXPECT_EQ(&a, &r.counter("c", "", {{"rank", "1"}}));
   EXPECT_NE(&a, &r.counter("c", "", {{"rank", "2"}}));
+}
+
+TEST(MetricRegistry, WritesOneOtlpJsonMetricsRequestWithOpenTelemetrysNames) {
+  MetricRegistry r;
+  r.counter("lens_steps", "Steps.", {{"rank", "0"}}).add(3);
+  r.gauge("lens_straggler_score", "Score.", {}, {{"rank", "0"}}).set(1.5);
+  Histogram& h =
+      r.histogram("lens_step_duration_seconds", "Step time.", "seconds", {0.1, 1}, {{"rank", "0"}});
+  h.record(0.25, sampled_context(), 1'700'000'000'000'000'123);
+  h.record(2);
+  Resource resource;
+  resource.attributes.push_back({"service.name", std::string("megatron-lm")});
+  const nlohmann::json j = nlohmann::json::parse(r.otlp_json(resource, 100, 200));
+  const auto& rm = j["resourceMetrics"][0];
+  EXPECT_EQ(rm["resource"]["attributes"][0]["key"], "service.name");
+  EXPECT_EQ(rm["scopeMetrics"][0]["scope"]["name"], "nemo.lens");
+  const auto& metrics = rm["scopeMetrics"][0]["metrics"];
+  ASSERT_EQ(metrics.size(), 3u);
+  // The counter: a monotonic cumulative sum.
+  EXPECT_EQ(metrics[0]["name"], "lens.steps");
+  EXPECT_EQ(metrics[0]["sum"]["aggregationTemporality"], 2);
+  EXPECT_EQ(metrics[0]["sum"]["isMonotonic"], true);
+  const auto& c = metrics[0]["sum"]["dataPoints"][0];
+  EXPECT_EQ(c["asDouble"], 3.0);
+  EXPECT_EQ(c["startTimeUnixNano"], "100");
+  EXPECT_EQ(c["timeUnixNano"], "200");
+  EXPECT_EQ(c["attributes"][0]["key"], "rank");
+  EXPECT_EQ(c["attributes"][0]["value"]["stringValue"], "0");
+  EXPECT_EQ(metrics[1]["name"], "lens.straggler.score");
+  EXPECT_EQ(metrics[1]["gauge"]["dataPoints"][0]["asDouble"], 1.5);
+  // The histogram: per-bucket counts, its bounds, the exemplar.
+  const auto& m = metrics[2];
+  EXPECT_EQ(m["name"], "lens.step.duration");
+  EXPECT_EQ(m["unit"], "s");
+  EXPECT_EQ(m["description"], "Step time.");
+  EXPECT_EQ(m["histogram"]["aggregationTemporality"], 2);
+  const auto& p = m["histogram"]["dataPoints"][0];
+  EXPECT_EQ(p["count"], "2");
+  EXPECT_EQ(p["sum"], 2.25);
+  EXPECT_EQ(p["bucketCounts"], nlohmann::json({"0", "1", "1"}));
+  EXPECT_EQ(p["explicitBounds"], nlohmann::json({0.1, 1.0}));
+  ASSERT_EQ(p["exemplars"].size(), 1u);
+  EXPECT_EQ(p["exemplars"][0]["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(p["exemplars"][0]["spanId"], "00f067aa0ba902b7");
+  EXPECT_EQ(p["exemplars"][0]["asDouble"], 0.25);
+  EXPECT_EQ(p["exemplars"][0]["timeUnixNano"], "1700000000000000123");
 }
 
 // One request to the endpoint: what it answered (status line and body).
