@@ -182,26 +182,26 @@ std::string MetricRegistry::otlp_json(const Resource& resource, std::int64_t sta
       if (!first) out += ',';
       first = false;
     };
+    // A counter's or a gauge's points: one number each.
+    const auto number_points = [&](const auto& metrics) {
+      out += "{\"dataPoints\":[";
+      for (const auto& [labels, m] : metrics) {
+        sep();
+        append_point_head(out, labels, start_unix_ns, now_unix_ns);
+        out += ",\"asDouble\":";
+        append_otlp_json_double(out, m->value());
+        out += '}';
+      }
+      out += ']';
+    };
     if (f.kind == Kind::kCounter) {
-      out += ",\"sum\":{\"dataPoints\":[";
-      for (const auto& [labels, c] : f.counters) {
-        sep();
-        append_point_head(out, labels, start_unix_ns, now_unix_ns);
-        out += ",\"asDouble\":";
-        append_otlp_json_double(out, c->value());
-        out += '}';
-      }
-      out += "],\"aggregationTemporality\":2,\"isMonotonic\":true}}";
+      out += ",\"sum\":";
+      number_points(f.counters);
+      out += ",\"aggregationTemporality\":2,\"isMonotonic\":true}}";
     } else if (f.kind == Kind::kGauge) {
-      out += ",\"gauge\":{\"dataPoints\":[";
-      for (const auto& [labels, g] : f.gauges) {
-        sep();
-        append_point_head(out, labels, start_unix_ns, now_unix_ns);
-        out += ",\"asDouble\":";
-        append_otlp_json_double(out, g->value());
-        out += '}';
-      }
-      out += "]}}";
+      out += ",\"gauge\":";
+      number_points(f.gauges);
+      out += "}}";
     } else {
       out += ",\"histogram\":{\"dataPoints\":[";
       for (const auto& [labels, h] : f.histograms) {
