@@ -38,10 +38,7 @@ class Stage {
       output = loss;
     }
     in_flight_.push_back({input, output});
-    ctx_.stretch(start, step_, microbatch, false);
-    ctx_.launch_on_device(start);
-    span.end();
-    ctx_.device_done();
+    ctx_.end_compute(span, start, step_, microbatch, false);
     return output;
   }
 
@@ -57,10 +54,7 @@ class Stage {
     } else {
       f.output.backward(output_grad);
     }
-    ctx_.stretch(start, step_, microbatch, true);
-    ctx_.launch_on_device(start);
-    span.end();
-    ctx_.device_done();
+    ctx_.end_compute(span, start, step_, microbatch, true);
     return ctx_.p2p->first_stage() ? torch::Tensor() : f.input.grad();
   }
 
@@ -104,8 +98,8 @@ std::chrono::steady_clock::time_point ScheduleContext::begin_compute(std::int64_
   return std::chrono::steady_clock::now();
 }
 
-void ScheduleContext::stretch(std::chrono::steady_clock::time_point start, std::int64_t step,
-                              int microbatch, bool backward) {
+void ScheduleContext::end_compute(Span& span, std::chrono::steady_clock::time_point start,
+                                  std::int64_t step, int microbatch, bool backward) {
   // With tensor parallelism: the last stretch of local work since the last
   // collective.
   if (tp != nullptr) tp->pace();
@@ -121,20 +115,15 @@ void ScheduleContext::stretch(std::chrono::steady_clock::time_point start, std::
   step_compute_ns += static_cast<double>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count());
+  if (device != nullptr) device->launch(start);
+  span.end();
+  if (device != nullptr) device->wait();
 }
 
 StartOptions ScheduleContext::compute_span_options() const {
   StartOptions o;
   if (device != nullptr) o.device_stream = device->stream();
   return o;
-}
-
-void ScheduleContext::launch_on_device(std::chrono::steady_clock::time_point start) {
-  if (device != nullptr) device->launch(start);
-}
-
-void ScheduleContext::device_done() {
-  if (device != nullptr) device->wait();
 }
 
 int interleaved_warmup(int stages, int stage, int microbatches, int virtual_stages) {
@@ -247,10 +236,7 @@ class Chunks {
       output = loss;
     }
     in_flight_[static_cast<std::size_t>(v)].push_back({input, output});
-    ctx_.stretch(start, step_, microbatch, false);
-    ctx_.launch_on_device(start);
-    span.end();
-    ctx_.device_done();
+    ctx_.end_compute(span, start, step_, microbatch, false);
     if (!last_chunk(v)) ctx_.p2p->send_chunk(true, output, next_stage(), microbatch, v);
   }
 
@@ -269,10 +255,7 @@ class Chunks {
       f.output.backward();
     else
       f.output.backward(output_grad);
-    ctx_.stretch(start, step_, microbatch, true);
-    ctx_.launch_on_device(start);
-    span.end();
-    ctx_.device_done();
+    ctx_.end_compute(span, start, step_, microbatch, true);
     if (!first_chunk(v))
       ctx_.p2p->send_chunk(false, f.input.grad(), previous_stage(), microbatch, v);
   }

@@ -71,12 +71,6 @@ struct ScheduleContext {
 
   // How a forward or backward span starts: on the device's stream, if any.
   StartOptions compute_span_options() const;
-  // A forward or backward that began at `start` has launched its work; on
-  // the simulated device the work runs now (after the span ends, the rank
-  // waits for it: device_done).
-  void launch_on_device(std::chrono::steady_clock::time_point start);
-  // After a forward's or backward's span: waits for the device, if any.
-  void device_done();
 
   // The factor of `microbatch` in `step`: 1 to microbatch_jitter.
   double jitter(std::int64_t step, int microbatch) const;
@@ -84,10 +78,13 @@ struct ScheduleContext {
   bool slowed(std::int64_t step) const;
   // A forward or backward of `step` begins: its start.
   std::chrono::steady_clock::time_point begin_compute(std::int64_t step);
-  // Makes a forward or backward that began at `start` take as long as the
-  // fault injection and the jitter say (a wait after it).
-  void stretch(std::chrono::steady_clock::time_point start, std::int64_t step, int microbatch,
-               bool backward);
+  // A forward or backward of `step` that began at `start` has done its
+  // work: it takes as long as the fault injection and the jitter say (a wait
+  // after it), its work runs on the simulated device if there is one, its
+  // span ends, and then the rank waits for the device (as a copy to the
+  // host would).
+  void end_compute(Span& span, std::chrono::steady_clock::time_point start, std::int64_t step,
+                   int microbatch, bool backward);
 
   // Forward, backward: a moving average of this rank's computes (before any
   // wait), which the jitter's waits follow.

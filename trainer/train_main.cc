@@ -62,6 +62,33 @@ c10::intrusive_ptr<c10d::ProcessGroup> subgroup(const c10::intrusive_ptr<c10d::S
   return make_gloo_process_group(prefixed, rank, size, timeout, addr);
 }
 
+// Live stragglers: every rank's figure for the window, one all-gather of one
+// number each.
+std::vector<double> gather_window_figures(c10d::ProcessGroup& world, int world_size, double mine,
+                                          std::chrono::milliseconds timeout,
+                                          const FailureCallback& on_failure) {
+  std::vector<torch::Tensor> input{torch::full({1}, mine, torch::kFloat64)};
+  std::vector<std::vector<torch::Tensor>> output(1);
+  for (int r = 0; r < world_size; ++r) output[0].push_back(torch::empty({1}, torch::kFloat64));
+  wait_or_fail(
+      world.allgather(output, input), timeout,
+      [] { return std::string("the live straggler all-gather"); }, on_failure);
+  std::vector<double> figures;
+  for (const auto& t : output[0]) figures.push_back(t.item<double>());
+  return figures;
+}
+
+// A straggler named live, on the step span where it was named.
+void add_straggler_event(Span& step, const LiveStraggler& s) {
+  step.add_event("lens.straggler",
+                 {{"dl.rank", std::int64_t{s.who.rank}},
+                  {"dl.pipeline_parallel.rank", std::int64_t{s.who.stage}},
+                  {"dl.data_parallel.rank", std::int64_t{s.who.replica}},
+                  {"dl.tensor_parallel.rank", std::int64_t{s.who.tensor}},
+                  {"lens.factor", s.factor},
+                  {"lens.against", std::string(s.against_peers ? "peers" : "own start")}});
+}
+
 // Sums the gradients of the data-parallel replicas (one all-reduce of all
 // gradients flattened together) and averages them.
 void all_reduce_gradients(const std::vector<torch::Tensor>& parameters,
@@ -249,16 +276,16 @@ int run_rank(const TrainOptions& o) {
   // Live metrics: this rank's step figures on an OpenMetrics endpoint, the
   // step histograms' exemplars pointing at the sampled steps' spans.
   MetricRegistry metrics;
+  const MetricLabels labels = {{"run", telemetry ? telemetry->config().run_id : std::string()},
+                               {"rank", std::to_string(rank)},
+                               {"stage", std::to_string(stage)},
+                               {"replica", std::to_string(replica)},
+                               {"tensor", std::to_string(tensor)}};
   std::unique_ptr<MetricsEndpoint> endpoint;
   Histogram* step_seconds = nullptr;
   Histogram* compute_seconds = nullptr;
   Counter* steps_counter = nullptr;
   if (o.metrics_port >= 0) {
-    const MetricLabels labels = {{"run", telemetry ? telemetry->config().run_id : std::string()},
-                                 {"rank", std::to_string(rank)},
-                                 {"stage", std::to_string(stage)},
-                                 {"replica", std::to_string(replica)},
-                                 {"tensor", std::to_string(tensor)}};
     const std::vector<double> bounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                         1,     2.5,  5,     10,   30,  60,   120};
     step_seconds =
@@ -289,12 +316,7 @@ int run_rank(const TrainOptions& o) {
           "lens_straggler_score",
           "This rank's compute over the last window against its own start or its stage's other "
           "ranks, whichever is larger (1: as expected; the live rule names 1.5 and more).",
-          {},
-          {{"run", telemetry ? telemetry->config().run_id : std::string()},
-           {"rank", std::to_string(rank)},
-           {"stage", std::to_string(stage)},
-           {"replica", std::to_string(replica)},
-           {"tensor", std::to_string(tensor)}});
+          {}, labels);
   }
   // The same metrics as OTLP/JSON lines beside the rank's trace file
   // (rank-<r>.metrics.jsonl), one cumulative request at each live meeting
@@ -389,26 +411,12 @@ int run_rank(const TrainOptions& o) {
               std::sort(window_compute_ms.begin(), window_compute_ms.end());
               const double mine = window_compute_ms[window_compute_ms.size() / 2];
               window_compute_ms.clear();
-              std::vector<torch::Tensor> input{torch::full({1}, mine, torch::kFloat64)};
-              std::vector<std::vector<torch::Tensor>> output(1);
-              for (int r = 0; r < o.world(); ++r)
-                output[0].push_back(torch::empty({1}, torch::kFloat64));
-              wait_or_fail(
-                  world_group->allgather(output, input), timeout,
-                  [] { return std::string("the live straggler all-gather"); }, record_failure);
-              std::vector<double> figures;
-              for (const auto& t : output[0]) figures.push_back(t.item<double>());
+              const std::vector<double> figures =
+                  gather_window_figures(*world_group, o.world(), mine, timeout, record_failure);
               for (const LiveStraggler& s : live_rule->observe(step, figures)) {
                 if (rank != 0) continue;
                 std::fprintf(stderr, "lens-train: live: %s\n", s.describe().c_str());
-                step_scope.span().add_event(
-                    "lens.straggler",
-                    {{"dl.rank", std::int64_t{s.who.rank}},
-                     {"dl.pipeline_parallel.rank", std::int64_t{s.who.stage}},
-                     {"dl.data_parallel.rank", std::int64_t{s.who.replica}},
-                     {"dl.tensor_parallel.rank", std::int64_t{s.who.tensor}},
-                     {"lens.factor", s.factor},
-                     {"lens.against", std::string(s.against_peers ? "peers" : "own start")}});
+                add_straggler_event(step_scope.span(), s);
               }
               if (straggler_score != nullptr) straggler_score->set(live_rule->score(rank));
               write_metrics_line();

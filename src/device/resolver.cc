@@ -3,7 +3,6 @@
 #include "resolver.h"
 
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <iterator>
@@ -20,13 +19,11 @@ Resolver::Resolver(const CudaRuntime& runtime, DeviceClock& clock, EventPool& po
       max_pending_(max_pending),
       poll_every_(poll_every),
       anchoring_(anchoring),
-      owner_pid_(::getpid()),
-      thread_(std::make_unique<std::thread>([this] { run(); })) {}
+      thread_([this] { run(); }) {}
 
 Resolver::~Resolver() { shutdown(std::chrono::milliseconds(0)); }
 
 bool Resolver::submit(Event start, Event end, Done done) {
-  if (::getpid() != owner_pid_) return false;  // a fork's child: no thread, no pool
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_ && pending_.size() + polling_ < max_pending_) {
@@ -46,12 +43,6 @@ bool Resolver::submit(Event start, Event end, Done done) {
 }
 
 void Resolver::shutdown(std::chrono::milliseconds timeout) {
-  if (::getpid() != owner_pid_) {
-    // A fork's child: the thread is the parent's, and the mutex may have
-    // been held when the process forked. Nothing to join or hand on.
-    static_cast<void>(thread_.release());
-    return;
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopping_) {  // the first call sets the deadline; later ones only wait
@@ -60,7 +51,7 @@ void Resolver::shutdown(std::chrono::milliseconds timeout) {
     }
     wake_.notify_one();
   }
-  if (thread_ && thread_->joinable()) thread_->join();
+  if (thread_.joinable()) thread_.join();
 }
 
 Resolver::Stats Resolver::stats() const {
@@ -90,10 +81,11 @@ void Resolver::run() {
     lock.lock();
     if (!progressed) wake_.wait_for(lock, poll_every_);
   }
-  std::deque<Pending> rest;
-  rest.swap(pending_);
+  std::vector<Pending> rest(std::make_move_iterator(pending_.begin()),
+                            std::make_move_iterator(pending_.end()));
+  pending_.clear();
   lock.unlock();
-  for (Pending& p : rest) finish(p, std::nullopt);
+  hand_on(rest, false);
   if (anchor_stream_made_) runtime_.destroy_stream(anchor_stream_);
   note_cpu();
 }
@@ -144,36 +136,29 @@ bool Resolver::resolve_completed() {
                     std::make_move_iterator(waiting.end()));
     polling_ = 0;
   }
-  // Handed on in one batch: one lock for the counts, one for the pool.
+  hand_on(ready, true);
+  return !ready.empty();
+}
+
+void Resolver::hand_on(std::vector<Pending>& batch, bool completed) {
+  // One lock for the counts, one for the pool, whatever the batch's size.
   std::vector<Event> used;
-  used.reserve(2 * ready.size());
+  used.reserve(2 * batch.size());
   std::uint64_t resolved = 0;
-  for (Pending& p : ready) {
+  for (Pending& p : batch) {
     std::optional<Times> times;
-    if (const auto both = clock_.host_times(p.start, p.end))
-      times = Times{both->first, both->second};
+    if (completed)
+      if (const auto both = clock_.host_times(p.start, p.end))
+        times = Times{both->first, both->second};
     resolved += times ? 1 : 0;
     if (p.done) p.done(times);
     used.push_back(p.start);
     used.push_back(p.end);
   }
   pool_.release_all(used);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.resolved += resolved;
-    stats_.unresolved += ready.size() - resolved;
-  }
-  return !ready.empty();
-}
-
-void Resolver::finish(Pending& p, std::optional<Times> times) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++(times ? stats_.resolved : stats_.unresolved);
-  }
-  if (p.done) p.done(times);
-  pool_.release(p.start);
-  pool_.release(p.end);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.resolved += resolved;
+  stats_.unresolved += batch.size() - resolved;
 }
 
 }  // namespace lens::device

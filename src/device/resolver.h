@@ -17,9 +17,9 @@
 // every `every`, on the device the training thread uses (set on the
 // resolver's thread first). Without it, the caller anchors the clock.
 //
-// Thread safety: submit() and stats() from any thread; shutdown() once. In
-// the child of a fork the resolver has no thread: shutdown() and the
-// destructor then leave it be (no join) and submit() refuses.
+// Thread safety: submit() and stats() from any thread; shutdown() once. Not
+// for the child of a fork (its thread is the parent's): SpanTiming, its
+// owner, neither submits to nor destroys it there.
 #pragma once
 
 #include <chrono>
@@ -27,10 +27,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "device_clock.h"
 #include "event_pool.h"
@@ -88,7 +88,9 @@ class Resolver {
   // Hands on every pending pair whose end event has completed; true when
   // some were.
   bool resolve_completed();
-  void finish(Pending& p, std::optional<Times> times);
+  // Hands a batch on: with their times when `completed` (the end events
+  // have), else unresolved; counts them and returns their events.
+  void hand_on(std::vector<Pending>& batch, bool completed);
   // Anchors the clock when due (anchoring only); on the resolver's thread.
   void anchor_if_due();
   void note_cpu();
@@ -110,8 +112,7 @@ class Resolver {
   Stream anchor_stream_ = nullptr;  // the resolver thread's own
   bool anchor_stream_made_ = false;
   std::chrono::steady_clock::time_point next_anchor_{};
-  const int owner_pid_;
-  std::unique_ptr<std::thread> thread_;
+  std::thread thread_;
 };
 
 }  // namespace lens::device

@@ -105,7 +105,6 @@ bool SpanTiming::ready() {
 }
 
 bool SpanTiming::begin(detail::LiveSpan* s, void* stream) noexcept {
-  asked_.store(true, std::memory_order_relaxed);
   if (!ready() || ProcessEvents::forked_child().load()) {
     host_timed_.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -124,7 +123,11 @@ bool SpanTiming::begin(detail::LiveSpan* s, void* stream) noexcept {
 }
 
 bool SpanTiming::submit(detail::LiveSpan* s) noexcept {
-  if (s->device.end == nullptr || state_.load(std::memory_order_acquire) != 1) return false;
+  // (A span begun in the parent may end in a fork's child: the resolver
+  // there is the parent's, not to be used.)
+  if (s->device.end == nullptr || state_.load(std::memory_order_acquire) != 1 ||
+      ProcessEvents::forked_child().load())
+    return false;
   const Event start = s->device.start, end = s->device.end;
   // The resolver owns the events from here (it gives them back, also when
   // it refuses them).
@@ -155,13 +158,13 @@ void SpanTiming::shutdown(std::chrono::milliseconds timeout) {
 }
 
 std::optional<DeviceStats> SpanTiming::stats() const {
-  if (!asked_.load(std::memory_order_relaxed)) return std::nullopt;
+  // Every span that asked is counted one way or the other.
   DeviceStats d;
-  std::lock_guard<std::mutex> lock(start_mu_);
-  d.runtime =
-      (runtime_ != nullptr ? runtime_->origin() : CudaRuntime::process().origin()) + no_device_;
   d.timed = timed_.load(std::memory_order_relaxed);
   d.host_timed = host_timed_.load(std::memory_order_relaxed);
+  if (d.timed + d.host_timed == 0) return std::nullopt;
+  std::lock_guard<std::mutex> lock(start_mu_);
+  d.runtime = runtime_->origin() + no_device_;  // set by the first span that asked
   if (resolver_ && !ProcessEvents::forked_child().load()) {  // the parent's, in a child
     const Resolver::Stats r = resolver_->stats();
     d.resolved = r.resolved;

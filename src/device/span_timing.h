@@ -69,7 +69,6 @@ class SpanTiming final : public detail::DeviceTiming {
 
   detail::TelemetryCore& core_;
   const SpanTimingOptions options_;
-  std::atomic<bool> asked_{false};
   std::atomic<int> state_{0};  // 0: not started, 1: resolving, 2: no runtime or shut down
   std::atomic<std::uint64_t> timed_{0}, host_timed_{0};
   mutable std::mutex start_mu_;

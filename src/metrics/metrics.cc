@@ -3,7 +3,6 @@
 #include "lens/metrics.h"
 
 #include <cmath>
-#include <functional>
 #include <stdexcept>
 
 #include "lens/otlp_json.h"
@@ -82,13 +81,14 @@ MetricRegistry::Family& MetricRegistry::family(const std::string& name, const st
 }
 
 namespace {
-template <typename T>
+// The family's metric with `labels`, made from `args` on first use.
+template <typename T, typename... Args>
 T& find_or_add(std::deque<std::pair<MetricLabels, std::unique_ptr<T>>>& metrics,
-               const MetricLabels& labels, const std::function<std::unique_ptr<T>()>& make) {
+               const MetricLabels& labels, const Args&... args) {
   for (auto& [l, m] : metrics)
     if (l == labels) return *m;
   for (const auto& [key, value] : labels) detail::check_label_name(key);
-  return *metrics.emplace_back(labels, make()).second;
+  return *metrics.emplace_back(labels, std::make_unique<T>(args...)).second;
 }
 }  // namespace
 
@@ -96,14 +96,14 @@ Counter& MetricRegistry::counter(const std::string& name, const std::string& hel
                                  const MetricLabels& labels) {
   std::lock_guard<std::mutex> lock(mu_);
   Family& f = family(name, help, {}, Kind::kCounter, {});
-  return find_or_add<Counter>(f.counters, labels, [] { return std::make_unique<Counter>(); });
+  return find_or_add(f.counters, labels);
 }
 
 Gauge& MetricRegistry::gauge(const std::string& name, const std::string& help,
                              const std::string& unit, const MetricLabels& labels) {
   std::lock_guard<std::mutex> lock(mu_);
   Family& f = family(name, help, unit, Kind::kGauge, {});
-  return find_or_add<Gauge>(f.gauges, labels, [] { return std::make_unique<Gauge>(); });
+  return find_or_add(f.gauges, labels);
 }
 
 Histogram& MetricRegistry::histogram(const std::string& name, const std::string& help,
@@ -111,8 +111,7 @@ Histogram& MetricRegistry::histogram(const std::string& name, const std::string&
                                      const MetricLabels& labels) {
   std::lock_guard<std::mutex> lock(mu_);
   Family& f = family(name, help, unit, Kind::kHistogram, bounds);
-  return find_or_add<Histogram>(f.histograms, labels,
-                                [&] { return std::make_unique<Histogram>(bounds); });
+  return find_or_add(f.histograms, labels, bounds);
 }
 
 std::string MetricRegistry::openmetrics() const {

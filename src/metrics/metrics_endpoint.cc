@@ -108,28 +108,25 @@ void MetricsEndpoint::run() {
 }
 
 void MetricsEndpoint::serve(int fd) {
+  const auto reject = [&](int status, const char* reason, std::string_view body) {
+    ++rejected_;
+    respond(fd, status, reason, "text/plain", body);
+  };
   // The request head, up to its blank line, within the size and time bounds.
   std::string request;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(kRequestTimeoutMs);
-  while (request.find("\r\n\r\n") == std::string::npos || request.size() > kMaxRequestBytes) {
-    if (request.size() > kMaxRequestBytes) {
-      ++rejected_;
-      respond(fd, 431, "Request Header Fields Too Large", "text/plain", "request too large\n");
-      return;
-    }
+  for (;;) {
+    if (request.size() > kMaxRequestBytes)
+      return reject(431, "Request Header Fields Too Large", "request too large\n");
+    if (request.find("\r\n\r\n") != std::string::npos) break;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                           deadline - std::chrono::steady_clock::now())
                           .count();
-    pollfd p{fd, POLLIN, 0};
-    pollfd w{wake_fd_[0], POLLIN, 0};
-    pollfd both[2] = {p, w};
-    if (left <= 0 || ::poll(both, 2, static_cast<int>(left)) <= 0) {
-      ++rejected_;
-      respond(fd, 408, "Request Timeout", "text/plain", "request timeout\n");
-      return;
-    }
-    if (both[1].revents != 0) return;  // stopping
+    pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
+    if (left <= 0 || ::poll(fds, 2, static_cast<int>(left)) <= 0)
+      return reject(408, "Request Timeout", "request timeout\n");
+    if (fds[1].revents != 0) return;  // stopping
     char buf[2048];
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n <= 0) {
@@ -142,24 +139,13 @@ void MetricsEndpoint::serve(int fd) {
   const std::string_view line = std::string_view(request).substr(0, request.find("\r\n"));
   const std::size_t sp1 = line.find(' ');
   const std::size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-  if (sp2 == std::string_view::npos || !line.substr(sp2 + 1).starts_with("HTTP/1.")) {
-    ++rejected_;
-    respond(fd, 400, "Bad Request", "text/plain", "malformed request line\n");
-    return;
-  }
+  if (sp2 == std::string_view::npos || !line.substr(sp2 + 1).starts_with("HTTP/1."))
+    return reject(400, "Bad Request", "malformed request line\n");
   const std::string_view method = line.substr(0, sp1);
   std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   target = target.substr(0, target.find('?'));
-  if (method != "GET" && method != "HEAD") {
-    ++rejected_;
-    respond(fd, 405, "Method Not Allowed", "text/plain", "only GET\n");
-    return;
-  }
-  if (target != "/metrics") {
-    ++rejected_;
-    respond(fd, 404, "Not Found", "text/plain", "the metrics are at /metrics\n");
-    return;
-  }
+  if (method != "GET" && method != "HEAD") return reject(405, "Method Not Allowed", "only GET\n");
+  if (target != "/metrics") return reject(404, "Not Found", "the metrics are at /metrics\n");
   const std::string body = registry_.openmetrics();
   ++scrapes_;
   respond(fd, 200, "OK", "application/openmetrics-text; version=1.0.0; charset=utf-8",

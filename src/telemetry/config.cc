@@ -371,6 +371,25 @@ void resolve_sampler(const TelemetryOptions& options, const Env& env, Config& c)
   }
 }
 
+// A count from the options, checked against [lo, hi] ("<what> of N is not
+// valid; accepted: lo to hi"), else from `env_name`, else `current`.
+template <typename T>
+T bounded_setting(const std::optional<T>& option, const Env& env, const char* env_name,
+                  std::int64_t lo, std::int64_t hi, T current, const char* what) {
+  if (option) {
+    const auto v = static_cast<std::int64_t>(*option);
+    if (v < lo || v > hi)
+      throw ConfigError(std::string(what) + " of " + std::to_string(v) +
+                        " is not valid; accepted: " + std::to_string(lo) + " to " +
+                        std::to_string(hi));
+    return *option;
+  }
+  if (auto s = env.get({env_name}))
+    return static_cast<T>(
+        parse_uint(*s, static_cast<std::uint64_t>(lo), static_cast<std::uint64_t>(hi)));
+  return current;
+}
+
 // The step protocol's job-wide settings: collective timeout, trace scope, export filter, step
 // budget, step prefetch, how the step context travels.
 void resolve_parallel(const TelemetryOptions& options, const Env& env, Config& c) {
@@ -422,30 +441,8 @@ void resolve_parallel(const TelemetryOptions& options, const Env& env, Config& c
     else
       fail(*s, "broadcast, derived");
   }
-  constexpr std::uint32_t kMaxVerifySteps = 100000000;
-  if (options.step_verify_steps) {
-    if (*options.step_verify_steps > kMaxVerifySteps)
-      throw ConfigError("step verify steps of " + std::to_string(*options.step_verify_steps) +
-                        " is not valid; accepted: 0 to " + std::to_string(kMaxVerifySteps));
-    c.step_verify_steps = *options.step_verify_steps;
-  } else if (auto s = env.get({"LENS_STEP_VERIFY_STEPS"})) {
-    c.step_verify_steps = static_cast<std::uint32_t>(parse_uint(*s, 0, kMaxVerifySteps));
-  }
-}
-
-// A count from the options, checked against [lo, hi], else from `env_name`.
-std::uint32_t bounded_setting(const std::optional<std::uint32_t>& option, const Env& env,
-                              const char* env_name, std::uint32_t lo, std::uint32_t hi,
-                              std::uint32_t current, const char* what) {
-  if (option) {
-    if (*option < lo || *option > hi)
-      throw ConfigError(std::string(what) + " of " + std::to_string(*option) +
-                        " is not valid; accepted: " + std::to_string(lo) + " to " +
-                        std::to_string(hi));
-    return *option;
-  }
-  if (auto s = env.get({env_name})) return static_cast<std::uint32_t>(parse_uint(*s, lo, hi));
-  return current;
+  c.step_verify_steps = bounded_setting(options.step_verify_steps, env, "LENS_STEP_VERIFY_STEPS", 0,
+                                        100000000, c.step_verify_steps, "step verify steps");
 }
 
 void resolve_device(const TelemetryOptions& options, const Env& env, Config& c) {
@@ -469,14 +466,9 @@ void resolve_clock_sync(const TelemetryOptions& options, const Env& env, Config&
     c.clock_sync_seconds = *options.clock_sync_seconds;
   else if (auto s = env.get({"LENS_CLOCK_SYNC_SECONDS"}))
     c.clock_sync_seconds = static_cast<std::uint32_t>(parse_uint(*s, 0, kMaxInterval));
-  if (options.clock_sync_exchanges) {
-    if (*options.clock_sync_exchanges < 1 || *options.clock_sync_exchanges > 64)
-      throw ConfigError("clock sync exchanges of " + std::to_string(*options.clock_sync_exchanges) +
-                        " is not valid; accepted: 1 to 64");
-    c.clock_sync_exchanges = *options.clock_sync_exchanges;
-  } else if (auto s = env.get({"LENS_CLOCK_SYNC_EXCHANGES"})) {
-    c.clock_sync_exchanges = static_cast<int>(parse_uint(*s, 1, 64));
-  }
+  c.clock_sync_exchanges =
+      bounded_setting(options.clock_sync_exchanges, env, "LENS_CLOCK_SYNC_EXCHANGES", 1, 64,
+                      c.clock_sync_exchanges, "clock sync exchanges");
   // The test aid: bounded so that no reading overflows (an hour, 10 %).
   if (options.test_clock_offset_ns < -3600'000'000'000 ||
       options.test_clock_offset_ns > 3600'000'000'000 ||
