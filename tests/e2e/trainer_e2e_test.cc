@@ -264,7 +264,11 @@ TEST(TrainerErrors, TestAidAndFaultInjectionFlagsOutOfRangeAreRefusedNamingTheFl
       {"--slow-stage 0 --slow-factor 0.5", "--slow-factor"},
       {"--slow-stage 0 --slow-replica 1", "--slow-replica 1 is not a replica of --dp 1"},
       {"--microbatch-jitter 0.5", "--microbatch-jitter"},
-      {"--microbatch-jitter 101", "--microbatch-jitter"}};
+      {"--microbatch-jitter 101", "--microbatch-jitter"},
+      {"--metrics-port 65535", "--metrics-port 65535 leaves no port for rank 1"},
+      {"--metrics-port 70000", "--metrics-port"},
+      {"--live-every -1", "--live-every"},
+      {"--test-simulated-device 0.5", "--test-simulated-device"}};
   int i = 0;
   for (const auto& [flags, message] : cases) {
     TrainerRun r;
