@@ -28,6 +28,7 @@
 #include "lens/attribute.h"
 #include "lens/span_context.h"
 #include "lens/span_record.h"
+#include "lens/step_figures.h"
 
 namespace lens {
 
@@ -67,24 +68,27 @@ struct StartOptions {
   /// CUDA runtime, an unsampled span, or no free event: timed on the host,
   /// as without it.
   std::optional<void*> device_stream;
+  /// The step figure the span counts toward (step_figures.h); unset: its
+  /// group's (default_step_figure).
+  std::optional<StepFigure> figure;
 };
 
 class Span {
  public:
   Span() noexcept = default;
-  Span(Span&& other) noexcept : live_(std::exchange(other.live_, nullptr)) {}
+  Span(Span&& other) noexcept
+      : live_(std::exchange(other.live_, nullptr)), metered_(std::exchange(other.metered_, 0)) {}
   Span& operator=(Span&& other) noexcept {
     if (this != &other) {
       end();
       live_ = std::exchange(other.live_, nullptr);
+      metered_ = std::exchange(other.metered_, 0);
     }
     return *this;
   }
   Span(const Span&) = delete;
   Span& operator=(const Span&) = delete;
-  ~Span() {
-    if (live_) end_recording();
-  }
+  ~Span() { end(); }
 
   /// True while the span is being recorded (started for an enabled group and
   /// not yet ended).
@@ -131,13 +135,27 @@ class Span {
 
   /// Ends the span now. Further calls are no-ops.
   void end() {
-    if (live_) end_recording();
+    if (live_)
+      end_recording();
+    else if (metered_) [[unlikely]]
+      end_metering();
   }
 
  private:
   friend class Tracer;
   friend class CurrentSpanScope;
   explicit Span(detail::LiveSpan* live) noexcept : live_(live) {}
+  // A span that is not recorded: timed for its step figure when step
+  // figures are on and it counts toward one, else nothing at all.
+  static Span unrecorded(StepFigure figure) noexcept {
+    Span s;
+    if (figure != StepFigure::kNone && detail::g_step_figures.load(std::memory_order_relaxed))
+        [[unlikely]]
+      s.metered_ = start_metering(figure);
+    return s;
+  }
+  static std::uint64_t start_metering(StepFigure figure) noexcept;
+  void end_metering() noexcept;
 
   void set_bool(std::string_view key, bool value);
   void set_int(std::string_view key, std::int64_t value);
@@ -147,6 +165,9 @@ class Span {
   void end_recording();
 
   detail::LiveSpan* live_ = nullptr;
+  // A span timed only for its step figure: its start on the monotonic clock
+  // (ns) shifted left by 3, the figure in the low bits; 0: not timed.
+  std::uint64_t metered_ = 0;
 };
 
 /// Makes a span the current span of this thread until the scope object is

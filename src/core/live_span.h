@@ -10,6 +10,7 @@
 #include <span>
 
 #include "lens/span_record.h"
+#include "lens/step_figures.h"
 
 namespace lens::detail {
 
@@ -38,6 +39,9 @@ struct LiveSpan : SpanRecord {
   // The test aid's drift of the span's clock (span_clock.h), 0 unless set.
   double clock_drift = 0;
   DeviceMarks device;
+  // The step figure its duration goes to when it ends (step_figures.h);
+  // kNone when step figures were off at its start.
+  StepFigure figure = StepFigure::kNone;
   // attributes[0, attributes_used) are the span's; the slots past them are
   // attributes of an earlier use of this record, kept in place so that a
   // new attribute reuses their strings' heap buffers without moving them

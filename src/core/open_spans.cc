@@ -27,6 +27,7 @@ void TelemetryCore::register_open(LiveSpan* s) {
 
 void finish_span(LiveSpan* s) {
   const std::int64_t end_steady = steady_now_ns();
+  if (s->figure != StepFigure::kNone) add_step_figure(s->figure, end_steady - s->start_steady_ns);
   // A device-timed span's end is recorded on its stream first: what the
   // device does after this moment is not the span's.
   if (s->device.events != nullptr) s->device.events->record_end(s);

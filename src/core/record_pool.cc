@@ -65,6 +65,7 @@ void LiveSpan::reset() {
   core = nullptr;
   prev = next = nullptr;
   device = {};
+  figure = StepFigure::kNone;
 }
 
 LiveSpan* acquire_record() {

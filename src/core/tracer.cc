@@ -12,12 +12,13 @@ namespace lens {
 using detail::LiveSpan;
 
 LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
-                                  const StartOptions* options) const {
+                                  const StartOptions* options, StepFigure figure) const {
   LiveSpan* s = detail::acquire_record();
   s->name.assign(name);
   s->group = group;
   s->scope = scope_;
   s->kind = options ? options->kind : SpanKind::kInternal;
+  s->figure = detail::g_step_figures.load(std::memory_order_relaxed) ? figure : StepFigure::kNone;
 
   const SpanContext* parent = nullptr;
   if (options && options->parent && options->parent->valid()) {
