@@ -54,7 +54,8 @@ void P2PCommunicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const cha
 
 torch::Tensor P2PCommunicator::recv_forward(int microbatch) {
   if (first_stage()) return {};
-  Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.recv_forward");
+  Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.recv_forward",
+                                 StepFigure::kP2pWait);
   describe(span, "forward", stage_ - 1, -1, microbatch);
   torch::Tensor t;
   auto work = post_recv(t, stage_ - 1, kForwardTag);
@@ -64,7 +65,8 @@ torch::Tensor P2PCommunicator::recv_forward(int microbatch) {
 
 void P2PCommunicator::send_forward(const torch::Tensor& output, int microbatch) {
   if (last_stage()) return;
-  Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_forward");
+  Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_forward",
+                                 StepFigure::kP2pSend);
   describe(span, "forward", stage_ + 1, microbatch, -1);
   auto work = post_send(output, stage_ + 1, kForwardTag);
   wait(work, "send_forward", stage_ + 1);
@@ -73,7 +75,8 @@ void P2PCommunicator::send_forward(const torch::Tensor& output, int microbatch) 
 
 torch::Tensor P2PCommunicator::recv_backward(int microbatch) {
   if (last_stage()) return {};
-  Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.recv_backward");
+  Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.recv_backward",
+                                 StepFigure::kP2pWait);
   describe(span, "backward", stage_ + 1, -1, microbatch);
   torch::Tensor t;
   auto work = post_recv(t, stage_ + 1, kBackwardTag);
@@ -83,7 +86,8 @@ torch::Tensor P2PCommunicator::recv_backward(int microbatch) {
 
 void P2PCommunicator::send_backward(const torch::Tensor& input_grad, int microbatch) {
   if (first_stage()) return;
-  Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_backward");
+  Span span = tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_backward",
+                                 StepFigure::kP2pSend);
   describe(span, "backward", stage_ - 1, microbatch, -1);
   auto work = post_send(input_grad, stage_ - 1, kBackwardTag);
   wait(work, "send_backward", stage_ - 1);
@@ -94,8 +98,8 @@ torch::Tensor P2PCommunicator::send_forward_recv_backward(const torch::Tensor& o
                                                           int sent_microbatch,
                                                           int received_microbatch) {
   if (last_stage()) return {};
-  Span span =
-      tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_forward_recv_backward");
+  Span span = tracer_.start_span(SpanGroup::kCommunication,
+                                 "megatron.p2p.send_forward_recv_backward", StepFigure::kP2pWait);
   describe(span, "forward,backward", stage_ + 1, sent_microbatch, received_microbatch);
   torch::Tensor grad;
   auto sent = post_send(output, stage_ + 1, kForwardTag);
@@ -110,8 +114,8 @@ torch::Tensor P2PCommunicator::send_backward_recv_forward(const torch::Tensor& i
                                                           int sent_microbatch,
                                                           int received_microbatch) {
   if (first_stage()) return {};
-  Span span =
-      tracer_.start_span(SpanGroup::kCommunication, "megatron.p2p.send_backward_recv_forward");
+  Span span = tracer_.start_span(SpanGroup::kCommunication,
+                                 "megatron.p2p.send_backward_recv_forward", StepFigure::kP2pWait);
   describe(span, "backward,forward", stage_ - 1, sent_microbatch, received_microbatch);
   torch::Tensor input;
   auto sent = post_send(input_grad, stage_ - 1, kBackwardTag);
@@ -123,8 +127,9 @@ torch::Tensor P2PCommunicator::send_backward_recv_forward(const torch::Tensor& i
 }
 
 torch::Tensor P2PCommunicator::recv_chunk(bool forward, int peer, int microbatch, int chunk) {
-  Span span = tracer_.start_span(SpanGroup::kCommunication, forward ? "megatron.p2p.recv_forward"
-                                                                    : "megatron.p2p.recv_backward");
+  Span span = tracer_.start_span(
+      SpanGroup::kCommunication,
+      forward ? "megatron.p2p.recv_forward" : "megatron.p2p.recv_backward", StepFigure::kP2pWait);
   describe(span, forward ? "forward" : "backward", peer, -1, microbatch);
   span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{chunk});
   torch::Tensor t;
@@ -135,8 +140,9 @@ torch::Tensor P2PCommunicator::recv_chunk(bool forward, int peer, int microbatch
 
 void P2PCommunicator::send_chunk(bool forward, const torch::Tensor& t, int peer, int microbatch,
                                  int chunk) {
-  Span span = tracer_.start_span(SpanGroup::kCommunication, forward ? "megatron.p2p.send_forward"
-                                                                    : "megatron.p2p.send_backward");
+  Span span = tracer_.start_span(
+      SpanGroup::kCommunication,
+      forward ? "megatron.p2p.send_forward" : "megatron.p2p.send_backward", StepFigure::kP2pSend);
   describe(span, forward ? "forward" : "backward", peer, microbatch, -1);
   span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{chunk});
   posted_.push_back({post_send(t, peer, forward ? kForwardTag : kBackwardTag),

@@ -112,9 +112,6 @@ void ScheduleContext::end_compute(Span& span, std::chrono::steady_clock::time_po
   if (slowed(step) && tp == nullptr) wait += (slow_factor - 1) * took;
   wait += (jitter(step, microbatch) - 1) * typical;
   if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(std::llround(wait)));
-  step_compute_ns += static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count());
   if (device != nullptr) device->launch(start);
   span.end();
   if (device != nullptr) device->wait();

@@ -89,9 +89,6 @@ struct ScheduleContext {
   // Forward, backward: a moving average of this rank's computes (before any
   // wait), which the jitter's waits follow.
   double typical_ns[2] = {0, 0};
-  // This step's forwards and backwards, waits for the fault injection
-  // included (what the rank spends computing): for the live metrics.
-  double step_compute_ns = 0;
 };
 
 // Runs forward and backward for every microbatch of `step`, accumulating

@@ -30,6 +30,8 @@
 #include "lens/pipeline_stats.h"
 #include "lens/startup_agreement.h"
 #include "lens/step_context.h"
+#include "lens/step_figures.h"
+#include "lens/step_metrics.h"
 #include "lens/step_trace.h"
 #include "lens/termination.h"
 #include "local_launcher.h"
@@ -273,8 +275,10 @@ int run_rank(const TrainOptions& o) {
   ctx.microbatch_jitter = o.microbatch_jitter;
   ctx.seed = o.seed;
   ctx.tp = tp.get();
-  // Live metrics: this rank's step figures on an OpenMetrics endpoint, the
-  // step histograms' exemplars pointing at the sampled steps' spans.
+  // Live metrics: this rank's step figures (the spans time them, recorded
+  // or not) on an OpenMetrics endpoint, the histograms' exemplars pointing
+  // at the sampled steps' spans.
+  if (o.metrics_port >= 0 || o.live_every > 0) set_step_figures(true);
   MetricRegistry metrics;
   const MetricLabels labels = {{"run", telemetry ? telemetry->config().run_id : std::string()},
                                {"rank", std::to_string(rank)},
@@ -282,19 +286,9 @@ int run_rank(const TrainOptions& o) {
                                {"replica", std::to_string(replica)},
                                {"tensor", std::to_string(tensor)}};
   std::unique_ptr<MetricsEndpoint> endpoint;
-  Histogram* step_seconds = nullptr;
-  Histogram* compute_seconds = nullptr;
-  Counter* steps_counter = nullptr;
+  std::unique_ptr<StepMetrics> step_metrics;
   if (o.metrics_port >= 0) {
-    const std::vector<double> bounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                        1,     2.5,  5,     10,   30,  60,   120};
-    step_seconds =
-        &metrics.histogram("lens_step_duration_seconds", "Time of one training step on this rank.",
-                           "seconds", bounds, labels);
-    compute_seconds = &metrics.histogram("lens_step_compute_seconds",
-                                         "Forward and backward time of one step on this rank.",
-                                         "seconds", bounds, labels);
-    steps_counter = &metrics.counter("lens_steps", "Training steps this rank has run.", labels);
+    step_metrics = std::make_unique<StepMetrics>(metrics, labels);
     endpoint = std::make_unique<MetricsEndpoint>(metrics, o.metrics_host,
                                                  o.metrics_port == 0 ? 0 : o.metrics_port + rank);
     std::fprintf(stderr, "lens-train: rank %d: metrics at http://%s:%d/metrics\n", rank,
@@ -333,6 +327,12 @@ int run_rank(const TrainOptions& o) {
     out << metrics.otlp_json(telemetry->resource(), metrics_start, telemetry->now_unix_ns())
         << '\n';
   };
+  // The span account as counters, every 10 steps and at the end.
+  const auto account_spans = [&] {
+    if (!step_metrics || !telemetry) return;
+    const SpanAccount account = SpanAccount::of(telemetry->stats());
+    step_metrics->record_spans(account.ended, account.dropped());
+  };
   std::unique_ptr<SimulatedDevice> device;
   if (o.test_simulated_device > 0) {
     device = SimulatedDevice::open(o.test_simulated_device, rank);
@@ -361,11 +361,12 @@ int run_rank(const TrainOptions& o) {
         if (termination_signal() != 0) break;  // between steps: a clean stop
         const auto start = std::chrono::steady_clock::now();
         SpanContext step_context;  // the step span's, for the metrics' exemplars
+        StepFigureTotals figures;  // what the step's spans measured
         StepReport sr;
         sr.step = step;
         try {
           const int skew = rank == o.test_step_skew_rank ? 1 : 0;
-          ctx.step_compute_ns = 0;
+          take_step_figures();  // from here on, this step's
           StepScope step_scope(step_trace, static_cast<std::uint64_t>(step + skew));
           step_context = step_scope.span().context();
           sr.open_microseconds =
@@ -385,7 +386,8 @@ int run_rank(const TrainOptions& o) {
                 V > 1 ? forward_backward_interleaved(ctx, step) : forward_backward_1f1b(ctx, step);
           }
           if (dp_group) {
-            Span ar = tracer.start_span(SpanGroup::kCommunication, "megatron.grads.all_reduce");
+            Span ar = tracer.start_span(SpanGroup::kCommunication, "megatron.grads.all_reduce",
+                                        StepFigure::kAllReduce);
             try {
               all_reduce_gradients(parameters, *dp_group, o.dp, timeout);
             } catch (const std::exception& e) {
@@ -399,12 +401,13 @@ int run_rank(const TrainOptions& o) {
             Span opt = tracer.start_span(SpanGroup::kOptimizer, "megatron.optimizer.step");
             optimizer.step();
           }
+          figures = take_step_figures();
           if (!std::isnan(loss)) {
             sr.loss = loss;
             step_scope.span().set_attribute("dl.loss", loss);
           }
           if (live_rule) {
-            window_compute_ms.push_back(ctx.step_compute_ns / 1e6);
+            window_compute_ms.push_back(figures.seconds(StepFigure::kCompute) * 1e3);
             if (static_cast<int>(window_compute_ms.size()) == o.live_every) {
               // The window's median, gathered from every rank (the same
               // figures on every rank, so the same verdict).
@@ -434,13 +437,13 @@ int run_rank(const TrainOptions& o) {
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                 .count();
         report.steps.push_back(sr);
-        if (step_seconds != nullptr) {
-          const std::int64_t now = telemetry ? telemetry->now_unix_ns() : 0;
-          step_seconds->record(sr.milliseconds / 1e3, step_context, now);
-          compute_seconds->record(ctx.step_compute_ns / 1e9, step_context, now);
-          steps_counter->add();
+        if (step_metrics) {
+          step_metrics->record_step(sr.milliseconds / 1e3, figures, step_context,
+                                    telemetry ? telemetry->now_unix_ns() : 0);
+          if ((step + 1) % 10 == 0) account_spans();
         }
       }
+      account_spans();
       write_metrics_line();
       // Stopped: the closing clock sample is a collective the others may
       // not reach.

@@ -46,6 +46,9 @@ struct MetricExemplar {
 class Counter {
  public:
   void add(double delta = 1);
+  /// Brings the counter up to `total`, a count kept elsewhere (a lower or
+  /// NaN total leaves it as it is: a counter never goes down).
+  void advance_to(double total);
   double value() const;
 
  private:

@@ -15,6 +15,10 @@ void Counter::add(double delta) {
   std::lock_guard<std::mutex> lock(mu_);
   value_ += delta;
 }
+void Counter::advance_to(double total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (total > value_) value_ = total;
+}
 double Counter::value() const {
   std::lock_guard<std::mutex> lock(mu_);
   return value_;
