@@ -189,4 +189,21 @@ std::string trace_file_path(const Config& config);
 /// A fresh run id: "YYYYMMDD-HHMMSS-xxxxxx" (UTC time, 6 random hex digits).
 std::string generate_run_id();
 
+/// Where a job's metrics go by OTLP/HTTP (docs/metrics.md), from the
+/// environment: OTEL_METRICS_EXPORTER (`otlp` exports; `none` or unset
+/// does not), the endpoint OTEL_EXPORTER_OTLP_METRICS_ENDPOINT as is, else
+/// OTEL_EXPORTER_OTLP_ENDPOINT + /v1/metrics, else
+/// http://localhost:4318/v1/metrics; protocol, headers, timeout,
+/// compression and certificates as for traces, each
+/// OTEL_EXPORTER_OTLP_METRICS_X over OTEL_EXPORTER_OTLP_X;
+/// OTEL_METRIC_EXPORT_INTERVAL in ms (default 60000);
+/// OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE `cumulative` only.
+/// Throws ConfigError naming the setting and what it accepts.
+struct MetricsExportConfig {
+  bool otlp = false;
+  OtlpHttpOptions options;
+  std::chrono::milliseconds interval{60000};
+};
+MetricsExportConfig resolve_metrics_export(const EnvLookup& env = process_environment());
+
 }  // namespace lens

@@ -94,6 +94,21 @@ class Histogram {
   double sum_ = 0;
 };
 
+/// One family as a collection found it: what the OTLP encoders write.
+struct MetricFamilySnapshot {
+  enum class Kind { kCounter, kGauge, kHistogram };
+  std::string otel_name;  ///< OpenTelemetry's name (MetricRegistry::set_otel_name)
+  std::string help;
+  std::string unit;  ///< UCUM ("s" for seconds)
+  Kind kind = Kind::kCounter;
+  struct Point {
+    MetricLabels labels;
+    double value = 0;               ///< a counter's or a gauge's
+    Histogram::Snapshot histogram;  ///< a histogram's
+  };
+  std::vector<Point> points;
+};
+
 class MetricRegistry {
  public:
   /// The metric of family `name` with `labels`, made on first use. A family
@@ -121,11 +136,26 @@ class MetricRegistry {
   /// span ids.
   std::string otlp_json(const Resource& resource, std::int64_t start_unix_ns,
                         std::int64_t now_unix_ns) const;
+  /// The same request in the OTLP protobuf encoding (what /v1/metrics takes
+  /// as application/x-protobuf).
+  std::string otlp_proto(const Resource& resource, std::int64_t start_unix_ns,
+                         std::int64_t now_unix_ns) const;
+
+  /// The name family `name` has in OTLP, where the default (its name without
+  /// the unit, '_' as '.') splits a word ("lens.step.p2p_wait", not
+  /// "lens.step.p2p.wait"). std::invalid_argument when there is no such
+  /// family, or `otel_name` is empty.
+  void set_otel_name(const std::string& name, const std::string& otel_name);
+
+  /// Every family, its metrics read one at a time (each under its own
+  /// mutex), in the order the families were made.
+  std::vector<MetricFamilySnapshot> collect() const;
 
  private:
   enum class Kind { kCounter, kGauge, kHistogram };
   struct Family {
     std::string name, help, unit;
+    std::string otel_name;  // empty: the default
     Kind kind;
     std::vector<double> bounds;
     // Stable addresses: handed out by reference.

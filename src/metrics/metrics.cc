@@ -5,7 +5,6 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "lens/otlp_json.h"
 #include "openmetrics_text.h"
 
 namespace lens {
@@ -138,9 +137,9 @@ std::string MetricRegistry::openmetrics() const {
 
 namespace {
 
-// OpenTelemetry's name for a family: without the unit suffix, dots for
-// underscores; and the unit in UCUM.
-std::string otel_name(const std::string& name, const std::string& unit) {
+// OpenTelemetry's default name for a family: without the unit suffix, dots
+// for underscores; and the unit in UCUM.
+std::string default_otel_name(const std::string& name, const std::string& unit) {
   std::string n = unit.empty() ? name : name.substr(0, name.size() - unit.size() - 1);
   for (char& c : n)
     if (c == '_') c = '.';
@@ -151,97 +150,39 @@ std::string ucum(const std::string& unit) {
   if (unit == "bytes") return "By";
   return unit;
 }
-void append_quoted_uint(std::string& out, std::uint64_t v) { out += '"' + std::to_string(v) + '"'; }
-void append_point_head(std::string& out, const MetricLabels& labels, std::int64_t start,
-                       std::int64_t now) {
-  Attributes attributes;
-  for (const auto& [k, v] : labels) attributes.push_back({k, v});
-  out += '{';
-  append_otlp_json_attributes(out, attributes);
-  out += ",\"startTimeUnixNano\":\"" + std::to_string(start) + "\",\"timeUnixNano\":\"" +
-         std::to_string(now) + '"';
-}
 
 }  // namespace
 
-std::string MetricRegistry::otlp_json(const Resource& resource, std::int64_t start_unix_ns,
-                                      std::int64_t now_unix_ns) const {
-  std::string out = "{\"resourceMetrics\":[{\"resource\":{";
-  append_otlp_json_attributes(out, resource.attributes);
-  out += "},\"scopeMetrics\":[{\"scope\":{\"name\":\"nemo.lens\"},\"metrics\":[";
+void MetricRegistry::set_otel_name(const std::string& name, const std::string& otel_name) {
+  if (otel_name.empty()) throw std::invalid_argument("metric " + name + ": an empty OTLP name");
   std::lock_guard<std::mutex> lock(mu_);
-  bool first_family = true;
+  for (Family& f : families_) {
+    if (f.name != name) continue;
+    f.otel_name = otel_name;
+    return;
+  }
+  throw std::invalid_argument("no metric family " + name);
+}
+
+std::vector<MetricFamilySnapshot> MetricRegistry::collect() const {
+  std::vector<MetricFamilySnapshot> out;
+  std::lock_guard<std::mutex> lock(mu_);
   for (const Family& f : families_) {
-    if (!first_family) out += ',';
-    first_family = false;
-    out += "{\"name\":";
-    append_json_string(out, otel_name(f.name, f.unit));
-    out += ",\"description\":";
-    append_json_string(out, f.help);
-    out += ",\"unit\":";
-    append_json_string(out, ucum(f.unit));
-    bool first = true;
-    const auto sep = [&] {
-      if (!first) out += ',';
-      first = false;
-    };
-    // A counter's or a gauge's points: one number each.
-    const auto number_points = [&](const auto& metrics) {
-      out += "{\"dataPoints\":[";
-      for (const auto& [labels, m] : metrics) {
-        sep();
-        append_point_head(out, labels, start_unix_ns, now_unix_ns);
-        out += ",\"asDouble\":";
-        append_otlp_json_double(out, m->value());
-        out += '}';
-      }
-      out += ']';
-    };
+    MetricFamilySnapshot& s = out.emplace_back();
+    s.otel_name = f.otel_name.empty() ? default_otel_name(f.name, f.unit) : f.otel_name;
+    s.help = f.help;
+    s.unit = ucum(f.unit);
     if (f.kind == Kind::kCounter) {
-      out += ",\"sum\":";
-      number_points(f.counters);
-      out += ",\"aggregationTemporality\":2,\"isMonotonic\":true}}";
+      s.kind = MetricFamilySnapshot::Kind::kCounter;
+      for (const auto& [labels, c] : f.counters) s.points.push_back({labels, c->value(), {}});
     } else if (f.kind == Kind::kGauge) {
-      out += ",\"gauge\":";
-      number_points(f.gauges);
-      out += "}}";
+      s.kind = MetricFamilySnapshot::Kind::kGauge;
+      for (const auto& [labels, g] : f.gauges) s.points.push_back({labels, g->value(), {}});
     } else {
-      out += ",\"histogram\":{\"dataPoints\":[";
-      for (const auto& [labels, h] : f.histograms) {
-        sep();
-        const Histogram::Snapshot s = h->snapshot();
-        append_point_head(out, labels, start_unix_ns, now_unix_ns);
-        out += ",\"count\":";
-        append_quoted_uint(out, s.count);
-        out += ",\"sum\":";
-        append_otlp_json_double(out, s.sum);
-        out += ",\"bucketCounts\":[";
-        for (std::size_t i = 0; i < s.counts.size(); ++i) {
-          if (i) out += ',';
-          append_quoted_uint(out, s.counts[i]);
-        }
-        out += "],\"explicitBounds\":[";
-        for (std::size_t i = 0; i < s.bounds.size(); ++i) {
-          if (i) out += ',';
-          append_otlp_json_double(out, s.bounds[i]);
-        }
-        out += "],\"exemplars\":[";
-        bool first_exemplar = true;
-        for (const auto& e : s.exemplars) {
-          if (!e) continue;
-          if (!first_exemplar) out += ',';
-          first_exemplar = false;
-          out += "{\"timeUnixNano\":\"" + std::to_string(e->time_unix_ns) + "\",\"asDouble\":";
-          append_otlp_json_double(out, e->value);
-          out += ",\"traceId\":\"" + e->trace_id.to_hex() + "\",\"spanId\":\"" +
-                 e->span_id.to_hex() + "\"}";
-        }
-        out += "]}";
-      }
-      out += "],\"aggregationTemporality\":2}}";
+      s.kind = MetricFamilySnapshot::Kind::kHistogram;
+      for (const auto& [labels, h] : f.histograms) s.points.push_back({labels, 0, h->snapshot()});
     }
   }
-  out += "]}]}]}";
   return out;
 }
 

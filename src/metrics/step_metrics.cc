@@ -39,8 +39,10 @@ StepMetrics::StepMetrics(MetricRegistry& registry, const MetricLabels& labels)
           labels)) {
   for (int i = 1; i < kStepFigureCount; ++i) {
     const auto f = static_cast<StepFigure>(i);
-    figures_[i] = &registry.histogram("lens_step_" + std::string(step_figure_name(f)) + "_seconds",
-                                      figure_help(f), "seconds", kStepBounds, labels);
+    const std::string name = "lens_step_" + std::string(step_figure_name(f)) + "_seconds";
+    figures_[i] = &registry.histogram(name, figure_help(f), "seconds", kStepBounds, labels);
+    // OpenTelemetry's name keeps the figure's name one word.
+    registry.set_otel_name(name, "lens.step." + std::string(step_figure_name(f)));
   }
 }
 

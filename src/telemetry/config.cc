@@ -87,18 +87,25 @@ std::string checked_url(const Setting& s) {
   return s.value;
 }
 
-void resolve_otlp(const Env& env, const std::optional<Setting>& traces_endpoint,
+// One signal's OTLP settings (`signal`: TRACES or METRICS): each
+// OTEL_EXPORTER_OTLP_<signal>_X over OTEL_EXPORTER_OTLP_X; the endpoint
+// used as is, else the base endpoint + `path` (/v1/traces).
+void resolve_otlp(const Env& env, std::string_view signal, std::string_view path,
+                  const std::optional<Setting>& signal_endpoint,
                   const std::optional<Setting>& base_endpoint, OtlpHttpOptions& o) {
-  if (traces_endpoint) {
-    o.endpoint = checked_url(*traces_endpoint);  // used as is
+  const auto named = [&](std::string_view x) {
+    return "OTEL_EXPORTER_OTLP_" + std::string(signal) + "_" + std::string(x);
+  };
+  if (signal_endpoint) {
+    o.endpoint = checked_url(*signal_endpoint);  // used as is
   } else if (base_endpoint) {
     std::string base = checked_url(*base_endpoint);
     while (!base.empty() && base.back() == '/') base.pop_back();
-    o.endpoint = base + "/v1/traces";
+    o.endpoint = base + std::string(path);
   } else {
-    o.endpoint = "http://localhost:4318/v1/traces";  // the specification's default
+    o.endpoint = "http://localhost:4318" + std::string(path);  // the specification's default
   }
-  if (auto p = env.get({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"})) {
+  if (auto p = env.get({named("PROTOCOL"), "OTEL_EXPORTER_OTLP_PROTOCOL"})) {
     const std::string v = lower(p->value);
     if (v == "http/protobuf")
       o.json = false;
@@ -107,12 +114,11 @@ void resolve_otlp(const Env& env, const std::optional<Setting>& traces_endpoint,
     else
       fail(*p, "http/protobuf, http/json (grpc is not supported by lens)");
   }
-  if (auto h = env.get({"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"}))
+  if (auto h = env.get({named("HEADERS"), "OTEL_EXPORTER_OTLP_HEADERS"}))
     o.headers = parse_headers(*h);
-  if (auto t = env.get({"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"}))
+  if (auto t = env.get({named("TIMEOUT"), "OTEL_EXPORTER_OTLP_TIMEOUT"}))
     o.timeout = std::chrono::milliseconds(parse_uint(*t, 1, kMaxMillis));
-  if (auto z =
-          env.get({"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION"})) {
+  if (auto z = env.get({named("COMPRESSION"), "OTEL_EXPORTER_OTLP_COMPRESSION"})) {
     const std::string v = lower(z->value);
     if (v == "gzip")
       o.gzip = true;
@@ -121,17 +127,15 @@ void resolve_otlp(const Env& env, const std::optional<Setting>& traces_endpoint,
     else
       fail(*z, "gzip, none");
   }
-  if (auto cert =
-          env.get({"OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE"})) {
+  if (auto cert = env.get({named("CERTIFICATE"), "OTEL_EXPORTER_OTLP_CERTIFICATE"})) {
     if (::access(cert->value.c_str(), R_OK) != 0)
       fail(*cert, "the path of a readable CA certificate file");
     o.certificate = cert->value;
   }
   // Mutual TLS: this client's certificate and its key, both or neither.
-  const auto client_cert = env.get(
-      {"OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"});
-  const auto client_key =
-      env.get({"OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "OTEL_EXPORTER_OTLP_CLIENT_KEY"});
+  const auto client_cert =
+      env.get({named("CLIENT_CERTIFICATE"), "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"});
+  const auto client_key = env.get({named("CLIENT_KEY"), "OTEL_EXPORTER_OTLP_CLIENT_KEY"});
   for (const auto* file : {&client_cert, &client_key})
     if (*file && ::access((*file)->value.c_str(), R_OK) != 0)
       fail(**file, "the path of a readable PEM file");
@@ -196,7 +200,7 @@ void resolve_exporter(const TelemetryOptions& options, const Env& env, Config& c
   if (options.otlp) {
     c.otlp = *options.otlp;
   } else {
-    resolve_otlp(env, traces_endpoint, base_endpoint, c.otlp);
+    resolve_otlp(env, "TRACES", "/v1/traces", traces_endpoint, base_endpoint, c.otlp);
   }
   if (auto s = env.get({"LENS_SPOOL_DIR"})) c.spool_dir = s->value;
 }
@@ -536,6 +540,27 @@ std::string trace_file_path(const Config& config) {
   replace_all("{pid}", std::to_string(::getpid()));
   replace_all("{run_id}", config.run_id);
   return config.trace_dir + "/" + config.run_id + "/" + name;
+}
+
+MetricsExportConfig resolve_metrics_export(const EnvLookup& lookup) {
+  Env env(lookup);
+  MetricsExportConfig m;
+  if (auto e = env.get({"OTEL_METRICS_EXPORTER"})) {
+    const std::string v = lower(e->value);
+    if (v == "otlp")
+      m.otlp = true;
+    else if (v != "none")
+      fail(*e, "otlp, none (lens serves Prometheus itself: --metrics-port)");
+  }
+  resolve_otlp(env, "METRICS", "/v1/metrics", env.get({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"}),
+               env.get({"OTEL_EXPORTER_OTLP_ENDPOINT"}), m.options);
+  if (auto i = env.get({"OTEL_METRIC_EXPORT_INTERVAL"}))
+    m.interval = std::chrono::milliseconds(parse_uint(*i, 1, kMaxMillis));
+  if (auto t = env.get({"OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"})) {
+    if (lower(t->value) != "cumulative")
+      fail(*t, "cumulative (lens's metrics are cumulative from the start of the run)");
+  }
+  return m;
 }
 
 }  // namespace lens

@@ -41,16 +41,17 @@ OtlpReceiver::OtlpReceiver(std::function<Reply(int)> policy, int port, std::opti
   } else {
     server_ = std::make_unique<httplib::Server>();
   }
-  server_->Post("/v1/traces", [this](const httplib::Request& req, httplib::Response& res) {
+  // Both routes answer as the policy says, inflate a gzip body the server
+  // left as it came, and keep the request's headers; then each decodes its
+  // own message.
+  const auto take = [this](const httplib::Request& req, httplib::Response& res, std::string& body) {
     const int n = requests_.fetch_add(1);
     Reply reply = policy_(n);
     if (reply.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(reply.delay_ms));
     res.status = reply.status;
     if (!reply.retry_after.empty()) res.set_header("Retry-After", reply.retry_after);
-    if (reply.status < 200 || reply.status >= 300) return;
-    std::string body = req.body;
-    // cpp-httplib built with zlib inflates gzip bodies itself; inflate here
-    // only what still carries the gzip magic.
+    if (reply.status < 200 || reply.status >= 300) return std::optional<Reply>();
+    body = req.body;
     if (body.size() > 2 && static_cast<unsigned char>(body[0]) == 0x1f &&
         static_cast<unsigned char>(body[1]) == 0x8b)
       body = gunzip(body);
@@ -58,12 +59,19 @@ OtlpReceiver::OtlpReceiver(std::function<Reply(int)> policy, int port, std::opti
     for (const auto& [k, v] : req.headers) hdrs[k] = v;
     std::lock_guard<std::mutex> lock(mu_);
     headers_.push_back(hdrs);
+    return std::optional<Reply>(reply);
+  };
+  server_->Post("/v1/traces", [this, take](const httplib::Request& req, httplib::Response& res) {
+    std::string body;
+    const std::optional<Reply> reply = take(req, res, body);
+    if (!reply) return;
+    std::lock_guard<std::mutex> lock(mu_);
     if (req.get_header_value("Content-Type") == "application/json") {
       nlohmann::json j = nlohmann::json::parse(body);
       for (const auto& rs : j["resourceSpans"])
         for (const auto& ss : rs["scopeSpans"]) accepted_spans_ += ss["spans"].size();
       json_.push_back(std::move(j));
-      res.set_content(reply.body.empty() ? "{}" : reply.body, "application/json");
+      res.set_content(reply->body.empty() ? "{}" : reply->body, "application/json");
     } else {
       lens::test::otlp::ExportTraceServiceRequest r;
       if (!r.ParseFromString(body)) {
@@ -74,7 +82,25 @@ OtlpReceiver::OtlpReceiver(std::function<Reply(int)> policy, int port, std::opti
         for (const auto& ss : rs.scope_spans())
           accepted_spans_ += static_cast<std::size_t>(ss.spans_size());
       proto_.push_back(std::move(r));
-      res.set_content(reply.body, "application/x-protobuf");
+      res.set_content(reply->body, "application/x-protobuf");
+    }
+  });
+  server_->Post("/v1/metrics", [this, take](const httplib::Request& req, httplib::Response& res) {
+    std::string body;
+    const std::optional<Reply> reply = take(req, res, body);
+    if (!reply) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (req.get_header_value("Content-Type") == "application/json") {
+      metrics_json_.push_back(nlohmann::json::parse(body));
+      res.set_content("{}", "application/json");
+    } else {
+      lens::test::otlp::ExportMetricsServiceRequest r;
+      if (!r.ParseFromString(body)) {
+        res.status = 400;
+        return;
+      }
+      metrics_proto_.push_back(std::move(r));
+      res.set_content("", "application/x-protobuf");
     }
   });
   if (port > 0) {
@@ -108,6 +134,15 @@ std::vector<nlohmann::json> OtlpReceiver::json_requests() const {
 std::vector<std::map<std::string, std::string>> OtlpReceiver::headers() const {
   std::lock_guard<std::mutex> lock(mu_);
   return headers_;
+}
+std::vector<lens::test::otlp::ExportMetricsServiceRequest> OtlpReceiver::metrics_protobuf_requests()
+    const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return metrics_proto_;
+}
+std::vector<nlohmann::json> OtlpReceiver::metrics_json_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return metrics_json_;
 }
 std::size_t OtlpReceiver::accepted_spans() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -1,6 +1,7 @@
 // A real OTLP/HTTP receiver for tests: cpp-httplib on 127.0.0.1 and a free
-// port, decoding what it receives with libprotobuf (from the project's
-// tests/otlp/otlp_trace.proto) or nlohmann-json. Each request's reply is
+// port, decoding what it receives at /v1/traces and /v1/metrics with
+// libprotobuf (from the project's tests/support/otlp_{trace,metrics}.proto)
+// or nlohmann-json. Each request's reply is
 // chosen by a test-supplied policy, so tests can inject 429s, 500s and slow
 // answers.
 #pragma once
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "otlp_metrics.pb.h"
 #include "otlp_trace.pb.h"
 
 namespace lens::testing {
@@ -58,6 +60,9 @@ class OtlpReceiver {
   // Successfully decoded requests that were answered with 2xx.
   std::vector<lens::test::otlp::ExportTraceServiceRequest> protobuf_requests() const;
   std::vector<nlohmann::json> json_requests() const;
+  // The same for /v1/metrics (ExportMetricsServiceRequest).
+  std::vector<lens::test::otlp::ExportMetricsServiceRequest> metrics_protobuf_requests() const;
+  std::vector<nlohmann::json> metrics_json_requests() const;
   std::vector<std::map<std::string, std::string>> headers() const;
   // Spans in requests that were answered with 2xx.
   std::size_t accepted_spans() const;
@@ -72,6 +77,8 @@ class OtlpReceiver {
   mutable std::mutex mu_;
   std::vector<lens::test::otlp::ExportTraceServiceRequest> proto_;
   std::vector<nlohmann::json> json_;
+  std::vector<lens::test::otlp::ExportMetricsServiceRequest> metrics_proto_;
+  std::vector<nlohmann::json> metrics_json_;
   std::vector<std::map<std::string, std::string>> headers_;
   std::size_t accepted_spans_ = 0;
 };

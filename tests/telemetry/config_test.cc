@@ -351,5 +351,63 @@ TEST(ConfigSampler, BadValuesNameTheVariable) {
   EXPECT_NE(msg.find("LENS_COLLECTIVE_TIMEOUT_MS"), std::string::npos) << msg;
 }
 
+// Metrics by OTLP: off unless asked, the metrics settings over the shared
+// ones, the endpoint's path /v1/metrics, and a table of refused values.
+TEST(MetricsExportConfig, FromTheEnvironment) {
+  const MetricsExportConfig off = resolve_metrics_export(fake_env({}));
+  EXPECT_FALSE(off.otlp);
+  EXPECT_EQ(off.options.endpoint, "http://localhost:4318/v1/metrics");
+  EXPECT_EQ(off.interval, std::chrono::milliseconds(60000));
+  EXPECT_FALSE(resolve_metrics_export(fake_env({{"OTEL_METRICS_EXPORTER", "none"}})).otlp);
+
+  const MetricsExportConfig m = resolve_metrics_export(fake_env({
+      {"OTEL_METRICS_EXPORTER", "OTLP"},
+      {"OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/"},
+      {"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"},
+      {"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json"},
+      {"OTEL_EXPORTER_OTLP_HEADERS", "a=1"},
+      {"OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "gzip"},
+      {"OTEL_METRIC_EXPORT_INTERVAL", "15000"},
+      {"OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "Cumulative"},
+  }));
+  EXPECT_TRUE(m.otlp);
+  EXPECT_EQ(m.options.endpoint, "http://collector:4318/v1/metrics");
+  EXPECT_TRUE(m.options.json) << "the metrics setting wins";
+  EXPECT_TRUE(m.options.gzip);
+  ASSERT_EQ(m.options.headers.size(), 1u);
+  EXPECT_EQ(m.options.headers[0].first, "a");
+  EXPECT_EQ(m.interval, std::chrono::milliseconds(15000));
+  EXPECT_EQ(resolve_metrics_export(
+                fake_env({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"},
+                          {"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "https://m.example/ingest"}}))
+                .options.endpoint,
+            "https://m.example/ingest");
+  // The traces' own settings do not reach the metrics.
+  EXPECT_EQ(resolve_metrics_export(
+                fake_env({{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:4318/v1/traces"}}))
+                .options.endpoint,
+            "http://localhost:4318/v1/metrics");
+
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> refused = {
+      {{{"OTEL_METRICS_EXPORTER", "prometheus"}}, "OTEL_METRICS_EXPORTER"},
+      {{{"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "collector:4318"}},
+       "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"},
+      {{{"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc"}}, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"},
+      {{{"OTEL_METRIC_EXPORT_INTERVAL", "0"}}, "OTEL_METRIC_EXPORT_INTERVAL"},
+      {{{"OTEL_METRIC_EXPORT_INTERVAL", "soon"}}, "OTEL_METRIC_EXPORT_INTERVAL"},
+      {{{"OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta"}},
+       "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"},
+  };
+  for (const auto& [env, named] : refused) {
+    std::string error;
+    try {
+      resolve_metrics_export(fake_env(env));
+    } catch (const ConfigError& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find(named), std::string::npos) << named << ": " << error;
+  }
+}
+
 }  // namespace
 }  // namespace lens
