@@ -27,6 +27,7 @@
 #include "lens/live_stragglers.h"
 #include "lens/metrics.h"
 #include "lens/metrics_endpoint.h"
+#include "lens/metrics_exporter.h"
 #include "lens/pipeline_stats.h"
 #include "lens/startup_agreement.h"
 #include "lens/step_context.h"
@@ -194,8 +195,10 @@ int run_rank(const TrainOptions& o) {
   if (!o.test_clock_drift_ppm.empty())
     topts.test_clock_drift_ppm = o.test_clock_drift_ppm[static_cast<std::size_t>(rank)];
   std::unique_ptr<Telemetry> telemetry;
+  MetricsExportConfig metrics_export;  // OTEL_METRICS_EXPORTER=otlp: to /v1/metrics
   try {
     telemetry = create_distributed_telemetry(world_comm, o.pp, topts);
+    metrics_export = resolve_metrics_export();
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "lens-train: rank %d: %s\n", rank, e.what());
     return 2;
@@ -276,10 +279,15 @@ int run_rank(const TrainOptions& o) {
   ctx.seed = o.seed;
   ctx.tp = tp.get();
   // Live metrics: this rank's step figures (the spans time them, recorded
-  // or not) on an OpenMetrics endpoint, the histograms' exemplars pointing
-  // at the sampled steps' spans.
-  if (o.metrics_port >= 0 || o.live_every > 0) set_step_figures(true);
+  // or not) on an OpenMetrics endpoint and by OTLP, the histograms'
+  // exemplars pointing at the sampled steps' spans.
+  if (o.metrics_port >= 0 || o.live_every > 0 || metrics_export.otlp) set_step_figures(true);
   MetricRegistry metrics;
+  const std::int64_t metrics_start = telemetry
+                                         ? telemetry->now_unix_ns()
+                                         : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count();
   const MetricLabels labels = {{"run", telemetry ? telemetry->config().run_id : std::string()},
                                {"rank", std::to_string(rank)},
                                {"stage", std::to_string(stage)},
@@ -287,8 +295,22 @@ int run_rank(const TrainOptions& o) {
                                {"tensor", std::to_string(tensor)}};
   std::unique_ptr<MetricsEndpoint> endpoint;
   std::unique_ptr<StepMetrics> step_metrics;
-  if (o.metrics_port >= 0) {
+  if (o.metrics_port >= 0 || metrics_export.otlp)
     step_metrics = std::make_unique<StepMetrics>(metrics, labels);
+  std::unique_ptr<OtlpMetricsExporter> metrics_exporter;
+  if (metrics_export.otlp) {
+    Resource resource;
+    if (telemetry) {
+      resource = telemetry->resource();
+    } else {  // not traced: enough to tell the rank's series apart
+      resource.set("service.name", std::string("megatron-lm"));
+      resource.set("dl.rank", std::int64_t{rank});
+    }
+    metrics_exporter =
+        std::make_unique<OtlpMetricsExporter>(metrics, std::move(resource), metrics_export.options,
+                                              metrics_export.interval, metrics_start);
+  }
+  if (o.metrics_port >= 0) {
     endpoint = std::make_unique<MetricsEndpoint>(metrics, o.metrics_host,
                                                  o.metrics_port == 0 ? 0 : o.metrics_port + rank);
     std::fprintf(stderr, "lens-train: rank %d: metrics at http://%s:%d/metrics\n", rank,
@@ -315,9 +337,8 @@ int run_rank(const TrainOptions& o) {
   // The same metrics as OTLP/JSON lines beside the rank's trace file
   // (rank-<r>.metrics.jsonl), one cumulative request at each live meeting
   // and at the end, when the traces go to files.
-  const std::int64_t metrics_start = telemetry ? telemetry->now_unix_ns() : 0;
   std::string metrics_file;
-  if (endpoint && telemetry && telemetry->trace_file().ends_with(".otlp.jsonl")) {
+  if (step_metrics && telemetry && telemetry->trace_file().ends_with(".otlp.jsonl")) {
     const std::string& f = telemetry->trace_file();
     metrics_file = f.substr(0, f.size() - std::string(".otlp.jsonl").size()) + ".metrics.jsonl";
   }
@@ -501,7 +522,8 @@ int run_rank(const TrainOptions& o) {
         stage, replica, tensor, report.steps.size(), last.milliseconds,
         last.loss ? (", loss " + std::to_string(*last.loss)).c_str() : "");
   }
-  if (endpoint && o.metrics_linger_s > 0)  // a last scrape or two
+  if (metrics_exporter) metrics_exporter->shutdown();  // the totals at the end
+  if (endpoint && o.metrics_linger_s > 0)              // a last scrape or two
     std::this_thread::sleep_for(std::chrono::duration<double>(o.metrics_linger_s));
   return 0;
 }

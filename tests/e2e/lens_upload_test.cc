@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -235,6 +236,75 @@ TEST_F(Upload, UnreachableEndpointCountsFailedSpans) {
   EXPECT_EQ(up.exit_code, 1) << up.output;
   EXPECT_NE(up.output.find("0 spans sent"), std::string::npos) << up.output;
   EXPECT_NE(up.output.find("failed"), std::string::npos) << up.output;
+}
+
+// Metrics by OTLP from a real training run (OTEL_METRICS_EXPORTER=otlp):
+// every rank sends its step figures to /v1/metrics, decoded as OTLP, and
+// the exemplars point at the step spans in the run's trace files.
+class MetricsExport : public Upload {};
+
+TEST_F(MetricsExport, TrainerSendsStepMetricsWhoseExemplarsAreItsStepSpans) {
+  OtlpReceiver receiver;
+  receiver.start();
+  const std::string endpoint =
+      "http://127.0.0.1:" + std::to_string(receiver.port()) + "/v1/metrics";
+  Result r = run(trainer("OTEL_METRICS_EXPORTER=otlp OTEL_METRIC_EXPORT_INTERVAL=200 "
+                         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" +
+                         endpoint),
+                 dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The step spans' trace and span ids, from the files.
+  std::set<std::string> step_spans;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "traces")) {
+    if (!e.path().string().ends_with(".otlp.jsonl")) continue;
+    std::ifstream in(e.path());
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      for (const auto& rs : j["resourceSpans"])
+        for (const auto& ss : rs["scopeSpans"])
+          for (const auto& span : ss["spans"])
+            if (span["name"] == "megatron.train_step")
+              step_spans.insert(span["traceId"].get<std::string>() + "/" +
+                                span["spanId"].get<std::string>());
+    }
+  }
+  ASSERT_EQ(step_spans.size(), 6u) << "3 steps on 2 ranks";
+  const auto hex = [](const std::string& bytes) {
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    for (unsigned char c : bytes) {
+      out += digits[c >> 4];
+      out += digits[c & 15];
+    }
+    return out;
+  };
+  // Each rank's last request: the totals at the end.
+  std::map<std::string, lens::test::otlp::ExportMetricsServiceRequest> last;
+  for (const auto& req : receiver.metrics_protobuf_requests())
+    for (const auto& kv : req.resource_metrics(0).resource().attributes())
+      if (kv.key() == "dl.rank") last[std::to_string(kv.value().int_value())] = req;
+  ASSERT_EQ(last.size(), 2u) << "both ranks";
+  for (const auto& [rank, req] : last) {
+    std::map<std::string, const lens::test::otlp::Metric*> metrics;
+    for (const auto& m : req.resource_metrics(0).scope_metrics(0).metrics()) metrics[m.name()] = &m;
+    ASSERT_TRUE(metrics.count("lens.steps")) << rank;
+    EXPECT_DOUBLE_EQ(metrics["lens.steps"]->sum().data_points(0).as_double(), 3) << rank;
+    for (const char* name : {"lens.step.duration", "lens.step.compute", "lens.step.p2p_wait",
+                             "lens.step.p2p_send", "lens.step.optimizer"}) {
+      ASSERT_TRUE(metrics.count(name)) << rank << " " << name;
+      const auto& p = metrics[name]->histogram().data_points(0);
+      EXPECT_EQ(p.count(), 3u) << rank << " " << name;
+      EXPECT_GT(p.sum(), 0) << rank << " " << name;
+      // Every step was sampled: each exemplar is one of the step spans.
+      EXPECT_GE(p.exemplars_size(), 1) << rank << " " << name;
+      for (const auto& e : p.exemplars())
+        EXPECT_TRUE(step_spans.count(hex(e.trace_id()) + "/" + hex(e.span_id())))
+            << rank << " " << name << ": " << hex(e.trace_id());
+    }
+    const auto& duration = metrics["lens.step.duration"]->histogram().data_points(0);
+    const auto& compute = metrics["lens.step.compute"]->histogram().data_points(0);
+    EXPECT_LT(compute.sum(), duration.sum()) << "a step is more than its compute";
+  }
 }
 
 }  // namespace
