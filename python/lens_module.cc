@@ -28,9 +28,12 @@
 #include "lens/live_stragglers.h"
 #include "lens/metrics.h"
 #include "lens/metrics_endpoint.h"
+#include "lens/metrics_exporter.h"
 #include "lens/pipeline_stats.h"
 #include "lens/startup_agreement.h"
 #include "lens/step_check.h"
+#include "lens/step_figures.h"
+#include "lens/step_metrics.h"
 #include "lens/step_trace.h"
 #include "lens/telemetry.h"
 #include "lens/termination.h"
@@ -381,15 +384,50 @@ void set_py_attribute(lens::Span& span, PyObject* key, PyObject* value) {
 // (an AttributeError formatted and dropped on every call).
 // `stream` is None or a CUDA stream's handle as an int (what
 // torch.cuda.Stream.cuda_stream gives): the span is then timed on the device.
+// A step figure by its name ("compute", "p2p_wait", ...): ValueError for another.
+lens::StepFigure figure_from_name(std::string_view name) {
+  for (int i = 1; i < lens::kStepFigureCount; ++i) {
+    const auto f = static_cast<lens::StepFigure>(i);
+    if (lens::step_figure_name(f) == name) return f;
+  }
+  throw py::value_error("lens: unknown step figure '" + std::string(name) +
+                        "' (valid: compute, p2p_wait, p2p_send, all_reduce, optimizer)");
+}
+
+// A thread's totals as {name: {"seconds": s, "spans": n}}, and back.
+py::dict figures_to_dict(const lens::StepFigureTotals& totals) {
+  py::dict d;
+  for (int i = 1; i < lens::kStepFigureCount; ++i) {
+    py::dict f;
+    f["seconds"] = totals.seconds(static_cast<lens::StepFigure>(i));
+    f["spans"] = totals.spans[i];
+    d[py::str(std::string(lens::step_figure_name(static_cast<lens::StepFigure>(i))))] = f;
+  }
+  return d;
+}
+lens::StepFigureTotals figures_from_dict(const py::dict& d) {
+  lens::StepFigureTotals totals;
+  for (const auto& [key, value] : d) {
+    const auto i = static_cast<std::size_t>(figure_from_name(key.cast<std::string>()));
+    const py::dict f = value.cast<py::dict>();
+    const double seconds = f["seconds"].cast<double>();
+    if (!(seconds >= 0)) throw py::value_error("lens: a step figure's seconds must be >= 0");
+    totals.ns[i] = static_cast<std::int64_t>(seconds * 1e9);
+    totals.spans[i] = f.contains("spans") ? f["spans"].cast<std::uint32_t>() : 1u;
+  }
+  return totals;
+}
+
 std::unique_ptr<PySpan> start_span(std::string_view name, std::string_view group,
                                    const py::dict& attributes, const py::handle& join_arg,
-                                   const py::handle& stream) {
+                                   const py::handle& stream, const py::handle& figure) {
   const PyCarrier* join = join_arg.is_none() ? nullptr : &join_arg.cast<const PyCarrier&>();
   const lens::SpanGroup g = group_from_name(group);
   PerTelemetry& state = per_telemetry();
   lens::Tracer& tracer = state.tracer;
   if (!tracer.enabled(g)) return std::make_unique<PySpan>(lens::Span());
   lens::StartOptions start;
+  if (!figure.is_none()) start.figure = figure_from_name(figure.cast<std::string>());
   if (!stream.is_none()) {
     if (!py::isinstance<py::int_>(stream) || stream.cast<py::int_>() < py::int_(0))
       throw py::value_error("lens: stream must be a CUDA stream's handle (an int >= 0)");
@@ -536,6 +574,65 @@ PYBIND11_MODULE(_lens, m) {
           py::arg("step"), py::arg("figures"))
       .def("score", &lens::LiveStragglerRule::score, py::arg("rank"));
 
+  // Step figures (lens/step_figures.h) and a rank's step metrics.
+  m.def("set_step_figures", &lens::set_step_figures, py::arg("on"));
+  m.def("step_figures_on", &lens::step_figures_on);
+  m.def(
+      "add_step_figure",
+      [](const std::string& figure, std::int64_t ns) {
+        lens::add_step_figure(figure_from_name(figure), ns);
+      },
+      py::arg("figure"), py::arg("ns"));
+  m.def("take_step_figures", [] { return figures_to_dict(lens::take_step_figures()); });
+  py::class_<lens::StepMetrics>(m, "StepMetrics")
+      .def(py::init<lens::MetricRegistry&, const lens::MetricLabels&>(), py::arg("registry"),
+           py::arg("labels") = lens::MetricLabels{}, py::keep_alive<1, 2>())
+      .def(
+          "record_step",
+          [](lens::StepMetrics& m, double seconds, const py::dict& figures,
+             const std::optional<lens::SpanContext>& context) {
+            const lens::Telemetry* t = lens::get_telemetry();
+            m.record_step(seconds, figures_from_dict(figures),
+                          context.value_or(lens::SpanContext()), t ? t->now_unix_ns() : 0);
+          },
+          py::arg("seconds"), py::arg("figures"), py::arg("context") = py::none())
+      .def("record_spans", &lens::StepMetrics::record_spans, py::arg("ended"),
+           py::arg("dropped"));
+  py::class_<lens::OtlpMetricsExporter>(m, "OtlpMetricsExporter")
+      .def("export_now", &lens::OtlpMetricsExporter::export_now,
+           py::call_guard<py::gil_scoped_release>())
+      .def("shutdown", &lens::OtlpMetricsExporter::shutdown,
+           py::call_guard<py::gil_scoped_release>())
+      .def("stats", [](const lens::OtlpMetricsExporter& e) {
+        const lens::MetricsExportStats s = e.stats();
+        py::dict d;
+        d["requests"] = s.requests;
+        d["failed"] = s.failed;
+        d["last_error"] = s.last_error;
+        return d;
+      });
+  // OTEL_METRICS_EXPORTER=otlp: an exporter of `registry` with the
+  // telemetry's resource (service.name, nemo.run.id, dl.rank); else None.
+  m.def(
+      "metrics_exporter_from_environment",
+      [](const lens::MetricRegistry& registry) -> std::unique_ptr<lens::OtlpMetricsExporter> {
+        const lens::MetricsExportConfig c = lens::resolve_metrics_export();  // lens.ConfigError
+        if (!c.otlp) return nullptr;
+        const lens::Telemetry* t = lens::get_telemetry();
+        lens::Resource resource;
+        if (t) resource = t->resource();
+        if (resource.find_string("service.name").empty())
+          resource.set("service.name", std::string("megatron-lm"));
+        const std::int64_t start =
+            t ? t->now_unix_ns()
+              : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+        return std::make_unique<lens::OtlpMetricsExporter>(registry, std::move(resource),
+                                                           c.options, c.interval, start);
+      },
+      py::arg("registry"), py::keep_alive<0, 1>());
+
   py::class_<PySpan>(m, "Span")
       .def_property_readonly("recording", &PySpan::recording)
       .def_property_readonly("context", &PySpan::context)
@@ -681,7 +778,7 @@ PYBIND11_MODULE(_lens, m) {
 
   m.def("start_span", &start_span, py::arg("name"), py::arg("group"),
         py::arg("attributes") = py::dict(), py::arg("join") = py::none(),
-        py::arg("stream") = py::none());
+        py::arg("stream") = py::none(), py::arg("figure") = py::none());
   m.def("current_span_context", [] {
     const lens::SpanContext c = lens::current_span_context();
     return c.valid() ? std::optional<lens::SpanContext>(c) : std::nullopt;

@@ -166,19 +166,16 @@ def run_rank(args):
     def from_wire(t):
         return t.to(device, non_blocking=True) if stream is not None else t
 
-    # Live metrics and stragglers (docs/metrics.md): this rank's step and
-    # compute times as histograms on an OpenMetrics endpoint (their
-    # exemplars the sampled steps' spans), and every --live-every steps one
-    # all-gather of each rank's median compute, judged alike by every rank.
-    bounds = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
-    labels = [("rank", str(rank)), ("stage", str(stage))]
+    # Live metrics and stragglers (docs/metrics.md): the spans time this
+    # rank's step figures (compute, pipeline waits and sends, optimizer),
+    # recorded or not; they go to histograms on an OpenMetrics endpoint and,
+    # with OTEL_METRICS_EXPORTER=otlp, to /v1/metrics (their exemplars the
+    # sampled steps' spans); and every --live-every steps one all-gather of
+    # each rank's median compute, judged alike by every rank.
     registry = lens.MetricRegistry()
-    step_seconds = registry.histogram("lens_step_duration_seconds", "Time of one training step on this rank.",
-                                      "seconds", bounds, labels)
-    compute_seconds = registry.histogram("lens_step_compute_seconds",
-                                         "Forward and backward time of one step on this rank.",
-                                         "seconds", bounds, labels)
-    steps_done = registry.counter("lens_steps", "Training steps this rank has run.", labels)
+    step_metrics = lens.StepMetrics(registry, [("rank", str(rank)), ("stage", str(stage))])
+    exporter = lens.metrics_exporter_from_environment(registry)
+    lens.set_step_figures(args.metrics_port >= 0 or args.live_every > 0 or exporter is not None)
     endpoint = None
     if args.metrics_port >= 0:
         endpoint = lens.MetricsEndpoint(registry, "127.0.0.1",
@@ -193,11 +190,10 @@ def run_rank(args):
         slow_rank, slow_factor, slow_from = int(slow_rank), float(slow_factor), int(slow_from)
 
     def computed(started, step):
-        """A forward or backward that began at `started` is done: its time, slowed by the aid."""
+        """A forward or backward that began at `started` is done: slowed by the aid."""
         took = time.perf_counter() - started
         if rank == slow_rank and step >= slow_from and slow_factor > 1:
             time.sleep((slow_factor - 1) * took)
-        return time.perf_counter() - started
     first, last = stage == 0, stage == stages - 1
     losses = []
 
@@ -236,7 +232,7 @@ def run_rank(args):
                 lens.state.set_pp_trace_carrier(carrier)
 
             step_started = time.perf_counter()
-            compute = 0.0
+            lens.take_step_figures()  # from here on, this step's
             with lens.managed_span("megatron.train_step", group="step", **{
                     "dl.step": step, "dl.rank": rank, "dl.pipeline_parallel.rank": stage,
                     "dl.pipeline_parallel.size": stages, "dl.num_microbatches": args.microbatches}) as step_span:
@@ -261,6 +257,7 @@ def run_rank(args):
                                         remote_carrier=lens.state.get_pp_trace_carrier(),
                                         **{"dl.pipeline_parallel.rank": stage, "dl.microbatch_id": mb})
                                 with lens.managed_span("megatron.p2p.recv_forward", group="communication",
+                                                       figure="p2p_wait",
                                                        stream=stream,
                                                        **p2p_attributes("forward", stage - 1, received=mb)):
                                     dist.recv(x, src=rank - 1, tag=P2P_TAG_FORWARD)
@@ -268,9 +265,9 @@ def run_rank(args):
                                 if link is not None:
                                     link.end()
                                 x.requires_grad_(True)
+                            started = time.perf_counter()  # the aid slows the span as a whole
                             with lens.managed_span("megatron.microbatch.forward", group="microbatch",
                                                    stream=stream, **{"dl.microbatch_id": mb}):
-                                started = time.perf_counter()
                                 y = model(x)
                                 if last:
                                     loss = torch.nn.functional.mse_loss(y, inputs[mb] @ target_map)
@@ -278,9 +275,10 @@ def run_rank(args):
                                     saved[mb] = (x, loss / args.microbatches)
                                 else:
                                     saved[mb] = (x, y)
-                                compute += computed(started, step)
+                                computed(started, step)
                             if not last:
                                 with lens.managed_span("megatron.p2p.send_forward", group="communication",
+                                                       figure="p2p_send",
                                                        stream=stream,
                                                        **p2p_attributes("forward", stage + 1, sent=mb)):
                                     pending_sends.append(dist.isend(to_wire(y), dst=rank + 1, tag=P2P_TAG_FORWARD))
@@ -290,20 +288,22 @@ def run_rank(args):
                             if not last:
                                 grad = torch.empty(out.shape)
                                 with lens.managed_span("megatron.p2p.recv_backward", group="communication",
+                                                       figure="p2p_wait",
                                                        stream=stream,
                                                        **p2p_attributes("backward", stage + 1, received=mb)):
                                     dist.recv(grad, src=rank + 1, tag=P2P_TAG_BACKWARD)
                                     grad = from_wire(grad)
+                            started = time.perf_counter()  # the aid slows the span as a whole
                             with lens.managed_span("megatron.microbatch.backward", group="microbatch",
                                                    stream=stream, **{"dl.microbatch_id": mb}):
-                                started = time.perf_counter()
                                 if last:
                                     out.backward()
                                 else:
                                     out.backward(grad)
-                                compute += computed(started, step)
+                                computed(started, step)
                             if not first:
                                 with lens.managed_span("megatron.p2p.send_backward", group="communication",
+                                                       figure="p2p_send",
                                                        stream=stream,
                                                        **p2p_attributes("backward", stage - 1, sent=mb)):
                                     pending_sends.append(dist.isend(to_wire(x.grad), dst=rank - 1, tag=P2P_TAG_BACKWARD))
@@ -311,8 +311,9 @@ def run_rank(args):
                         work.wait()
                 with lens.managed_span("megatron.optimizer.step", group="optimizer"):
                     optimizer.step()
+                measured = lens.take_step_figures()
                 if rule is not None:
-                    window.append(compute * 1e3)
+                    window.append(measured["compute"]["seconds"] * 1e3)
                     if len(window) == args.live_every:
                         mine = sorted(window)[len(window) // 2]
                         window.clear()
@@ -326,9 +327,7 @@ def run_rank(args):
                 if last:
                     losses.append(step_loss)
             context = step_span.context if step_span.recording else None
-            step_seconds.record(time.perf_counter() - step_started, context)
-            compute_seconds.record(compute, context)
-            steps_done.add()
+            step_metrics.record_step(time.perf_counter() - step_started, measured, context)
     except RuntimeError as error:  # a peer that stopped first: this rank's transfer fails
         if not lens.termination_signal():
             raise
@@ -354,6 +353,8 @@ def run_rank(args):
     dist.barrier()
     lens.shutdown()
     dist.destroy_process_group()
+    if exporter is not None:
+        exporter.shutdown()  # the totals at the end
     if endpoint is not None:
         time.sleep(args.metrics_linger)  # a last scrape or two
         endpoint.stop()

@@ -21,14 +21,18 @@ groups are read from the core at ``init``, ``set_span_groups`` and
 ``shutdown``; call ``refresh()`` after C++ code of the process changes them.
 """
 
+from time import monotonic_ns as _monotonic_ns
+
 from . import _lens
 from ._lens import Carrier, ConfigError, Span, SpanContext, StepCheckError, __version__
 # Live metrics and stragglers (docs/metrics.md).
-from ._lens import LiveStragglerRule, MetricRegistry, MetricsEndpoint
+from ._lens import LiveStragglerRule, MetricRegistry, MetricsEndpoint, StepMetrics
+from ._lens import take_step_figures
 
 __all__ = [
     "Carrier", "ConfigError", "Span", "SpanContext", "StepCheckError", "Telemetry", "__version__",
-    "LiveStragglerRule", "MetricRegistry", "MetricsEndpoint",
+    "LiveStragglerRule", "MetricRegistry", "MetricsEndpoint", "StepMetrics",
+    "metrics_exporter_from_environment", "set_step_figures", "take_step_figures",
     "current_span_context", "distributed", "flush", "get_telemetry", "init",
     "managed_span", "refresh", "set_span_groups", "shutdown", "state",
 ]
@@ -36,6 +40,11 @@ __all__ = [
 _KNOWN_GROUPS = frozenset(_lens.group_names())
 _enabled = frozenset()
 _telemetry = None
+# Step figures (docs/metrics.md): while on, a span of a group that is off
+# still times its figure; a group's figure when the span names none.
+_figures = False
+_GROUP_FIGURES = {"microbatch": "compute", "optimizer": "optimizer"}
+_FIGURES = frozenset(("compute", "p2p_wait", "p2p_send", "all_reduce", "optimizer"))
 
 
 class Telemetry:
@@ -73,8 +82,9 @@ class Telemetry:
 
 def refresh():
     """Re-reads whether telemetry is initialised and which groups are on."""
-    global _enabled, _telemetry
+    global _enabled, _telemetry, _figures
     _enabled = frozenset(_lens.enabled_groups())
+    _figures = _lens.step_figures_on()
     _telemetry = Telemetry() if _lens.is_initialized() else None
 
 
@@ -196,6 +206,47 @@ class _NoSpan:
 _NO_SPAN = _NoSpan()
 
 
+class _TimedSpan(_NoSpan):
+    """A span of a group that is off, timed for its step figure (two clock reads)."""
+
+    __slots__ = ("_figure", "_started")
+
+    def __init__(self, figure):
+        self._figure = figure
+        self._started = None
+
+    def __enter__(self):
+        self._started = _monotonic_ns()
+        return self
+
+    def __exit__(self, *exc):
+        self.end()
+        return False
+
+    def end(self):
+        if self._started is not None:
+            _lens.add_step_figure(self._figure, _monotonic_ns() - self._started)
+            self._started = None
+
+
+def set_step_figures(on):
+    """Step figures on or off for the process (docs/metrics.md): while on, every span
+    that counts toward a figure (compute, p2p_wait, p2p_send, all_reduce, optimizer)
+    adds its time to its thread's totals, recorded or not; ``take_step_figures()``
+    returns them (``{"compute": {"seconds": s, "spans": n}, ...}``) and starts again."""
+    global _figures
+    _lens.set_step_figures(bool(on))
+    _figures = bool(on)
+
+
+def metrics_exporter_from_environment(registry):
+    """With OTEL_METRICS_EXPORTER=otlp, an exporter sending ``registry`` to
+    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT (or OTEL_EXPORTER_OTLP_ENDPOINT + /v1/metrics)
+    every OTEL_METRIC_EXPORT_INTERVAL ms, with the telemetry's resource; call its
+    ``shutdown()`` at the end for the last totals. Otherwise None."""
+    return _lens.metrics_exporter_from_environment(registry)
+
+
 def _stream_handle(stream):
     """A CUDA stream's handle: a torch.cuda.Stream's ``cuda_stream``, or an int."""
     handle = getattr(stream, "cuda_stream", stream)
@@ -205,7 +256,7 @@ def _stream_handle(stream):
     return handle
 
 
-def managed_span(name, group, stream=None, **attributes):
+def managed_span(name, group, stream=None, figure=None, **attributes):
     """A span as a context manager: current inside the block, ended on exit.
 
     ``group`` is a span group name ("step", "forward_backward",
@@ -219,13 +270,26 @@ def managed_span(name, group, stream=None, **attributes):
     are where the GPU reached them on that stream, not when Python launched
     the work (docs/device-time.md). Without a CUDA runtime it is timed on
     the host, as without it.
+
+    ``figure`` names the step figure the span counts toward while step
+    figures are on (``set_step_figures``): "p2p_wait", "p2p_send",
+    "all_reduce", ...; unset, a ``microbatch`` span's is "compute" and an
+    ``optimizer`` span's "optimizer". A span of a group that is off is then
+    still timed.
     """
+    if figure is not None and figure not in _FIGURES:
+        raise ValueError(f"lens: unknown step figure {figure!r} (valid: {', '.join(sorted(_FIGURES))})")
     if group in _enabled:
         join = state._take_step_carrier() if group == "step" else None
-        if stream is None:
+        if stream is None and figure is None:
             return _lens.start_span(name, group, attributes, join)
-        return _lens.start_span(name, group, attributes, join, _stream_handle(stream))
+        return _lens.start_span(name, group, attributes, join,
+                                None if stream is None else _stream_handle(stream), figure)
     if group in _KNOWN_GROUPS:
+        if _figures:
+            counted = figure or _GROUP_FIGURES.get(group)
+            if counted is not None:
+                return _TimedSpan(counted)
         return _NO_SPAN
     raise ValueError(f"lens: unknown span group {group!r} (valid: {', '.join(sorted(_KNOWN_GROUPS))})")
 

@@ -353,5 +353,64 @@ class LiveMetrics(Traced):
         self.assertAlmostEqual(rule.score(3), 4.0)
 
 
+class StepFigures(Traced):
+    """Spans time their step figures, recorded or not; a rank's step metrics."""
+
+    groups = "step"  # microbatch, communication and optimizer are off
+
+    def tearDown(self):
+        lens.set_step_figures(False)
+        lens.take_step_figures()
+        super().tearDown()
+
+    def test_spans_of_groups_that_are_off_still_time_their_figures(self):
+        import time
+        lens.take_step_figures()
+        with lens.managed_span("megatron.microbatch.forward", "microbatch"):
+            pass
+        self.assertEqual(lens.take_step_figures()["compute"]["spans"], 0, "off by default")
+        lens.set_step_figures(True)
+        with lens.managed_span("megatron.train_step", "step") as step:
+            with lens.managed_span("megatron.microbatch.forward", "microbatch") as fwd:
+                self.assertFalse(fwd.recording)
+                time.sleep(0.02)
+            with lens.managed_span("megatron.p2p.recv_forward", "communication", figure="p2p_wait"):
+                pass
+            with lens.managed_span("megatron.tp.all_reduce", "communication"):
+                pass  # names no figure: counts nowhere
+            with lens.managed_span("megatron.optimizer.step", "optimizer"):
+                pass
+        figures = lens.take_step_figures()
+        self.assertGreaterEqual(figures["compute"]["seconds"], 0.02)
+        self.assertEqual(figures["compute"]["spans"], 1)
+        self.assertEqual(figures["p2p_wait"]["spans"], 1)
+        self.assertEqual(figures["optimizer"]["spans"], 1)
+        self.assertEqual(figures["all_reduce"]["spans"], 0)
+        self.assertEqual(figures["p2p_send"]["spans"], 0)
+        with self.assertRaises(ValueError):
+            lens.managed_span("x", "communication", figure="waiting")
+
+        registry = lens.MetricRegistry()
+        metrics = lens.StepMetrics(registry, [("rank", "0")])
+        metrics.record_step(0.05, figures, step.context)
+        text = registry.openmetrics()
+        self.assertIn('lens_step_compute_seconds_count{rank="0"} 1\n', text)
+        self.assertIn('lens_step_p2p_wait_seconds_count{rank="0"} 1\n', text)
+        self.assertIn('lens_step_all_reduce_seconds_count{rank="0"} 0\n', text)
+        self.assertIn(f'trace_id="{step.context.trace_id}"', text)
+        self.assertIn('lens_steps_total{rank="0"} 1\n', text)
+
+    def test_a_recorded_span_times_the_figure_its_start_names(self):
+        lens.set_step_figures(True)
+        lens.set_span_groups("step,communication")
+        lens.take_step_figures()
+        with lens.managed_span("megatron.grads.all_reduce", "communication", figure="all_reduce") as s:
+            self.assertTrue(s.recording)
+        self.assertEqual(lens.take_step_figures()["all_reduce"]["spans"], 1)
+
+    def test_no_exporter_unless_the_environment_asks(self):
+        self.assertIsNone(lens.metrics_exporter_from_environment(lens.MetricRegistry()))
+
+
 if __name__ == "__main__":
     unittest.main()
