@@ -16,6 +16,8 @@
 #include "lens/carrier.h"
 #include "lens/ids.h"
 #include "lens/metrics.h"
+#include "lens/step_figures.h"
+#include "lens/step_metrics.h"
 #include "lens/telemetry.h"
 #include "lens/trace_context.h"
 
@@ -52,6 +54,24 @@ void BM_SpanDisabledGroup(benchmark::State& state) {
 }
 BENCHMARK(BM_SpanDisabledGroup);
 
+// A span of a group that is off, counting toward a step figure (a
+// microbatch's compute), with step figures off (arg 0: what it costs every
+// job) and on (arg 1: two clock reads and the thread's total).
+void BM_SpanDisabledGroupStepFigures(benchmark::State& state) {
+  auto telemetry = make_telemetry("default");
+  lens::Tracer tracer = telemetry->tracer();
+  lens::set_step_figures(state.range(0) != 0);
+  for (auto _ : state) {
+    lens::Span span =
+        tracer.start_span(lens::SpanGroup::kMicrobatch, "megatron.microbatch.forward");
+    span.set_attribute("dl.microbatch_id", 3);
+    benchmark::DoNotOptimize(span);
+  }
+  lens::set_step_figures(false);
+  benchmark::DoNotOptimize(lens::take_step_figures());
+}
+BENCHMARK(BM_SpanDisabledGroupStepFigures)->Arg(0)->Arg(1);
+
 void BM_SpanTwoAttributes(benchmark::State& state) {
   auto telemetry = make_telemetry("all");
   lens::Tracer tracer = telemetry->tracer();
@@ -86,27 +106,23 @@ void BM_SpanTwoAttributesOneLink(benchmark::State& state) {
 }
 BENCHMARK(BM_SpanTwoAttributesOneLink);
 
-// What live metrics add to a training step (docs/metrics.md): lens-train's
-// per-step recording, two histograms (one exemplar each, as for a sampled
-// step) and a counter.
+// What live metrics add to a training step (docs/metrics.md): taking the
+// thread's step figures and recording them, as lens-train does once a step
+// (six histograms, an exemplar each for a sampled step, and a counter).
 void BM_MetricsStepRecord(benchmark::State& state) {
   lens::MetricRegistry registry;
-  const lens::MetricLabels labels = {
-      {"run", "bench"}, {"rank", "0"}, {"stage", "0"}, {"replica", "0"}, {"tensor", "0"}};
-  const std::vector<double> bounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                      1,     2.5,  5,     10,   30,  60,   120};
-  lens::Histogram& step = registry.histogram("step_seconds", "", "seconds", bounds, labels);
-  lens::Histogram& compute = registry.histogram("compute_seconds", "", "seconds", bounds, labels);
-  lens::Counter& steps = registry.counter("steps", "", labels);
+  lens::StepMetrics metrics(
+      registry,
+      {{"run", "bench"}, {"rank", "0"}, {"stage", "0"}, {"replica", "0"}, {"tensor", "0"}});
   lens::SpanContext sampled;
   sampled.trace_id = lens::IdGenerator::new_trace_id();
   sampled.span_id = lens::IdGenerator::new_span_id();
   sampled.trace_flags = lens::TraceFlags::kSampled;
   double t = 0.04;
   for (auto _ : state) {
-    step.record(t, sampled, 1);
-    compute.record(t * 0.7, sampled, 1);
-    steps.add();
+    for (int f = 1; f < lens::kStepFigureCount; ++f)
+      lens::add_step_figure(static_cast<lens::StepFigure>(f), static_cast<std::int64_t>(t * 1e8));
+    metrics.record_step(t, lens::take_step_figures(), sampled, 1);
     t = t < 1 ? t * 1.1 : 0.04;
   }
 }

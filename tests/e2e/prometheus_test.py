@@ -113,6 +113,15 @@ def main():
         by_rank = {r["metric"]["rank"]: float(r["value"][1]) for r in steps}
         if by_rank != {"0": 150.0, "1": 150.0}:
             fail(f"lens_steps_total per rank: {by_rank}")
+        # Every rank's step figures, from its spans: a receive wait, a send
+        # and a compute in each of its 150 steps.
+        for figure in ("compute", "p2p_wait", "p2p_send"):
+            got = api(prom_port, "query",
+                      query=f"max_over_time(lens_step_{figure}_seconds_count[{window}])",
+                      time=ended)["result"]
+            by_rank = {r["metric"]["rank"]: float(r["value"][1]) for r in got}
+            if by_rank != {"0": 150.0, "1": 150.0}:
+                fail(f"lens_step_{figure}_seconds_count per rank: {by_rank}")
         # A point per successful scrape: the series' points are as many as
         # the scrapes its target answered (`up` was 1), and there were some.
         scrapes = api(prom_port, "query",
