@@ -127,6 +127,20 @@ struct TelemetryOptions {
   /// an hour, default 5000).
   std::optional<std::uint32_t> device_max_pending;
   std::optional<std::uint32_t> device_anchor_ms;
+  /// Tail selection (docs/tail-selection.md): every step's spans wait in a
+  /// hold of the last `tail_hold_steps` steps (LENS_TAIL_HOLD_STEPS, 1 to
+  /// 4096, default 64) and `tail_hold_mb` MiB (LENS_TAIL_HOLD_MB, 1 to
+  /// 65536, default 256) until the ranks choose, at their meeting, which
+  /// steps to keep: the `tail_keep` slowest of each window
+  /// (LENS_TAIL_KEEP, 1 to 255, default 1) and a random
+  /// `tail_baseline_percent` of its steps (LENS_TAIL_BASELINE, 0 to 100,
+  /// default 0). LENS_TAIL_SELECTION turns it on (off by default). On,
+  /// keep and baseline agreed at start-up.
+  std::optional<bool> tail_selection;
+  std::optional<std::uint32_t> tail_hold_steps;
+  std::optional<std::uint32_t> tail_hold_mb;
+  std::optional<std::uint32_t> tail_keep;
+  std::optional<std::uint32_t> tail_baseline_percent;
   /// TEST AID, never for production: skews this telemetry's span clock by a
   /// fixed offset and a drift (the clock then reads system time + offset +
   /// drift x time since the telemetry started), so that clock alignment can
@@ -170,6 +184,9 @@ struct Config {
   int clock_sync_exchanges = 8;
   std::uint32_t device_max_pending = 4096;
   std::uint32_t device_anchor_ms = 5000;
+  bool tail_selection = false;  ///< batch.hold is set when on
+  std::uint32_t tail_keep = 1;
+  std::uint32_t tail_baseline_percent = 0;
   std::int64_t test_clock_offset_ns = 0;  ///< the test aid (TelemetryOptions)
   double test_clock_drift_ppm = 0;
   std::uint64_t run_key = 0;  ///< random unless agreed

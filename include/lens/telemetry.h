@@ -46,10 +46,12 @@ struct TelemetryStats {
   std::optional<DeliveryStats> delivery;
   /// Device-timed spans, once a span asked for a device.
   std::optional<DeviceStats> device;
+  /// Tail selection's hold, when on.
+  std::optional<StepHoldStats> hold;
 };
 
 /// Where every span ended went, in the words of the end-of-run report:
-/// ended = exported + spooled + dropped(), once shut down.
+/// ended = exported + spooled + not_selected + dropped(), once shut down.
 struct SpanAccount {
   std::uint64_t ended = 0;
   std::uint64_t exported = 0;  ///< delivered to the backend, or written to the trace file
@@ -59,11 +61,16 @@ struct SpanAccount {
   std::uint64_t dropped_shutdown = 0;      ///< not delivered by the shutdown's deadline
   std::uint64_t dropped_export_error = 0;  ///< failed, and no spool kept them
   std::uint64_t dropped_forked_child = 0;  ///< ended in a fork's child
-  std::uint64_t truncated = 0;             ///< of the ended, still open at shutdown
-  std::string truncated_by;                ///< the signal that stopped the process ("SIGTERM")
+  std::uint64_t dropped_hold_full = 0;     ///< tail selection: no room in the hold
+  /// Tail selection: of steps the ranks chose not to keep. A choice, not a
+  /// loss: not in dropped().
+  std::uint64_t not_selected = 0;
+  std::uint64_t truncated = 0;  ///< of the ended, still open at shutdown
+  std::string truncated_by;     ///< the signal that stopped the process ("SIGTERM")
 
   std::uint64_t dropped() const {
-    return dropped_queue_full + dropped_shutdown + dropped_export_error + dropped_forked_child;
+    return dropped_queue_full + dropped_shutdown + dropped_export_error + dropped_forked_child +
+           dropped_hold_full;
   }
   /// Sums two accounts (the spool path kept when they agree).
   void add(const SpanAccount& other);
@@ -122,6 +129,17 @@ class Telemetry {
   void note_stop_signal(int signo);
 
   TelemetryStats stats() const;
+
+  /// Tail selection (docs/tail-selection.md; Config::tail_selection): true
+  /// when this rank holds its steps' spans until the ranks choose.
+  bool holds_steps() const;
+  /// The spans of `step`, whose step span is `step_span` (sampled), wait in
+  /// the hold from now on. Nothing when not holding.
+  void hold_step(std::uint64_t step, const SpanContext& step_span);
+  /// The ranks' choice: the kept steps' spans are exported (and those that
+  /// end later), the others' released and counted not selected. The export
+  /// thread does the work.
+  void settle_steps(const std::vector<std::uint64_t>& keep, const std::vector<std::uint64_t>& drop);
 
   /// A number no other Telemetry of this process had or will have (its
   /// address may be reused by a later one): what caches keyed on "this

@@ -1,14 +1,17 @@
 #include "batch_processor.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fork_safety.h"
 #include "live_span.h"
 #include "span_clock.h"
 #include "spin_lock.h"
+#include "step_hold.h"
 
 namespace lens {
 
@@ -44,6 +47,12 @@ struct BatchProcessor::State {
   std::uint64_t taken = 0;         // records taken out of the queue
   std::uint64_t handled = 0;       // records whose export call returned
   ProcessorStats stats;
+  // Tail selection (null when off): parked spans count as handled; a
+  // settlement wakes the thread to export or release them.
+  std::unique_ptr<detail::StepHold> hold;
+  bool settled = false;
+  std::uint64_t settles = 0;       // settlements asked for
+  std::uint64_t settles_done = 0;  // of those, exported or released (a flush waits for them)
 
   template <typename F>
   auto locked(F&& f) const {
@@ -55,14 +64,51 @@ struct BatchProcessor::State {
     cv.notify_all();
   }
   bool work_ready() const {
-    return stop || size >= options.max_export_batch_size || flush_target > taken ||
+    return stop || settled || size >= options.max_export_batch_size || flush_target > taken ||
            (size > 0 && options.schedule_delay.count() == 0);
   }
+  // Hands `spans` to the exporter, a batch at a time, counts the outcome
+  // and releases the records.
+  void export_all(std::vector<detail::LiveSpan*>& spans, std::vector<const SpanRecord*>& view);
   void run();
 };
 
+void BatchProcessor::State::export_all(std::vector<detail::LiveSpan*>& spans,
+                                       std::vector<const SpanRecord*>& view) {
+  for (std::size_t from = 0; from < spans.size(); from += options.max_export_batch_size) {
+    const std::size_t n = std::min<std::size_t>(options.max_export_batch_size, spans.size() - from);
+    detail::refresh_clock_offset();
+    view.assign(spans.begin() + static_cast<std::ptrdiff_t>(from),
+                spans.begin() + static_cast<std::ptrdiff_t>(from + n));
+    ExportResult result = ExportResult::kFailure;
+    try {
+      result = exporter->export_spans(resource, view);
+    } catch (...) {
+      // Exporters must not throw; if one does, the batch counts as failed.
+    }
+    detail::release_records(spans.data() + from, n);
+    locked([&] {
+      switch (result) {
+        case ExportResult::kSuccess:
+          stats.exported += n;
+          break;
+        case ExportResult::kSpooled:
+          stats.spooled += n;
+          break;
+        case ExportResult::kFailure:
+          (past_deadline ? stats.dropped_at_shutdown : stats.export_failed) += n;
+          break;
+      }
+      return 0;
+    });
+  }
+  spans.clear();
+}
+
 void BatchProcessor::State::run() {
   std::vector<detail::LiveSpan*> batch;
+  std::vector<detail::LiveSpan*> out;      // to export: the batch, less what the hold keeps
+  std::vector<detail::LiveSpan*> release;  // not selected, or no room in the hold
   std::vector<const SpanRecord*> view;
   batch.reserve(options.max_export_batch_size);
   view.reserve(options.max_export_batch_size);
@@ -81,6 +127,8 @@ void BatchProcessor::State::run() {
     const bool timer = now >= next_export;
     batch.clear();
     bool finished = false;
+    bool settle = false;
+    std::uint64_t settles_seen = 0;
     {
       std::lock_guard<detail::SpinLock> lock(queue);
       if (size == 0) {
@@ -94,36 +142,35 @@ void BatchProcessor::State::run() {
         size -= n;
         taken += n;
       }
+      settle = std::exchange(settled, false);
+      settles_seen = settles;
       if (timer || size < options.max_export_batch_size) next_export = now + options.schedule_delay;
     }
-    if (finished) break;
-    if (batch.empty()) continue;
-
-    detail::refresh_clock_offset();
-    view.assign(batch.begin(), batch.end());
-    ExportResult result = ExportResult::kFailure;
-    try {
-      result = exporter->export_spans(resource, view);
-    } catch (...) {
-      // Exporters must not throw; if one does, the batch counts as failed.
+    const std::size_t taken_now = batch.size();
+    if (!hold) {
+      out.swap(batch);
+    } else {
+      const detail::StepHold::Sorted sorted = hold->sort(batch, out, release);
+      std::uint64_t not_selected = sorted.not_selected;
+      if (settle || finished) not_selected += hold->collect_settled(out, release);
+      if (finished) hold->release_undecided(out);
+      detail::release_records(release.data(), release.size());
+      release.clear();
+      locked([&] {
+        stats.not_selected += not_selected;
+        stats.dropped_hold_full += sorted.no_room;
+        return 0;
+      });
     }
-    detail::release_records(batch.data(), batch.size());
-    locked([&] {
-      handled += batch.size();
-      switch (result) {
-        case ExportResult::kSuccess:
-          stats.exported += batch.size();
-          break;
-        case ExportResult::kSpooled:
-          stats.spooled += batch.size();
-          break;
-        case ExportResult::kFailure:
-          (past_deadline ? stats.dropped_at_shutdown : stats.export_failed) += batch.size();
-          break;
-      }
-      return 0;
-    });
-    wake(done_cv);
+    if (!out.empty()) export_all(out, view);
+    if (taken_now > 0 || settle) {
+      locked([&] {
+        settles_done = std::max(settles_done, settles_seen);
+        return handled += taken_now;
+      });
+      wake(done_cv);
+    }
+    if (finished) break;
   }
   locked([&] { return thread_done = true; });
   wake(done_cv);
@@ -142,6 +189,7 @@ BatchProcessor::BatchProcessor(std::shared_ptr<SpanExporter> exporter, Resource 
   state_->resource = std::move(resource);
   state_->options = options_;
   state_->ring.assign(options_.max_queue_size, nullptr);
+  if (options_.hold.max_steps > 0) state_->hold = std::make_unique<detail::StepHold>(options_.hold);
   // The thread owns a reference to the state, so it may outlive us if an
   // exporter hangs past the shutdown timeout.
   std::thread([state = state_] { state->run(); }).detach();
@@ -205,9 +253,11 @@ bool BatchProcessor::enqueue(detail::LiveSpan* span, PendingWake& pending) noexc
 bool BatchProcessor::force_flush(std::chrono::milliseconds timeout) {
   State& s = *state_;
   if (in_forked_child()) return false;  // no export thread here
+  std::uint64_t settles = 0;            // and the settlements asked for so far
   const std::uint64_t target = s.locked([&] {
     const std::uint64_t t = s.taken + s.size;
     s.flush_target = std::max(s.flush_target, t);
+    settles = s.settles;
     return t;
   });
   s.wake(s.work_cv);
@@ -215,7 +265,8 @@ bool BatchProcessor::force_flush(std::chrono::milliseconds timeout) {
   {
     std::unique_lock<std::mutex> lock(s.wait_mu);
     done = s.done_cv.wait_for(lock, timeout, [&] {
-      return s.locked([&] { return s.handled >= target || s.thread_done; });
+      return s.locked(
+          [&] { return (s.handled >= target && s.settles_done >= settles) || s.thread_done; });
     });
   }
   return done && s.exporter->force_flush(timeout);
@@ -276,6 +327,27 @@ bool BatchProcessor::in_forked_child() const {
 
 ProcessorStats BatchProcessor::stats() const {
   return state_->locked([&] { return state_->stats; });
+}
+
+void BatchProcessor::hold_step(std::uint64_t step, const TraceId& trace) {
+  if (state_->hold) state_->hold->hold(step, trace);
+}
+
+void BatchProcessor::settle_steps(const std::vector<std::uint64_t>& keep,
+                                  const std::vector<std::uint64_t>& drop) {
+  State& s = *state_;
+  if (!s.hold) return;
+  s.hold->settle(keep, drop);
+  s.locked([&] {
+    ++s.settles;
+    return s.settled = true;
+  });
+  s.wake(s.work_cv);
+}
+
+std::optional<StepHoldStats> BatchProcessor::hold_stats() const {
+  if (!state_->hold) return std::nullopt;
+  return state_->hold->stats();
 }
 
 }  // namespace lens

@@ -30,9 +30,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "lens/batch_options.h"
 #include "lens/exporter.h"
+#include "lens/ids.h"
 #include "lens/resource.h"
 
 namespace lens {
@@ -84,6 +87,13 @@ class BatchProcessor {
   bool shutdown(std::chrono::milliseconds timeout);
 
   ProcessorStats stats() const;
+
+  // Tail selection (StepHoldOptions; no-ops without a hold): the spans of
+  // `step`'s trace wait in the hold from now on, until settle_steps keeps
+  // them (exported) or not (released, counted not_selected).
+  void hold_step(std::uint64_t step, const TraceId& trace);
+  void settle_steps(const std::vector<std::uint64_t>& keep, const std::vector<std::uint64_t>& drop);
+  std::optional<StepHoldStats> hold_stats() const;
   /// True in the child of a fork() made after this processor started: it
   /// has no export thread there and records nothing (fork_safety.h).
   bool in_forked_child() const;

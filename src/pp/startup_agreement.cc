@@ -31,7 +31,10 @@ using detail::rank_list;
 //                               49  1  sampler parent-based
 //                               50  2  0
 //                               52  8  sampler ratio (IEEE double)
-//                               60  4  0
+//                               60  1  tail selection
+//                               61  1  tail keep
+//                               62  1  tail baseline percent
+//                               63  1  0
 //                               64 96  run id
 constexpr std::size_t kRecordBytes = kStartupRecordBytes;
 constexpr std::size_t kMaxRunIdBytes = 96;
@@ -59,6 +62,9 @@ struct Settings {
   std::uint8_t sampler_kind = 0;
   std::uint8_t sampler_parent_based = 0;
   std::uint64_t sampler_ratio_bits = 0;
+  std::uint8_t tail_selection = 0;
+  std::uint8_t tail_keep = 0;
+  std::uint8_t tail_baseline = 0;
   std::string run_id;
 };
 
@@ -85,6 +91,9 @@ std::array<std::uint8_t, kRecordBytes> encode(const Settings& s) {
   r[48] = s.sampler_kind;
   r[49] = s.sampler_parent_based;
   detail::put_le64(r.data() + 52, s.sampler_ratio_bits);
+  r[60] = s.tail_selection;
+  r[61] = s.tail_keep;
+  r[62] = s.tail_baseline;
   std::memcpy(r.data() + kRunIdAt, s.run_id.data(), s.run_id.size());
   return r;
 }
@@ -116,6 +125,9 @@ Settings decode(const std::uint8_t* r) {
   s.sampler_kind = r[48];
   s.sampler_parent_based = r[49];
   s.sampler_ratio_bits = detail::get_le64(r + 52);
+  s.tail_selection = r[60];
+  s.tail_keep = r[61];
+  s.tail_baseline = r[62];
   const std::size_t n = std::min<std::size_t>(r[16], kMaxRunIdBytes);
   s.run_id.assign(reinterpret_cast<const char*>(r + kRunIdAt), n);
   return s;
@@ -160,6 +172,11 @@ Settings settings_of(const Config& config, int pipeline_parallel_size) {
   mine.sampler_kind = static_cast<std::uint8_t>(config.sampler.kind);
   mine.sampler_parent_based = config.sampler.parent_based ? 1 : 0;
   mine.sampler_ratio_bits = std::bit_cast<std::uint64_t>(config.sampler.ratio);
+  // Tail selection: every rank chooses the same steps from the same figures.
+  mine.tail_selection = config.tail_selection ? 1 : 0;
+  mine.tail_keep = config.tail_selection ? static_cast<std::uint8_t>(config.tail_keep) : 0;
+  mine.tail_baseline =
+      config.tail_selection ? static_cast<std::uint8_t>(config.tail_baseline_percent) : 0;
   mine.run_id = config.run_id;
   return mine;
 }
@@ -230,6 +247,15 @@ StartupAgreement compare(int my_rank, const std::vector<Settings>& ranks) {
         return std::string(
             step_context_mode_name(static_cast<StepContextMode>(s.step_context & 1)));
       });
+  check(
+      "LENS_TAIL_SELECTION", [](const Settings& s) { return s.tail_selection; },
+      [](const Settings& s) { return std::string(s.tail_selection ? "1" : "0"); });
+  check(
+      "LENS_TAIL_KEEP", [](const Settings& s) { return s.tail_keep; },
+      [](const Settings& s) { return std::to_string(s.tail_keep); });
+  check(
+      "LENS_TAIL_BASELINE", [](const Settings& s) { return s.tail_baseline; },
+      [](const Settings& s) { return std::to_string(s.tail_baseline); });
   check(
       "LENS_STEP_VERIFY_STEPS", [](const Settings& s) { return s.step_verify_steps; },
       [](const Settings& s) { return std::to_string(s.step_verify_steps); });

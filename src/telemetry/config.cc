@@ -456,6 +456,23 @@ void resolve_device(const TelemetryOptions& options, const Env& env, Config& c) 
                                        3600000, c.device_anchor_ms, "device anchor interval (ms)");
 }
 
+void resolve_tail_selection(const TelemetryOptions& options, const Env& env, Config& c) {
+  if (options.tail_selection)
+    c.tail_selection = *options.tail_selection;
+  else if (auto s = env.get({"LENS_TAIL_SELECTION"}))
+    c.tail_selection = parse_bool(*s);
+  const std::uint32_t steps = bounded_setting(options.tail_hold_steps, env, "LENS_TAIL_HOLD_STEPS",
+                                              1, 4096, 64u, "tail hold steps");
+  const std::uint32_t mb = bounded_setting(options.tail_hold_mb, env, "LENS_TAIL_HOLD_MB", 1, 65536,
+                                           256u, "tail hold MiB");
+  c.tail_keep =
+      bounded_setting(options.tail_keep, env, "LENS_TAIL_KEEP", 1, 255, c.tail_keep, "tail keep");
+  c.tail_baseline_percent =
+      bounded_setting(options.tail_baseline_percent, env, "LENS_TAIL_BASELINE", 0, 100,
+                      c.tail_baseline_percent, "tail baseline percent");
+  if (c.tail_selection) c.batch.hold = StepHoldOptions{steps, std::uint64_t{mb} << 20};
+}
+
 void resolve_clock_sync(const TelemetryOptions& options, const Env& env, Config& c) {
   if (options.clock_sync)
     c.clock_sync = *options.clock_sync;
@@ -522,6 +539,7 @@ Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) 
   resolve_parallel(options, env, c);
   resolve_clock_sync(options, env, c);
   resolve_device(options, env, c);
+  resolve_tail_selection(options, env, c);
   c.coordinates = options.coordinates;
   c.run_key = options.run_key ? *options.run_key : IdGenerator::next_u64();
   c.run_key_agreed = options.run_key.has_value();

@@ -252,6 +252,8 @@ void SpanAccount::add(const SpanAccount& o) {
   dropped_shutdown += o.dropped_shutdown;
   dropped_export_error += o.dropped_export_error;
   dropped_forked_child += o.dropped_forked_child;
+  dropped_hold_full += o.dropped_hold_full;
+  not_selected += o.not_selected;
   truncated += o.truncated;
   if (truncated_by.empty()) truncated_by = o.truncated_by;
 }
@@ -260,9 +262,11 @@ std::string SpanAccount::describe() const {
   const auto n = [](std::uint64_t v) { return std::to_string(v); };
   std::string out = n(ended) + " spans: " + n(exported) + " exported, " + n(spooled) + " spooled";
   if (!spool_path.empty()) out += " (to " + spool_path + ")";
+  if (not_selected > 0) out += ", " + n(not_selected) + " not selected (tail selection)";
   out += ", " + n(dropped()) + " dropped (" + n(dropped_queue_full) + " queue full, " +
          n(dropped_shutdown) + " shutdown, " + n(dropped_export_error) + " export error";
   if (dropped_forked_child > 0) out += ", " + n(dropped_forked_child) + " in a forked child";
+  if (dropped_hold_full > 0) out += ", " + n(dropped_hold_full) + " no room in the hold";
   out += "), " + n(truncated) + " truncated";
   if (truncated > 0 && !truncated_by.empty()) out += " by " + truncated_by;
   return out;
@@ -278,6 +282,8 @@ SpanAccount SpanAccount::of(const TelemetryStats& s) {
   a.dropped_shutdown = p.dropped_at_shutdown;
   a.dropped_export_error = p.export_failed;
   a.dropped_forked_child = p.dropped_in_forked_child;
+  a.dropped_hold_full = p.dropped_hold_full;
+  a.not_selected = p.not_selected;
   a.truncated = s.spans_truncated;
   if (s.stop_signal != 0) a.truncated_by = signal_name(s.stop_signal);
   if (s.delivery) a.spool_path = s.delivery->spool_path;
@@ -308,7 +314,20 @@ TelemetryStats Telemetry::stats() const {
   s.stop_signal = impl_->stop_signal_received();
   s.delivery = impl_->exporter->delivery_stats();
   s.device = impl_->device_timing->stats();
+  s.hold = impl_->core.processor->hold_stats();
   return s;
+}
+
+bool Telemetry::holds_steps() const { return config().tail_selection && config().exporting; }
+
+void Telemetry::hold_step(std::uint64_t step, const SpanContext& step_span) {
+  if (holds_steps() && step_span.valid() && step_span.sampled())
+    impl_->core.processor->hold_step(step, step_span.trace_id);
+}
+
+void Telemetry::settle_steps(const std::vector<std::uint64_t>& keep,
+                             const std::vector<std::uint64_t>& drop) {
+  if (holds_steps()) impl_->core.processor->settle_steps(keep, drop);
 }
 
 namespace {
