@@ -1,5 +1,6 @@
 #include "pipeline_schedule.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -87,7 +88,10 @@ double ScheduleContext::jitter(std::int64_t step, int microbatch) const {
 }
 
 bool ScheduleContext::slowed(std::int64_t step) const {
-  return step >= slow_from_step && slow_factor > 1;
+  if (slow_factor <= 1) return false;
+  if (!slow_steps.empty())
+    return std::find(slow_steps.begin(), slow_steps.end(), step) != slow_steps.end();
+  return step >= slow_from_step;
 }
 
 std::chrono::steady_clock::time_point ScheduleContext::begin_compute(std::int64_t step) {

@@ -50,6 +50,8 @@ struct ScheduleContext {
   // not slowed.
   double slow_factor = 1;
   std::int64_t slow_from_step = 0;
+  // Slow only at these steps (--slow-steps); empty: from slow_from_step on.
+  std::vector<std::int64_t> slow_steps;
   // The interleaved schedule's chunks, V of them (chunks[0] is `model`);
   // empty for the non-interleaved schedule.
   std::vector<StageModel> chunks;

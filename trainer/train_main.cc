@@ -34,6 +34,7 @@
 #include "lens/step_figures.h"
 #include "lens/step_metrics.h"
 #include "lens/step_trace.h"
+#include "lens/tail_selection.h"
 #include "lens/termination.h"
 #include "local_launcher.h"
 #include "pipeline_schedule.h"
@@ -65,20 +66,46 @@ c10::intrusive_ptr<c10d::ProcessGroup> subgroup(const c10::intrusive_ptr<c10d::S
   return make_gloo_process_group(prefixed, rank, size, timeout, addr);
 }
 
-// Live stragglers: every rank's figure for the window, one all-gather of one
-// number each.
-std::vector<double> gather_window_figures(c10d::ProcessGroup& world, int world_size, double mine,
+// The live meeting: every rank's figures for the window (the same count on
+// every rank), one all-gather; rank r's are [r * n, (r + 1) * n).
+std::vector<double> gather_window_figures(c10d::ProcessGroup& world, int world_size,
+                                          const std::vector<double>& mine,
                                           std::chrono::milliseconds timeout,
                                           const FailureCallback& on_failure) {
-  std::vector<torch::Tensor> input{torch::full({1}, mine, torch::kFloat64)};
+  const auto n = static_cast<std::int64_t>(mine.size());
+  std::vector<torch::Tensor> input{torch::tensor(mine, torch::kFloat64)};
   std::vector<std::vector<torch::Tensor>> output(1);
-  for (int r = 0; r < world_size; ++r) output[0].push_back(torch::empty({1}, torch::kFloat64));
+  for (int r = 0; r < world_size; ++r) output[0].push_back(torch::empty({n}, torch::kFloat64));
   wait_or_fail(
       world.allgather(output, input), timeout,
-      [] { return std::string("the live straggler all-gather"); }, on_failure);
+      [] { return std::string("the live meeting's all-gather"); }, on_failure);
   std::vector<double> figures;
-  for (const auto& t : output[0]) figures.push_back(t.item<double>());
+  for (const auto& t : output[0]) {
+    const torch::Tensor c = t.contiguous();
+    figures.insert(figures.end(), c.data_ptr<double>(), c.data_ptr<double>() + n);
+  }
   return figures;
+}
+
+// Tail selection's choice at a meeting, on every rank alike: the window's
+// steps settled, and a lens span that says what was kept and why (it is
+// outside every step's trace, so it is exported whatever is chosen).
+void settle_window(Telemetry& telemetry, TailSelector& selector,
+                   const std::vector<std::uint64_t>& steps,
+                   const std::vector<std::vector<double>>& seconds) {
+  const TailChoice choice = selector.choose(steps, seconds);
+  telemetry.settle_steps(choice.keep, choice.drop);
+  StartOptions root;  // not in the step's trace, which may be one not selected
+  root.root = true;
+  Span span = telemetry.tracer().start_lens_span("lens.tail_selection", root);
+  span.set_attribute("lens.tail.first_step", static_cast<std::int64_t>(steps.front()));
+  span.set_attribute("lens.tail.last_step", static_cast<std::int64_t>(steps.back()));
+  span.set_attribute("lens.tail.held", static_cast<std::int64_t>(steps.size()));
+  span.set_attribute("lens.tail.not_selected", static_cast<std::int64_t>(choice.drop.size()));
+  std::string kept;
+  for (const TailChoice::Kept& k : choice.kept)
+    kept += (kept.empty() ? "" : ",") + std::to_string(k.step) + ":" + k.reason;
+  span.set_attribute("lens.tail.kept", kept);
 }
 
 // A straggler named live, on the step span where it was named.
@@ -275,6 +302,7 @@ int run_rank(const TrainOptions& o) {
                       o.slow_from_step,
                       {}};
   if (V > 1) ctx.chunks = chunks;
+  ctx.slow_steps = o.slow_steps;
   ctx.microbatch_jitter = o.microbatch_jitter;
   ctx.seed = o.seed;
   ctx.tp = tp.get();
@@ -322,6 +350,28 @@ int run_rank(const TrainOptions& o) {
   std::unique_ptr<LiveStragglerRule> live_rule;
   std::vector<double> window_compute_ms;
   Gauge* straggler_score = nullptr;
+  // Tail selection (docs/tail-selection.md; agreed at start-up, so the same
+  // on every rank): each step held, and at each meeting every rank's time
+  // of each step of the window gathered and the same steps kept everywhere.
+  // The meeting is --live-every's, else every 10 steps.
+  const bool tail = telemetry && telemetry->config().tail_selection;
+  const int meet_every = o.live_every > 0 ? o.live_every : (tail ? 10 : 0);
+  std::unique_ptr<TailSelector> selector;
+  if (tail)
+    selector = std::make_unique<TailSelector>(telemetry->config().tail_keep,
+                                              telemetry->config().tail_baseline_percent,
+                                              telemetry->config().run_key);
+  std::vector<std::uint64_t> window_steps;  // the held steps since the last meeting
+  std::vector<double> window_seconds;       // this rank's time of each
+  // Splits the gathered figures (n per rank, the first the compute median)
+  // into each rank's step times.
+  const auto step_times = [&](const std::vector<double>& gathered, std::size_t n) {
+    std::vector<std::vector<double>> seconds(static_cast<std::size_t>(o.world()));
+    for (std::size_t r = 0; r < seconds.size(); ++r)
+      seconds[r].assign(gathered.begin() + static_cast<std::ptrdiff_t>(r * n + 1),
+                        gathered.begin() + static_cast<std::ptrdiff_t>(r * n + n));
+    return seconds;
+  };
   if (o.live_every > 0) {
     std::vector<RankCoordinates> ranks;
     for (int r = 0; r < o.world(); ++r)
@@ -390,6 +440,7 @@ int run_rank(const TrainOptions& o) {
           take_step_figures();  // from here on, this step's
           StepScope step_scope(step_trace, static_cast<std::uint64_t>(step + skew));
           step_context = step_scope.span().context();
+          if (tail) telemetry->hold_step(static_cast<std::uint64_t>(step), step_context);
           sr.open_microseconds =
               std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
                   .count();
@@ -427,24 +478,43 @@ int run_rank(const TrainOptions& o) {
             sr.loss = loss;
             step_scope.span().set_attribute("dl.loss", loss);
           }
-          if (live_rule) {
+          if (meet_every > 0) {
             window_compute_ms.push_back(figures.seconds(StepFigure::kCompute) * 1e3);
-            if (static_cast<int>(window_compute_ms.size()) == o.live_every) {
-              // The window's median, gathered from every rank (the same
-              // figures on every rank, so the same verdict).
-              std::sort(window_compute_ms.begin(), window_compute_ms.end());
-              const double mine = window_compute_ms[window_compute_ms.size() / 2];
-              window_compute_ms.clear();
-              const std::vector<double> figures =
-                  gather_window_figures(*world_group, o.world(), mine, timeout, record_failure);
-              for (const LiveStraggler& s : live_rule->observe(step, figures)) {
+            if (tail) {
+              window_steps.push_back(static_cast<std::uint64_t>(step));
+              // The step's work, from before its span opened to after the
+              // optimizer: what a slow step is slow in.
+              window_seconds.push_back(
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+            }
+          }
+          if (meet_every > 0 && static_cast<int>(window_compute_ms.size()) == meet_every) {
+            // One all-gather: the window's median compute (the live rule)
+            // and the window's step times (tail selection), from every rank,
+            // so every rank reaches the same verdicts.
+            std::sort(window_compute_ms.begin(), window_compute_ms.end());
+            std::vector<double> mine{window_compute_ms[window_compute_ms.size() / 2]};
+            window_compute_ms.clear();
+            mine.insert(mine.end(), window_seconds.begin(), window_seconds.end());
+            const std::vector<double> gathered =
+                gather_window_figures(*world_group, o.world(), mine, timeout, record_failure);
+            if (live_rule) {
+              std::vector<double> medians;
+              for (int r = 0; r < o.world(); ++r)
+                medians.push_back(gathered[static_cast<std::size_t>(r) * mine.size()]);
+              for (const LiveStraggler& s : live_rule->observe(step, medians)) {
                 if (rank != 0) continue;
                 std::fprintf(stderr, "lens-train: live: %s\n", s.describe().c_str());
                 add_straggler_event(step_scope.span(), s);
               }
               if (straggler_score != nullptr) straggler_score->set(live_rule->score(rank));
-              write_metrics_line();
             }
+            if (tail) {
+              settle_window(*telemetry, *selector, window_steps, step_times(gathered, mine.size()));
+              window_steps.clear();
+              window_seconds.clear();
+            }
+            write_metrics_line();
           }
         } catch (...) {
           // Stopping, and a peer stopped first (its transfers fail): what
@@ -463,6 +533,28 @@ int run_rank(const TrainOptions& o) {
                                     telemetry ? telemetry->now_unix_ns() : 0);
           if ((step + 1) % 10 == 0) account_spans();
         }
+      }
+      // Tail selection: the last, partial window is chosen too (every rank
+      // ran the same steps), padded to the meeting's size.
+      if (tail && !window_steps.empty() && termination_signal() == 0) {
+        std::vector<double> mine{NAN};
+        mine.insert(mine.end(), window_seconds.begin(), window_seconds.end());
+        mine.resize(static_cast<std::size_t>(meet_every) + 1, NAN);
+        const std::vector<double> gathered =
+            gather_window_figures(*world_group, o.world(), mine, timeout, record_failure);
+        std::vector<std::vector<double>> seconds = step_times(gathered, mine.size());
+        for (auto& r : seconds) r.resize(window_steps.size());
+        settle_window(*telemetry, *selector, window_steps, seconds);
+      }
+      if (tail && rank == 0) {
+        const auto hold = telemetry->stats().hold;
+        if (hold)
+          std::fprintf(stderr,
+                       "lens-train: tail selection: %llu steps held, %llu kept, %llu not selected "
+                       "(rank 0)\n",
+                       static_cast<unsigned long long>(hold->steps_held),
+                       static_cast<unsigned long long>(hold->steps_kept),
+                       static_cast<unsigned long long>(hold->steps_not_selected));
       }
       account_spans();
       write_metrics_line();

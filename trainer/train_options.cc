@@ -73,6 +73,11 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  "fault injection: --slow-stage is slow from this step on (a slowdown that begins "
                  "mid-run); default 0")
       ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--slow-steps", o.slow_steps,
+                 "TEST AID: --slow-stage (or --slow-rank) is slow only at these steps (a comma "
+                 "list), so that a test knows which steps are slow")
+      ->delimiter(',')
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
   app.add_option("--metrics-port", o.metrics_port,
                  "serve live metrics for Prometheus: rank r on --metrics-host:PORT+r, /metrics "
                  "(0: a port each rank picks, printed; default off)")

@@ -48,6 +48,8 @@ struct TrainOptions {
   // times as slowly: one TP peer, or one replica's stage.
   int slow_rank = -1;
   std::int64_t slow_from_step = 0;  // the slowdown begins at this step
+  // Test aid: the slowdown only at these steps (empty: from slow_from_step on).
+  std::vector<std::int64_t> slow_steps;
   // Test aid: each microbatch's compute takes a seeded factor in [1, F] as
   // long, the same on every stage (work that varies by microbatch). 1: none.
   double microbatch_jitter = 1;

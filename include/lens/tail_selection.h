@@ -7,9 +7,11 @@
 ///   - the `keep` slowest steps of the window, by their end-to-end time
 ///     (the slowest rank's time of the step: the step ends when its last
 ///     rank does; ties to the earlier step);
-///   - for each rank whose window median is 1.5 times its first window's
+///   - for each rank whose window median is 2.5 times its first window's
 ///     while its previous window's was not (a slowdown that has just begun),
-///     the first step of the window at 1.5 times or more: where it began;
+///     the first step of the window at 2.5 times or more: where it began
+///     (kept beside the `keep` slowest: the budget is theirs, an onset is
+///     rare and worth its step);
 ///   - a baseline: each step whose hash of (run key, step) falls in the
 ///     lowest `baseline_percent` percent, ordinary steps to compare with.
 /// The rest are not selected. A rank's clock does not enter: the times are

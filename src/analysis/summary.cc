@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -66,8 +67,57 @@ void SummaryBuilder::add(const PipelineView& view) {
   }
 }
 
+std::string TailReport::describe() const {
+  if (meetings == 0) return "";
+  std::string out = "tail selection: " + std::to_string(held) + " steps held, " +
+                    std::to_string(kept.size()) + " kept (";
+  bool first = true;
+  for (const auto& [reason, n] : kept_by_reason) {
+    out += (first ? "" : ", ") + std::to_string(n) + " " + reason;
+    first = false;
+  }
+  return out + "), " + std::to_string(not_selected) + " not selected, over " +
+         std::to_string(meetings) + " meetings";
+}
+
 Summary SummaryBuilder::finish(const PipelineView& rest) {
   add(rest);
+  // Tail selection: every rank chose alike; the lowest rank's spans say it.
+  for (const auto& [id, span] : rest.by_span_id) {
+    if (span->name == "lens.tail_selection" && (tail_rank_ < 0 || span->rank < tail_rank_))
+      tail_rank_ = span->rank;
+  }
+  std::vector<const SpanRow*> meetings;
+  for (const auto& [id, span] : rest.by_span_id)
+    if (span->name == "lens.tail_selection" && span->rank == tail_rank_) meetings.push_back(span);
+  std::sort(meetings.begin(), meetings.end(), [](const SpanRow* a, const SpanRow* b) {
+    return a->int_attr("lens.tail.first_step") < b->int_attr("lens.tail.first_step");
+  });
+  TailReport& tail = out_.tail;
+  for (const SpanRow* m : meetings) {
+    ++tail.meetings;
+    tail.held += std::max<std::int64_t>(0, m->int_attr("lens.tail.held", 0));
+    tail.not_selected += std::max<std::int64_t>(0, m->int_attr("lens.tail.not_selected", 0));
+    const auto kept = m->attributes.find("lens.tail.kept");
+    if (kept == m->attributes.end()) continue;
+    // "12:slowest,15:baseline": a step and why, comma-separated.
+    std::size_t from = 0;
+    while (from < kept->second.size()) {
+      std::size_t to = kept->second.find(',', from);
+      if (to == std::string::npos) to = kept->second.size();
+      const std::string item = kept->second.substr(from, to - from);
+      const std::size_t colon = item.find(':');
+      if (colon != std::string::npos && colon > 0) {
+        char* end = nullptr;
+        const long long step = std::strtoll(item.c_str(), &end, 10);
+        if (end == item.c_str() + colon) {
+          tail.kept.push_back(step);
+          ++tail.kept_by_reason[item.substr(colon + 1)];
+        }
+      }
+      from = to + 1;
+    }
+  }
   Summary out = std::move(out_);
   out.theoretical_bubble =
       theoretical_bubble(out.pipeline_stages, out.microbatches, out.virtual_stages);
@@ -148,6 +198,7 @@ std::string format_table(const Summary& s) {
   }
   out += s.clock.describe() + "\n";
   if (const std::string l = s.left_out.describe(); !l.empty()) out += l + "\n";
+  if (const std::string t = s.tail.describe(); !t.empty()) out += t + "\n";
   return out;
 }
 
@@ -179,6 +230,12 @@ std::string format_json(const Summary& s) {
       {"clock", s.clock.to_json()},
       {"left_out", s.left_out.to_json()},
       {"rows", rows}};
+  if (s.tail.meetings > 0)
+    j["tail_selection"] = {{"meetings", s.tail.meetings},
+                           {"held", s.tail.held},
+                           {"kept", s.tail.kept},
+                           {"kept_by_reason", s.tail.kept_by_reason},
+                           {"not_selected", s.tail.not_selected}};
   return j.dump(1) + "\n";
 }
 

@@ -26,6 +26,17 @@ struct StageStep {
   double bubble = -1;
 };
 
+// Tail selection (docs/tail-selection.md), from the lowest rank's
+// lens.tail_selection spans, one a meeting: how many steps its hold had,
+// which it kept and why, how many it did not select.
+struct TailReport {
+  int meetings = 0;
+  std::int64_t held = 0, not_selected = 0;
+  std::map<std::string, int> kept_by_reason;  // "slowest", "baseline", "onset of rank 3"
+  std::vector<std::int64_t> kept;             // the kept steps, in order
+  std::string describe() const;               // empty when there was no tail selection
+};
+
 struct Summary {
   int pipeline_stages = 0, microbatches = 0;
   int virtual_stages = 1;  // model chunks per stage (the interleaved schedule)
@@ -37,6 +48,7 @@ struct Summary {
   double slowest_stage_compute_ms = 0;
   ClockReport clock;   // how the times were put on one clock (set by the caller)
   LateSpans left_out;  // spans the step windows left out (set by the caller)
+  TailReport tail;
 };
 
 // Builds a summary a part at a time: each step's view as it is read, then
@@ -48,6 +60,7 @@ class SummaryBuilder {
 
  private:
   Summary out_;
+  int tail_rank_ = -1;  // the rank whose tail selection spans are read
   std::map<int, std::pair<double, int>> compute_by_stage_;  // total ms, rows
   double bubble_sum_ = 0;
   int bubble_rows_ = 0;

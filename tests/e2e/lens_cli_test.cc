@@ -1499,6 +1499,116 @@ TEST(LiveStragglersCli, ASlowRankIsNamedAsItHappensAndABalancedRunNamesNobody) {
   fs::remove_all(base);
 }
 
+// Tail selection (docs/tail-selection.md): every step held, and at each
+// meeting (every 10 steps) the ranks keep the slowest step of the window:
+// 10% of the steps. Stage 1 is slowed 8x at 8 known steps, one per window
+// at most, so that each is its window's slowest whatever the machine does.
+// Kept steps must be the same, and whole, on every rank.
+std::map<int, std::set<std::int64_t>> step_spans_by_rank(const fs::path& run_dir) {
+  std::map<int, std::set<std::int64_t>> steps;
+  for (const auto& e : fs::directory_iterator(run_dir)) {
+    if (!e.path().string().ends_with(".otlp.jsonl")) continue;
+    for (const auto& l : read_lines(e.path())) {
+      const json line = json::parse(l);
+      for (const auto& rs : line["resourceSpans"]) {
+        int rank = -1;
+        for (const auto& a : rs["resource"]["attributes"])
+          if (a["key"] == "dl.rank") rank = std::stoi(a["value"]["intValue"].get<std::string>());
+        for (const auto& ss : rs["scopeSpans"])
+          for (const auto& span : ss["spans"]) {
+            if (span["name"] != "megatron.train_step") continue;
+            for (const auto& a : span["attributes"])
+              if (a["key"] == "dl.step")
+                steps[rank].insert(std::stoll(a["value"]["intValue"].get<std::string>()));
+          }
+      }
+    }
+  }
+  return steps;
+}
+
+// `lens summary --json`'s tail selection, and how many steps it kept at a
+// slowdown's onset.
+json summary_tail(const fs::path& run_dir) {
+  Result r = run(std::string(LENS_BIN) + " summary --json " + run_dir.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(r.output.substr(r.output.find('{')));
+  return j.value("tail_selection", json::object());
+}
+std::size_t onsets(const json& tail) {
+  std::size_t n = 0;
+  for (const auto& [reason, count] : tail["kept_by_reason"].items())
+    if (reason.starts_with("onset")) n += count.get<std::size_t>();
+  return n;
+}
+
+TEST(TailSelectionCli, EverySlowStepIsKeptWholeOnEveryRankWithinTheBudget) {
+  const fs::path base = fs::temp_directory_path() / ("lens-tail-test-" + std::to_string(getpid()));
+  fs::remove_all(base);
+  const std::set<std::int64_t> slow = {7, 23, 38, 61, 99, 120, 151, 188};
+  Result r = run("env LENS_TAIL_SELECTION=1 LENS_TAIL_KEEP=1 " + std::string(LENS_TRAIN_BIN) +
+                 " --pp 2 --layers 4 --microbatches 4 --steps 200 --hidden 64 --microbatch-size 16"
+                 " --otel-enabled=true --otel-span-groups per_step --slow-stage 1 --slow-factor 8"
+                 " --slow-steps 7,23,38,61,99,120,151,188 --trace-dir " +
+                 (base / "traces").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tail selection: 200 steps held, "), std::string::npos) << r.output;
+  fs::path run_dir;
+  for (const auto& e : fs::directory_iterator(base / "traces")) run_dir = e.path();
+  const auto kept = step_spans_by_rank(run_dir);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept.at(0), kept.at(1)) << "the same steps on every rank";
+  for (std::int64_t s : slow) EXPECT_TRUE(kept.at(0).count(s)) << "slow step " << s;
+  // The budget, one step in ten, and besides it only where a rank's
+  // slowdown began (none is injected: noise past 2.5x, if any, says so).
+  const json tail = summary_tail(run_dir);
+  EXPECT_EQ(tail["held"], 200);
+  EXPECT_EQ(tail["meetings"], 20);
+  EXPECT_EQ(tail["kept_by_reason"]["slowest"], 20);
+  EXPECT_EQ(kept.at(0).size(), tail["kept"].size());
+  EXPECT_EQ(kept.at(0).size(), 20u + onsets(tail));
+  EXPECT_EQ(tail["not_selected"], 200 - static_cast<int>(kept.at(0).size()));
+  // Whole: lens check finds every kept step one trace, every link resolved.
+  Result check = run(std::string(LENS_BIN) + " check " + run_dir.string());
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NE(check.output.find(std::to_string(kept.at(0).size()) + " steps"), std::string::npos)
+      << check.output;
+  Result summary = run(std::string(LENS_BIN) + " summary " + run_dir.string());
+  EXPECT_NE(summary.output.find("tail selection: 200 steps held, " +
+                                std::to_string(kept.at(0).size()) + " kept ("),
+            std::string::npos)
+      << summary.output;
+  fs::remove_all(base);
+}
+
+// The same choice in every replica and on every rank when the step
+// contexts are derived, each pipeline is its own trace (pipeline scope) and
+// the ranks' clocks are skewed: the decision reads durations only.
+TEST(TailSelectionCli, DerivedContextsPipelineScopeAndSkewedClocksKeepTheSameSteps) {
+  const fs::path base =
+      fs::temp_directory_path() / ("lens-tail-scope-test-" + std::to_string(getpid()));
+  fs::remove_all(base);
+  Result r = run("env LENS_TAIL_SELECTION=1 LENS_TAIL_KEEP=1 LENS_TRACE_SCOPE=pipeline " +
+                 std::string(LENS_TRAIN_BIN) +
+                 " --pp 2 --dp 2 --layers 4 --microbatches 4 --steps 40 --hidden 128"
+                 " --microbatch-size 32 --step-context derived --live-every 10"
+                 " --test-clock-offsets-us 0,25000,-40000,90000"
+                 " --otel-enabled=true --otel-span-groups per_step --slow-stage 1 --slow-replica 1"
+                 " --slow-factor 8 --slow-steps 14,27 --trace-dir " +
+                 (base / "traces").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::path run_dir;
+  for (const auto& e : fs::directory_iterator(base / "traces")) run_dir = e.path();
+  const auto kept = step_spans_by_rank(run_dir);
+  ASSERT_EQ(kept.size(), 4u);
+  for (int rank = 1; rank < 4; ++rank) EXPECT_EQ(kept.at(rank), kept.at(0)) << "rank " << rank;
+  EXPECT_TRUE(kept.at(0).count(14) && kept.at(0).count(27)) << "the slow steps";
+  EXPECT_EQ(kept.at(0).size(), 4u + onsets(summary_tail(run_dir))) << "one a window";
+  Result check = run(std::string(LENS_BIN) + " check " + run_dir.string());
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  fs::remove_all(base);
+}
+
 // lens over tensor-parallel runs (pp 2 x tp 2: ranks 0, 1 stage 0's TP
 // ranks, 2, 3 stage 1's), traced with per_step (its communication group
 // holds the TP collectives) and microbatch: one with rank 3 (stage 1, TP rank 1) slowed 4x between

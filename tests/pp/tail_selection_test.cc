@@ -61,8 +61,8 @@ TEST(TailSelector, KeepsTheStepWhereARanksSlowdownBegan) {
   std::vector<std::vector<double>> seconds(2, std::vector<double>(10, 0.05));
   EXPECT_EQ(selector.choose(window(0, 10), seconds).keep.size(), 1u);  // the first window
   EXPECT_EQ(selector.choose(window(10, 10), seconds).keep.size(), 1u);
-  // Rank 1 slows down 3x from step 25 and more so later: the slowest step
-  // is 29, and the slowdown began at 25.
+  // Rank 1 slows down 3x from step 20 and more so later: the slowest step
+  // is 29, and the slowdown began at 20.
   for (std::size_t i = 5; i < 10; ++i) seconds[1][i] = 0.15 + 0.01 * static_cast<double>(i);
   for (std::size_t i = 0; i < 5; ++i) seconds[1][i] = 0.16 + 0.005 * static_cast<double>(i);
   TailChoice c = selector.choose(window(20, 10), seconds);
