@@ -35,6 +35,7 @@
 #include "lens/step_figures.h"
 #include "lens/step_metrics.h"
 #include "lens/step_trace.h"
+#include "lens/tail_selection.h"
 #include "lens/telemetry.h"
 #include "lens/termination.h"
 #include "lens/trace_context.h"
@@ -596,8 +597,7 @@ PYBIND11_MODULE(_lens, m) {
                           context.value_or(lens::SpanContext()), t ? t->now_unix_ns() : 0);
           },
           py::arg("seconds"), py::arg("figures"), py::arg("context") = py::none())
-      .def("record_spans", &lens::StepMetrics::record_spans, py::arg("ended"),
-           py::arg("dropped"));
+      .def("record_spans", &lens::StepMetrics::record_spans, py::arg("ended"), py::arg("dropped"));
   py::class_<lens::OtlpMetricsExporter>(m, "OtlpMetricsExporter")
       .def("export_now", &lens::OtlpMetricsExporter::export_now,
            py::call_guard<py::gil_scoped_release>())
@@ -623,15 +623,66 @@ PYBIND11_MODULE(_lens, m) {
         if (t) resource = t->resource();
         if (resource.find_string("service.name").empty())
           resource.set("service.name", std::string("megatron-lm"));
-        const std::int64_t start =
-            t ? t->now_unix_ns()
-              : std::chrono::duration_cast<std::chrono::nanoseconds>(
-                    std::chrono::system_clock::now().time_since_epoch())
-                    .count();
-        return std::make_unique<lens::OtlpMetricsExporter>(registry, std::move(resource),
-                                                           c.options, c.interval, start);
+        const std::int64_t start = t ? t->now_unix_ns()
+                                     : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count();
+        return std::make_unique<lens::OtlpMetricsExporter>(registry, std::move(resource), c.options,
+                                                           c.interval, start);
       },
       py::arg("registry"), py::keep_alive<0, 1>());
+
+  // Tail selection (docs/tail-selection.md).
+  m.def("holds_steps", [] {
+    const lens::Telemetry* t = lens::get_telemetry();
+    return t != nullptr && t->holds_steps();
+  });
+  m.def(
+      "hold_step",
+      [](std::uint64_t step, const lens::SpanContext& context) {
+        if (lens::Telemetry* t = lens::get_telemetry()) t->hold_step(step, context);
+      },
+      py::arg("step"), py::arg("context"));
+  m.def(
+      "settle_steps",
+      [](const std::vector<std::uint64_t>& keep, const std::vector<std::uint64_t>& drop) {
+        if (lens::Telemetry* t = lens::get_telemetry()) t->settle_steps(keep, drop);
+      },
+      py::arg("keep"), py::arg("drop"));
+  // A span lens records for itself (Tracer::start_lens_span), a root span
+  // outside whatever is current: tail selection's record of a meeting.
+  m.def(
+      "start_lens_span",
+      [](std::string_view name, const py::dict& attributes) {
+        lens::StartOptions root;
+        root.root = true;
+        lens::Span span = per_telemetry().tracer.start_lens_span(name, root);
+        if (span.recording()) {
+          PyObject *key = nullptr, *value = nullptr;
+          Py_ssize_t at = 0;
+          while (PyDict_Next(attributes.ptr(), &at, &key, &value))
+            set_py_attribute(span, key, value);
+        }
+        return std::make_unique<PySpan>(std::move(span));
+      },
+      py::arg("name"), py::arg("attributes") = py::dict());
+  py::class_<lens::TailSelector>(m, "TailSelector")
+      .def(py::init<std::uint32_t, std::uint32_t, std::uint64_t>(), py::arg("keep") = 1,
+           py::arg("baseline_percent") = 0, py::arg("run_key") = 0)
+      .def(
+          "choose",
+          [](lens::TailSelector& selector, const std::vector<std::uint64_t>& steps,
+             const std::vector<std::vector<double>>& seconds) {
+            const lens::TailChoice c = selector.choose(steps, seconds);
+            py::list kept;
+            for (const auto& k : c.kept) kept.append(py::make_tuple(k.step, k.reason, k.seconds));
+            py::dict d;
+            d["keep"] = c.keep;
+            d["drop"] = c.drop;
+            d["kept"] = kept;
+            return d;
+          },
+          py::arg("steps"), py::arg("seconds"));
 
   py::class_<PySpan>(m, "Span")
       .def_property_readonly("recording", &PySpan::recording)
@@ -771,6 +822,10 @@ PYBIND11_MODULE(_lens, m) {
     d["clock_sync"] = c.clock_sync;
     d["step_context"] = std::string(lens::step_context_mode_name(c.step_context));
     d["step_verify_steps"] = c.step_verify_steps;
+    d["tail_selection"] = c.tail_selection;
+    d["tail_keep"] = c.tail_keep;
+    d["tail_baseline_percent"] = c.tail_baseline_percent;
+    d["run_key"] = c.run_key;
     d["rank"] = c.rank ? py::int_(*c.rank) : py::object(py::none());
     d["world_size"] = c.world_size ? py::int_(*c.world_size) : py::object(py::none());
     return d;

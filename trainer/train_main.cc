@@ -551,10 +551,11 @@ int run_rank(const TrainOptions& o) {
         if (hold)
           std::fprintf(stderr,
                        "lens-train: tail selection: %llu steps held, %llu kept, %llu not selected "
-                       "(rank 0)\n",
+                       "(rank 0; the hold at most %.1f MiB)\n",
                        static_cast<unsigned long long>(hold->steps_held),
                        static_cast<unsigned long long>(hold->steps_kept),
-                       static_cast<unsigned long long>(hold->steps_not_selected));
+                       static_cast<unsigned long long>(hold->steps_not_selected),
+                       static_cast<double>(hold->bytes_peak) / (1 << 20));
       }
       account_spans();
       write_metrics_line();

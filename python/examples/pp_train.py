@@ -184,15 +184,53 @@ def run_rank(args):
               file=sys.stderr, flush=True)
     rule = lens.LiveStragglerRule([(r, r, 0, 0) for r in range(world)]) if args.live_every > 0 else None
     window = []
+    # Tail selection (docs/tail-selection.md; LENS_TAIL_SELECTION, agreed at
+    # start-up): each step held, and at each meeting (--live-every, else
+    # every 10 steps) every rank's step times gathered in the same
+    # all-gather, the same steps kept on every rank.
+    config = lens.get_telemetry().config if lens.get_telemetry() is not None else {}
+    tail = bool(config.get("tail_selection"))
+    meet_every = args.live_every if args.live_every > 0 else (10 if tail else 0)
+    selector = lens.TailSelector(config["tail_keep"], config["tail_baseline_percent"],
+                                 config["run_key"]) if tail else None
+    held, held_seconds = [], []
     slow_rank, slow_factor, slow_from = -1, 1.0, 0
     if args.test_slow_rank:  # TEST AID: RANK:FACTOR:FROM_STEP
         slow_rank, slow_factor, slow_from = args.test_slow_rank.split(":")
         slow_rank, slow_factor, slow_from = int(slow_rank), float(slow_factor), int(slow_from)
+    # TEST AID: only these steps slowed (a test then knows which are slow).
+    slow_steps = {int(s) for s in args.test_slow_steps.split(",")} if args.test_slow_steps else set()
+
+    def meet(step, span, partial=False):
+        """The live meeting: one all_gather of [median compute, step times...] per rank."""
+        mine = [sorted(window)[len(window) // 2] if window and not partial else float("nan")]
+        mine += held_seconds + [float("nan")] * (meet_every - len(held_seconds))
+        window.clear()
+        figures = [torch.zeros(len(mine), dtype=torch.float64) for _ in range(world)]
+        dist.all_gather(figures, torch.tensor(mine, dtype=torch.float64))
+        if rule is not None and not partial:
+            for named in rule.observe(step, [f[0].item() for f in figures]):
+                if rank == 0:
+                    print(f"pp_train: live: {named['line']}", file=sys.stderr, flush=True)
+                    span.add_event("lens.straggler", {"dl.rank": named["rank"],
+                                                      "lens.factor": named["factor"]})
+        if selector is not None:
+            seconds = [f[1:1 + len(held)].tolist() for f in figures]
+            choice = selector.choose(held, seconds)
+            lens.settle_steps(choice["keep"], choice["drop"])
+            # Outside the step's trace, which may be one not selected.
+            lens._lens.start_lens_span("lens.tail_selection", {
+                "lens.tail.first_step": held[0], "lens.tail.last_step": held[-1],
+                "lens.tail.held": len(held), "lens.tail.not_selected": len(choice["drop"]),
+                "lens.tail.kept": ",".join(f"{k}:{why}" for k, why, _ in choice["kept"])}).end()
+            held.clear()
+            held_seconds.clear()
 
     def computed(started, step):
         """A forward or backward that began at `started` is done: slowed by the aid."""
         took = time.perf_counter() - started
-        if rank == slow_rank and step >= slow_from and slow_factor > 1:
+        slowed = step in slow_steps if slow_steps else step >= slow_from
+        if rank == slow_rank and slowed and slow_factor > 1:
             time.sleep((slow_factor - 1) * took)
     first, last = stage == 0, stage == stages - 1
     losses = []
@@ -236,6 +274,8 @@ def run_rank(args):
             with lens.managed_span("megatron.train_step", group="step", **{
                     "dl.step": step, "dl.rank": rank, "dl.pipeline_parallel.rank": stage,
                     "dl.pipeline_parallel.size": stages, "dl.num_microbatches": args.microbatches}) as step_span:
+                if tail and step_span.recording:
+                    lens.hold_step(step, step_span.context)
                 inputs = dataset  # the same microbatches every step: the loss goes down
                 saved = {}
                 pending_sends = []  # isend: a stage never blocks on its sends, as Megatron's batched p2p
@@ -312,18 +352,13 @@ def run_rank(args):
                 with lens.managed_span("megatron.optimizer.step", group="optimizer"):
                     optimizer.step()
                 measured = lens.take_step_figures()
-                if rule is not None:
+                if meet_every > 0:
                     window.append(measured["compute"]["seconds"] * 1e3)
-                    if len(window) == args.live_every:
-                        mine = sorted(window)[len(window) // 2]
-                        window.clear()
-                        figures = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
-                        dist.all_gather(figures, torch.tensor([mine], dtype=torch.float64))
-                        for named in rule.observe(step, [f.item() for f in figures]):
-                            if rank == 0:
-                                print(f"pp_train: live: {named['line']}", file=sys.stderr, flush=True)
-                                step_span.add_event("lens.straggler", {"dl.rank": named["rank"],
-                                                                       "lens.factor": named["factor"]})
+                    if tail:
+                        held.append(step)
+                        held_seconds.append(time.perf_counter() - step_started)
+                    if len(window) == meet_every:
+                        meet(step, step_span)
                 if last:
                     losses.append(step_loss)
             context = step_span.context if step_span.recording else None
@@ -346,6 +381,8 @@ def run_rank(args):
         if not all(l == l for l in losses):  # NaN check
             print("pp_train: the loss is not a number", file=sys.stderr)
             return 1
+    if held:  # the last, partial window (every rank ran the same steps)
+        meet(args.steps - 1, None, partial=True)
     if traced:
         lens.distributed.sync_clocks()  # the closing sample, on every rank
     job.end()
@@ -381,6 +418,8 @@ def main():
                         help="every N steps the ranks gather their compute; rank 0 names stragglers")
     parser.add_argument("--test-slow-rank", default="", metavar="RANK:FACTOR:FROM_STEP",
                         help="TEST AID: that rank computes FACTOR times as long from FROM_STEP on")
+    parser.add_argument("--test-slow-steps", default="",
+                        help="TEST AID: with --test-slow-rank, only these steps (a comma list) are slowed")
     parser.add_argument("--trace-dir", default="")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds the launcher waits")
     parser.add_argument("--rank-env", action="append", default=[], metavar="RANK:NAME=VALUE",

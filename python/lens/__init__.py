@@ -28,11 +28,14 @@ from ._lens import Carrier, ConfigError, Span, SpanContext, StepCheckError, __ve
 # Live metrics and stragglers (docs/metrics.md).
 from ._lens import LiveStragglerRule, MetricRegistry, MetricsEndpoint, StepMetrics
 from ._lens import take_step_figures
+# Tail selection (docs/tail-selection.md).
+from ._lens import TailSelector, hold_step, holds_steps, settle_steps
 
 __all__ = [
     "Carrier", "ConfigError", "Span", "SpanContext", "StepCheckError", "Telemetry", "__version__",
     "LiveStragglerRule", "MetricRegistry", "MetricsEndpoint", "StepMetrics",
     "metrics_exporter_from_environment", "set_step_figures", "take_step_figures",
+    "TailSelector", "hold_step", "holds_steps", "settle_steps",
     "current_span_context", "distributed", "flush", "get_telemetry", "init",
     "managed_span", "refresh", "set_span_groups", "shutdown", "state",
 ]

@@ -198,6 +198,40 @@ class PythonLiveStragglers(unittest.TestCase):
         self.assertLessEqual(strong[0][0], 4 + 2 * 2 + 1, result.stderr)
 
 
+class PythonTailSelection(unittest.TestCase):
+    """LENS_TAIL_SELECTION from Python: every step held, at each meeting the
+    same steps kept on every rank: the slowest of each window of 10 (two of
+    them slowed 30x on rank 1, outside the warm-up's window), whole."""
+
+    def test_the_slow_steps_are_kept_alike_on_every_rank(self):
+        directory = tempfile.mkdtemp(prefix="lens-py-tail-")
+        e = dict(os.environ, LENS_TAIL_SELECTION="1", LENS_TAIL_KEEP="1")
+        result = subprocess.run([sys.executable, PP_TRAIN, "--world", "2", "--steps", "40",
+                                 "--microbatches", "4", "--trace-dir", directory, "--timeout", "120",
+                                 "--test-slow-rank", "1:30:0", "--test-slow-steps", "14,27"],
+                                env=e, capture_output=True, text=True, timeout=180)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        kept = {}
+        for rank, span in read_spans(directory):
+            if span["name"] == "megatron.train_step":
+                kept.setdefault(rank, set()).add(span["attrs"]["dl.step"])
+        self.assertEqual(sorted(kept), [0, 1], result.stderr)
+        self.assertEqual(kept[0], kept[1], "the same steps on every rank")
+        self.assertTrue({14, 27} <= kept[0], kept[0])
+        runs = os.listdir(directory)
+        summary = subprocess.run([LENS_BIN, "summary", "--json", os.path.join(directory, runs[0])],
+                                 capture_output=True, text=True)
+        self.assertEqual(summary.returncode, 0, summary.stderr)
+        tail = json.loads(summary.stdout)["tail_selection"]
+        onsets = sum(n for why, n in tail["kept_by_reason"].items() if why.startswith("onset"))
+        self.assertEqual((tail["held"], tail["meetings"]), (40, 4))
+        self.assertEqual(tail["kept_by_reason"]["slowest"], 4)
+        self.assertEqual(len(kept[0]), 4 + onsets)
+        check = subprocess.run([LENS_BIN, "check", os.path.join(directory, runs[0])],
+                               capture_output=True, text=True)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+
+
 class PythonPipelineOnCuda(unittest.TestCase):
     def test_cuda_without_a_device_fails_every_rank_saying_so(self):
         import torch
