@@ -25,8 +25,13 @@ namespace {
 
 using lens::bench::DiscardExporter;
 
-std::unique_ptr<lens::Telemetry> make_telemetry(const char* groups) {
+std::unique_ptr<lens::Telemetry> make_telemetry(const char* groups, bool hold = false) {
   lens::TelemetryOptions opts;
+  if (hold) {
+    opts.tail_selection = true;
+    opts.tail_hold_steps = 64;
+    opts.tail_hold_mb = 1024;
+  }
   opts.enabled = true;
   opts.span_groups = groups;
   opts.run_id = "bench";
@@ -105,6 +110,37 @@ void BM_SpanTwoAttributesOneLink(benchmark::State& state) {
   report_drops(state, *telemetry);
 }
 BENCHMARK(BM_SpanTwoAttributesOneLink);
+
+// Tail selection (docs/tail-selection.md): what the training thread spends
+// on one step of 32 spans with its steps held (arg 1) or not (arg 0): the
+// step's hold_step, its spans, and every 10 steps the settlement (one kept).
+// The hold's sorting and parking run on the export thread.
+void BM_StepHeld(benchmark::State& state) {
+  auto telemetry = make_telemetry("all", state.range(0) != 0);
+  lens::Tracer tracer = telemetry->tracer();
+  std::uint64_t step = 0;
+  std::vector<std::uint64_t> keep, drop;
+  for (auto _ : state) {
+    lens::Span root = tracer.start_span(lens::SpanGroup::kStep, "megatron.train_step");
+    telemetry->hold_step(step, root.context());
+    {
+      lens::CurrentSpanScope scope(root);
+      for (int i = 0; i < 31; ++i) {
+        lens::Span span = tracer.start_span(lens::SpanGroup::kMicrobatch, "forward");
+        span.set_attribute("dl.microbatch_id", i);
+      }
+    }
+    root.end();
+    (step % 10 == 0 ? keep : drop).push_back(step);
+    if (++step % 10 == 0) {
+      telemetry->settle_steps(keep, drop);
+      keep.clear();
+      drop.clear();
+    }
+  }
+  report_drops(state, *telemetry);
+}
+BENCHMARK(BM_StepHeld)->Arg(0)->Arg(1);
 
 // What live metrics add to a training step (docs/metrics.md): taking the
 // thread's step figures and recording them, as lens-train does once a step

@@ -1087,6 +1087,22 @@ PYBIND11_MODULE(_lens, m) {
       dev["resolver_cpu_ns"] = s.device->resolver_cpu_ns;
       d["device"] = dev;
     }
+    d["not_selected"] = s.processor.not_selected;
+    d["dropped_hold_full"] = s.processor.dropped_hold_full;
+    if (s.hold) {
+      py::dict h;
+      h["steps_held"] = s.hold->steps_held;
+      h["steps_kept"] = s.hold->steps_kept;
+      h["steps_not_selected"] = s.hold->steps_not_selected;
+      h["steps_refused"] = s.hold->steps_refused;
+      h["steps_over_bytes"] = s.hold->steps_over_bytes;
+      h["steps_undecided"] = s.hold->steps_undecided;
+      h["spans_kept"] = s.hold->spans_kept;
+      h["spans_not_selected"] = s.hold->spans_not_selected;
+      h["spans_no_room"] = s.hold->spans_no_room;
+      h["bytes_peak"] = s.hold->bytes_peak;
+      d["hold"] = h;
+    }
     return d;
   });
 }

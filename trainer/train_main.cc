@@ -361,6 +361,12 @@ int run_rank(const TrainOptions& o) {
     selector = std::make_unique<TailSelector>(telemetry->config().tail_keep,
                                               telemetry->config().tail_baseline_percent,
                                               telemetry->config().run_key);
+  if (tail && rank == 0 &&
+      telemetry->config().batch.hold.max_steps < static_cast<std::uint32_t>(meet_every))
+    std::fprintf(stderr,
+                 "lens-train: warning: LENS_TAIL_HOLD_STEPS is %u, fewer than the %d steps between "
+                 "meetings: the steps past it in each window are not held, and lost if chosen\n",
+                 telemetry->config().batch.hold.max_steps, meet_every);
   std::vector<std::uint64_t> window_steps;  // the held steps since the last meeting
   std::vector<double> window_seconds;       // this rank's time of each
   // Splits the gathered figures (n per rank, the first the compute median)

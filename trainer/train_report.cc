@@ -40,6 +40,8 @@ void write_report(const RankReport& r, const std::string& path) {
             {"spans_dropped_shutdown", r.spans.dropped_shutdown},
             {"spans_dropped_export_error", r.spans.dropped_export_error},
             {"spans_dropped_forked_child", r.spans.dropped_forked_child},
+            {"spans_dropped_hold_full", r.spans.dropped_hold_full},
+            {"spans_not_selected", r.spans.not_selected},
             {"spans_truncated", r.spans.truncated},
             {"otlp_requests", r.otlp_requests},
             {"otlp_retries", r.otlp_retries},
@@ -77,6 +79,8 @@ RankReport read_report(const std::string& path) {
   r.spans.dropped_shutdown = count("spans_dropped_shutdown");
   r.spans.dropped_export_error = count("spans_dropped_export_error");
   r.spans.dropped_forked_child = count("spans_dropped_forked_child");
+  r.spans.dropped_hold_full = count("spans_dropped_hold_full");
+  r.spans.not_selected = count("spans_not_selected");
   r.spans.truncated = count("spans_truncated");
   r.otlp_requests = count("otlp_requests");
   r.otlp_retries = count("otlp_retries");

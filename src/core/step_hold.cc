@@ -33,14 +33,8 @@ std::size_t StepHold::approx_bytes(const LiveSpan& s) {
 }
 
 StepHold::Step* StepHold::find(const TraceId& trace) {
-  for (auto it = steps_.rbegin(); it != steps_.rend(); ++it)
-    if (it->trace == trace) return &*it;
-  return nullptr;
-}
-
-std::size_t StepHold::waiting() const {
-  return static_cast<std::size_t>(std::count_if(
-      steps_.begin(), steps_.end(), [](const Step& s) { return s.state == State::kHeld; }));
+  const auto it = by_trace_.find(trace);
+  return it == by_trace_.end() ? nullptr : it->second;
 }
 
 void StepHold::hold(std::uint64_t step, const TraceId& trace) {
@@ -49,10 +43,12 @@ void StepHold::hold(std::uint64_t step, const TraceId& trace) {
   Step& s = steps_.emplace_back();
   s.step = step;
   s.trace = trace;
-  if (waiting() > options_.max_steps) {
+  by_trace_[trace] = &s;
+  if (waiting_ >= options_.max_steps) {
     s.state = State::kRefused;
     ++stats_.steps_refused;
   } else {
+    ++waiting_;
     ++stats_.steps_held;
   }
   // Forget the oldest settled steps past what late spans may still need.
@@ -60,6 +56,7 @@ void StepHold::hold(std::uint64_t step, const TraceId& trace) {
   while (steps_.size() > cap) {
     const Step& old = steps_.front();
     if (old.state == State::kHeld || old.settled_pending) break;
+    by_trace_.erase(old.trace);
     steps_.pop_front();
   }
 }
@@ -78,6 +75,7 @@ void StepHold::settle(const std::vector<std::uint64_t>& keep,
     } else {
       continue;
     }
+    --waiting_;
     s.settled_pending = true;
   }
 }
@@ -163,6 +161,7 @@ void StepHold::release_undecided(std::vector<LiveSpan*>& out) {
   for (Step& s : steps_) {
     if (s.state != State::kHeld) continue;
     s.state = State::kKept;  // what ends from here on goes out too
+    --waiting_;
     ++stats_.steps_undecided;
     out.insert(out.end(), s.parked.begin(), s.parked.end());
     stats_.spans_kept += s.parked.size();

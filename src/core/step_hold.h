@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "lens/batch_options.h"
@@ -69,12 +70,20 @@ class StepHold {
     std::vector<LiveSpan*> parked;
     std::size_t bytes = 0;
   };
+  struct TraceHash {
+    std::size_t operator()(const TraceId& t) const {
+      std::uint64_t h = 0;
+      for (int i = 0; i < 8; ++i) h = (h << 8) | t.bytes()[static_cast<std::size_t>(8 + i)];
+      return static_cast<std::size_t>(h);
+    }
+  };
   Step* find(const TraceId& trace);
-  std::size_t waiting() const;  // steps held and not settled
 
   const StepHoldOptions options_;
   mutable std::mutex mu_;
   std::deque<Step> steps_;  // oldest first; settled ones kept a while for late spans
+  std::unordered_map<TraceId, Step*, TraceHash> by_trace_;  // into steps_ (stable addresses)
+  std::size_t waiting_ = 0;                                 // steps held and not settled
   std::size_t bytes_ = 0;
   StepHoldStats stats_;
 };

@@ -408,6 +408,19 @@ class StepFigures(Traced):
             self.assertTrue(s.recording)
         self.assertEqual(lens.take_step_figures()["all_reduce"]["spans"], 1)
 
+    def test_the_tail_selector_and_no_hold_unless_asked(self):
+        selector = lens.TailSelector(keep=1, baseline_percent=0, run_key=5)
+        choice = selector.choose([10, 11, 12], [[0.1, 0.4, 0.2], [0.1, 0.1, 0.3]])
+        self.assertEqual(choice["keep"], [11])
+        self.assertEqual(choice["drop"], [10, 12])
+        self.assertEqual(choice["kept"][0][:2], (11, "slowest"))
+        self.assertFalse(lens.holds_steps())
+        self.assertNotIn("hold", self.telemetry.stats())
+        with lens.managed_span("megatron.train_step", "step") as step:
+            lens.hold_step(0, step.context)  # not holding: nothing happens
+        lens.settle_steps([0], [])
+        self.assertEqual(self.telemetry.stats()["not_selected"], 0)
+
     def test_no_exporter_unless_the_environment_asks(self):
         self.assertIsNone(lens.metrics_exporter_from_environment(lens.MetricRegistry()))
 
