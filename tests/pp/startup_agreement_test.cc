@@ -171,6 +171,34 @@ TEST(StartupAgreement, StepContextModeCheckIntervalAndSamplerMustMatch) {
   for (const auto& e : agreed) EXPECT_EQ(e, "");
 }
 
+TEST(StartupAgreement, TailSelectionAndItsChoiceMustMatch) {
+  const std::vector<std::tuple<std::string, std::string, std::string, std::string>> cases = {
+      {"LENS_TAIL_SELECTION", "1", "0", "rank 0 has 1, rank(s) 2 have 0"},
+      {"LENS_TAIL_KEEP", "1", "3", "rank 0 has 1, rank(s) 2 have 3"},
+      {"LENS_TAIL_BASELINE", "0", "5", "rank 0 has 0, rank(s) 2 have 5"},
+  };
+  for (const auto& [setting, mine, other, says] : cases) {
+    auto errors = startup(3, [&](int r) {
+      std::map<std::string, std::string> env{{"MEGATRON_OTEL_ENABLED", "1"},
+                                             {setting, r == 2 ? other : mine}};
+      if (setting != "LENS_TAIL_SELECTION") env["LENS_TAIL_SELECTION"] = "1";
+      return env;
+    });
+    for (const auto& e : errors) {
+      EXPECT_NE(e.find(setting + " differs"), std::string::npos) << e;
+      EXPECT_NE(e.find(says), std::string::npos) << e;
+    }
+  }
+  // The hold's bounds are each rank's own; with tail selection off, its
+  // choice's settings are not compared.
+  auto agreed = startup(2, [](int r) {
+    return std::map<std::string, std::string>{{"MEGATRON_OTEL_ENABLED", "1"},
+                                              {"LENS_TAIL_KEEP", r == 0 ? "1" : "2"},
+                                              {"LENS_TAIL_HOLD_STEPS", r == 0 ? "16" : "32"}};
+  });
+  for (const auto& e : agreed) EXPECT_EQ(e, "");
+}
+
 TEST(StartupAgreement, CarrierFrameVersionMustMatch) {
   const Config config = resolve_config({}, testing::fake_env({{"MEGATRON_OTEL_ENABLED", "1"}}));
   std::vector<std::uint8_t> records;

@@ -351,6 +351,44 @@ TEST(ConfigSampler, BadValuesNameTheVariable) {
   EXPECT_NE(msg.find("LENS_COLLECTIVE_TIMEOUT_MS"), std::string::npos) << msg;
 }
 
+// Tail selection: off by default; on, the hold's bounds from the settings;
+// values out of range refused naming the setting.
+TEST(Config, TailSelectionSettings) {
+  const Config off = resolve_config({}, fake_env({{"MEGATRON_OTEL_ENABLED", "1"}}));
+  EXPECT_FALSE(off.tail_selection);
+  EXPECT_EQ(off.batch.hold.max_steps, 0u);
+  const Config on = resolve_config({}, fake_env({{"MEGATRON_OTEL_ENABLED", "1"},
+                                                 {"LENS_TAIL_SELECTION", "1"},
+                                                 {"LENS_TAIL_KEEP", "3"},
+                                                 {"LENS_TAIL_BASELINE", "5"},
+                                                 {"LENS_TAIL_HOLD_STEPS", "32"},
+                                                 {"LENS_TAIL_HOLD_MB", "8"}}));
+  EXPECT_TRUE(on.tail_selection);
+  EXPECT_EQ(on.tail_keep, 3u);
+  EXPECT_EQ(on.tail_baseline_percent, 5u);
+  EXPECT_EQ(on.batch.hold.max_steps, 32u);
+  EXPECT_EQ(on.batch.hold.max_bytes, 8u << 20);
+  const Config defaults =
+      resolve_config({}, fake_env({{"MEGATRON_OTEL_ENABLED", "1"}, {"LENS_TAIL_SELECTION", "1"}}));
+  EXPECT_EQ(defaults.batch.hold.max_steps, 64u);
+  EXPECT_EQ(defaults.batch.hold.max_bytes, 256u << 20);
+  EXPECT_EQ(defaults.tail_keep, 1u);
+  for (const auto& [setting, value] :
+       std::vector<std::pair<std::string, std::string>>{{"LENS_TAIL_SELECTION", "maybe"},
+                                                        {"LENS_TAIL_KEEP", "0"},
+                                                        {"LENS_TAIL_KEEP", "256"},
+                                                        {"LENS_TAIL_BASELINE", "101"},
+                                                        {"LENS_TAIL_HOLD_STEPS", "0"},
+                                                        {"LENS_TAIL_HOLD_STEPS", "5000"},
+                                                        {"LENS_TAIL_HOLD_MB", "0"}}) {
+    const std::string e = config_error({}, {{"MEGATRON_OTEL_ENABLED", "1"}, {setting, value}});
+    EXPECT_NE(e.find(setting), std::string::npos) << setting << "=" << value << ": " << e;
+  }
+  TelemetryOptions o;
+  o.tail_keep = 300;
+  EXPECT_NE(config_error(o, {}).find("tail keep"), std::string::npos);
+}
+
 // Metrics by OTLP: off unless asked, the metrics settings over the shared
 // ones, the endpoint's path /v1/metrics, and a table of refused values.
 TEST(MetricsExportConfig, FromTheEnvironment) {
