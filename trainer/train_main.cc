@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -66,25 +67,26 @@ c10::intrusive_ptr<c10d::ProcessGroup> subgroup(const c10::intrusive_ptr<c10d::S
   return make_gloo_process_group(prefixed, rank, size, timeout, addr);
 }
 
-// The live meeting: every rank's figures for the window (the same count on
-// every rank), one all-gather; rank r's are [r * n, (r + 1) * n).
-std::vector<double> gather_window_figures(c10d::ProcessGroup& world, int world_size,
-                                          const std::vector<double>& mine,
-                                          std::chrono::milliseconds timeout,
-                                          const FailureCallback& on_failure) {
+// The live meeting: every rank's words (the same count on every rank: the
+// window's figures as the bits of doubles, its encoded step metrics), one
+// all-gather; rank r's are [r * n, (r + 1) * n).
+std::vector<std::int64_t> gather_meeting(c10d::ProcessGroup& world, int world_size,
+                                         const std::vector<std::int64_t>& mine,
+                                         std::chrono::milliseconds timeout,
+                                         const FailureCallback& on_failure) {
   const auto n = static_cast<std::int64_t>(mine.size());
-  std::vector<torch::Tensor> input{torch::tensor(mine, torch::kFloat64)};
+  std::vector<torch::Tensor> input{torch::tensor(mine, torch::kInt64)};
   std::vector<std::vector<torch::Tensor>> output(1);
-  for (int r = 0; r < world_size; ++r) output[0].push_back(torch::empty({n}, torch::kFloat64));
+  for (int r = 0; r < world_size; ++r) output[0].push_back(torch::empty({n}, torch::kInt64));
   wait_or_fail(
       world.allgather(output, input), timeout,
       [] { return std::string("the live meeting's all-gather"); }, on_failure);
-  std::vector<double> figures;
+  std::vector<std::int64_t> words;
   for (const auto& t : output[0]) {
     const torch::Tensor c = t.contiguous();
-    figures.insert(figures.end(), c.data_ptr<double>(), c.data_ptr<double>() + n);
+    words.insert(words.end(), c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + n);
   }
-  return figures;
+  return words;
 }
 
 // Tail selection's choice at a meeting, on every rank alike: the window's
@@ -338,11 +340,34 @@ int run_rank(const TrainOptions& o) {
         std::make_unique<OtlpMetricsExporter>(metrics, std::move(resource), metrics_export.options,
                                               metrics_export.interval, metrics_start);
   }
-  if (o.metrics_port >= 0) {
-    endpoint = std::make_unique<MetricsEndpoint>(metrics, o.metrics_host,
-                                                 o.metrics_port == 0 ? 0 : o.metrics_port + rank);
-    std::fprintf(stderr, "lens-train: rank %d: metrics at http://%s:%d/metrics\n", rank,
-                 o.metrics_host.c_str(), endpoint->port());
+  // --metrics-job: rank 0 alone serves the job's metrics, every rank's
+  // step metrics under its labels, brought up to date at each meeting.
+  MetricRegistry job_registry;
+  std::vector<std::unique_ptr<StepMetrics>> job_metrics;  // rank 0's, one a rank
+  std::vector<Gauge*> job_scores;
+  if (o.metrics_job && rank == 0) {
+    for (int r = 0; r < o.world(); ++r) {
+      const MetricLabels rl = {{"run", labels[0].second},
+                               {"rank", std::to_string(r)},
+                               {"stage", std::to_string(o.stage_of(r))},
+                               {"replica", std::to_string(o.replica_of(r))},
+                               {"tensor", std::to_string(o.tensor_of(r))}};
+      job_metrics.push_back(std::make_unique<StepMetrics>(job_registry, rl));
+      if (o.live_every > 0)
+        job_scores.push_back(&job_registry.gauge(
+            "lens_straggler_score",
+            "The rank's compute over the last window against its own start or its stage's other "
+            "ranks, whichever is larger (1: as expected; the live rule names 1.5 and more).",
+            {}, rl));
+    }
+  }
+  if (o.metrics_port >= 0 && (!o.metrics_job || rank == 0)) {
+    endpoint = std::make_unique<MetricsEndpoint>(
+        o.metrics_job ? job_registry : metrics, o.metrics_host,
+        o.metrics_port == 0 ? 0 : o.metrics_port + (o.metrics_job ? 0 : rank));
+    std::fprintf(stderr, "lens-train: rank %d: %s at http://%s:%d/metrics\n", rank,
+                 o.metrics_job ? "the job's metrics" : "metrics", o.metrics_host.c_str(),
+                 endpoint->port());
   }
   // Live stragglers: every --live-every steps one all-gather of each rank's
   // median compute over the window; every rank applies the rule to the same
@@ -355,7 +380,7 @@ int run_rank(const TrainOptions& o) {
   // of each step of the window gathered and the same steps kept everywhere.
   // The meeting is --live-every's, else every 10 steps.
   const bool tail = telemetry && telemetry->config().tail_selection;
-  const int meet_every = o.live_every > 0 ? o.live_every : (tail ? 10 : 0);
+  const int meet_every = o.live_every > 0 ? o.live_every : ((tail || o.metrics_job) ? 10 : 0);
   std::unique_ptr<TailSelector> selector;
   if (tail)
     selector = std::make_unique<TailSelector>(telemetry->config().tail_keep,
@@ -369,15 +394,6 @@ int run_rank(const TrainOptions& o) {
                  telemetry->config().batch.hold.max_steps, meet_every);
   std::vector<std::uint64_t> window_steps;  // the held steps since the last meeting
   std::vector<double> window_seconds;       // this rank's time of each
-  // Splits the gathered figures (n per rank, the first the compute median)
-  // into each rank's step times.
-  const auto step_times = [&](const std::vector<double>& gathered, std::size_t n) {
-    std::vector<std::vector<double>> seconds(static_cast<std::size_t>(o.world()));
-    for (std::size_t r = 0; r < seconds.size(); ++r)
-      seconds[r].assign(gathered.begin() + static_cast<std::ptrdiff_t>(r * n + 1),
-                        gathered.begin() + static_cast<std::ptrdiff_t>(r * n + n));
-    return seconds;
-  };
   if (o.live_every > 0) {
     std::vector<RankCoordinates> ranks;
     for (int r = 0; r < o.world(); ++r)
@@ -409,6 +425,64 @@ int run_rank(const TrainOptions& o) {
     if (!step_metrics || !telemetry) return;
     const SpanAccount account = SpanAccount::of(telemetry->stats());
     step_metrics->record_spans(account.ended, account.dropped());
+  };
+  // The meeting, every meet_every steps and once after the last (`last`):
+  // one all-gather of each rank's words (the window's median compute for
+  // the live rule, its step times for tail selection, its step metrics for
+  // --metrics-job), and every rank reaches the same verdicts from them.
+  const auto meet = [&](std::int64_t step, Span* step_span, bool last) {
+    std::vector<std::int64_t> mine;
+    double median = NAN;
+    if (!window_compute_ms.empty() && !last) {
+      std::sort(window_compute_ms.begin(), window_compute_ms.end());
+      median = window_compute_ms[window_compute_ms.size() / 2];
+    }
+    window_compute_ms.clear();
+    mine.push_back(std::bit_cast<std::int64_t>(median));
+    if (tail) {
+      for (int i = 0; i < meet_every; ++i)
+        mine.push_back(std::bit_cast<std::int64_t>(i < static_cast<int>(window_seconds.size())
+                                                       ? window_seconds[static_cast<std::size_t>(i)]
+                                                       : NAN));
+    }
+    const std::size_t metrics_at = mine.size();
+    if (o.metrics_job) {
+      const std::vector<std::int64_t> words = step_metrics->encode();
+      mine.insert(mine.end(), words.begin(), words.end());
+    }
+    const std::size_t n = mine.size();
+    const std::vector<std::int64_t> gathered =
+        gather_meeting(*world_group, o.world(), mine, timeout, record_failure);
+    const auto word = [&](int r, std::size_t i) {
+      return gathered[static_cast<std::size_t>(r) * n + i];
+    };
+    if (live_rule && !last) {
+      std::vector<double> medians;
+      for (int r = 0; r < o.world(); ++r) medians.push_back(std::bit_cast<double>(word(r, 0)));
+      for (const LiveStraggler& s : live_rule->observe(step, medians)) {
+        if (rank != 0) continue;
+        std::fprintf(stderr, "lens-train: live: %s\n", s.describe().c_str());
+        if (step_span != nullptr) add_straggler_event(*step_span, s);
+      }
+      if (straggler_score != nullptr) straggler_score->set(live_rule->score(rank));
+      for (std::size_t r = 0; r < job_scores.size(); ++r)
+        job_scores[r]->set(live_rule->score(static_cast<int>(r)));
+    }
+    if (tail && !window_steps.empty()) {
+      std::vector<std::vector<double>> seconds(static_cast<std::size_t>(o.world()));
+      for (int r = 0; r < o.world(); ++r)
+        for (std::size_t i = 0; i < window_steps.size(); ++i)
+          seconds[static_cast<std::size_t>(r)].push_back(std::bit_cast<double>(word(r, 1 + i)));
+      settle_window(*telemetry, *selector, window_steps, seconds);
+    }
+    window_steps.clear();
+    window_seconds.clear();
+    for (std::size_t r = 0; r < job_metrics.size(); ++r) {
+      const auto* from = gathered.data() + r * n + metrics_at;
+      if (!job_metrics[r]->assign(std::vector<std::int64_t>(from, from + (n - metrics_at))))
+        std::fprintf(stderr, "lens-train: rank 0: rank %zu's metrics did not decode\n", r);
+    }
+    write_metrics_line();
   };
   std::unique_ptr<SimulatedDevice> device;
   if (o.test_simulated_device > 0) {
@@ -494,34 +568,8 @@ int run_rank(const TrainOptions& o) {
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
             }
           }
-          if (meet_every > 0 && static_cast<int>(window_compute_ms.size()) == meet_every) {
-            // One all-gather: the window's median compute (the live rule)
-            // and the window's step times (tail selection), from every rank,
-            // so every rank reaches the same verdicts.
-            std::sort(window_compute_ms.begin(), window_compute_ms.end());
-            std::vector<double> mine{window_compute_ms[window_compute_ms.size() / 2]};
-            window_compute_ms.clear();
-            mine.insert(mine.end(), window_seconds.begin(), window_seconds.end());
-            const std::vector<double> gathered =
-                gather_window_figures(*world_group, o.world(), mine, timeout, record_failure);
-            if (live_rule) {
-              std::vector<double> medians;
-              for (int r = 0; r < o.world(); ++r)
-                medians.push_back(gathered[static_cast<std::size_t>(r) * mine.size()]);
-              for (const LiveStraggler& s : live_rule->observe(step, medians)) {
-                if (rank != 0) continue;
-                std::fprintf(stderr, "lens-train: live: %s\n", s.describe().c_str());
-                add_straggler_event(step_scope.span(), s);
-              }
-              if (straggler_score != nullptr) straggler_score->set(live_rule->score(rank));
-            }
-            if (tail) {
-              settle_window(*telemetry, *selector, window_steps, step_times(gathered, mine.size()));
-              window_steps.clear();
-              window_seconds.clear();
-            }
-            write_metrics_line();
-          }
+          if (meet_every > 0 && static_cast<int>(window_compute_ms.size()) == meet_every)
+            meet(step, &step_scope.span(), false);
         } catch (...) {
           // Stopping, and a peer stopped first (its transfers fail): what
           // is open ends truncated, marked with the signal, before the
@@ -540,17 +588,10 @@ int run_rank(const TrainOptions& o) {
           if ((step + 1) % 10 == 0) account_spans();
         }
       }
-      // Tail selection: the last, partial window is chosen too (every rank
-      // ran the same steps), padded to the meeting's size.
-      if (tail && !window_steps.empty() && termination_signal() == 0) {
-        std::vector<double> mine{NAN};
-        mine.insert(mine.end(), window_seconds.begin(), window_seconds.end());
-        mine.resize(static_cast<std::size_t>(meet_every) + 1, NAN);
-        const std::vector<double> gathered =
-            gather_window_figures(*world_group, o.world(), mine, timeout, record_failure);
-        std::vector<std::vector<double>> seconds = step_times(gathered, mine.size());
-        for (auto& r : seconds) r.resize(window_steps.size());
-        settle_window(*telemetry, *selector, window_steps, seconds);
+      // After the last step (every rank ran the same steps): tail
+      // selection's last, partial window, and the job's final metrics.
+      if ((tail && !window_steps.empty()) || o.metrics_job) {
+        if (termination_signal() == 0) meet(o.steps - 1, nullptr, true);
       }
       if (tail && rank == 0) {
         const auto hold = telemetry->stats().hold;
@@ -622,8 +663,11 @@ int run_rank(const TrainOptions& o) {
         last.loss ? (", loss " + std::to_string(*last.loss)).c_str() : "");
   }
   if (metrics_exporter) metrics_exporter->shutdown();  // the totals at the end
-  if (endpoint && o.metrics_linger_s > 0)              // a last scrape or two
+  if (endpoint && o.metrics_linger_s > 0) {            // a last scrape or two
+    std::fprintf(stderr, "lens-train: rank %d: steps done; metrics served %g s more\n", rank,
+                 o.metrics_linger_s);
     std::this_thread::sleep_for(std::chrono::duration<double>(o.metrics_linger_s));
+  }
   return 0;
 }
 

@@ -87,6 +87,10 @@ TrainOptions parse_train_options(int argc, char** argv) {
   app.add_option("--metrics-linger", o.metrics_linger_s,
                  "seconds each rank keeps serving its metrics after its last step; default 0")
       ->check(CLI::Range(0.0, 3600.0));
+  app.add_flag("--metrics-job", o.metrics_job,
+               "with --metrics-port: rank 0 alone serves the job's metrics, every rank's step "
+               "metrics under its labels, gathered at each meeting (--live-every, else every 10 "
+               "steps: one all-gather)");
   app.add_option("--live-every", o.live_every,
                  "every N steps the ranks gather their compute over the last N steps and rank 0 "
                  "names a straggler as it happens (one all-gather every N steps; default off)")
@@ -146,7 +150,13 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  o.tp, o.hidden);
     std::exit(2);
   }
-  if (o.metrics_port > 0 && o.metrics_port + o.world() - 1 > 65535) {
+  if (o.metrics_job && o.metrics_port < 0) {
+    std::fprintf(stderr,
+                 "lens-train: --metrics-job is set without --metrics-port; accepted: both (rank 0 "
+                 "serves the job's metrics on that port)\n");
+    std::exit(2);
+  }
+  if (o.metrics_port > 0 && !o.metrics_job && o.metrics_port + o.world() - 1 > 65535) {
     std::fprintf(stderr,
                  "lens-train: --metrics-port %d leaves no port for rank %d; accepted: 0, or 1 to "
                  "%d\n",

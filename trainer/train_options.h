@@ -62,6 +62,9 @@ struct TrainOptions {
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
   double metrics_linger_s = 0;
+  // Rank 0 alone serves the job's metrics on metrics_port: every rank's,
+  // gathered at the meetings (every live_every steps, else every 10).
+  bool metrics_job = false;
   // Live stragglers (docs/metrics.md): every N steps the ranks gather their
   // compute over the last N steps and name a straggler as it happens (0: off).
   int live_every = 0;

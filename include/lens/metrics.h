@@ -84,6 +84,10 @@ class Histogram {
     double sum = 0;
   };
   Snapshot snapshot() const;
+  /// Replaces the counts, sum and exemplars with `s`'s (a copy of another
+  /// process's histogram, for an endpoint that serves a job); false, and
+  /// nothing changed, when its buckets are not this histogram's.
+  bool assign(const Snapshot& s);
 
  private:
   const std::vector<double> bounds_;

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -34,6 +35,7 @@ namespace lens {
 /// Step-time buckets: 5 ms to 120 s.
 inline const std::vector<double> kStepBounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                                 1,     2.5,  5,     10,   30,  60,   120};
+inline constexpr std::size_t kStepBoundsCount = 14;  // kStepBounds.size()
 
 class StepMetrics {
  public:
@@ -49,6 +51,20 @@ class StepMetrics {
 
   /// The telemetry's span account so far (SpanAccount: ended, dropped).
   void record_spans(std::uint64_t ended, std::uint64_t dropped);
+
+  /// These metrics as kWords fixed-size words, for one rank that serves the
+  /// job's (a job-wide endpoint): every histogram's buckets, count, sum and
+  /// its latest exemplar, and the counters.
+  /// A version word; per histogram its buckets' counts, count, sum and an
+  /// exemplar (present, value, time, trace id as two words, span id); the
+  /// three counters.
+  static constexpr std::size_t kHistogramWords = (kStepBoundsCount + 1) + 2 + 6;
+  static constexpr std::size_t kWords = 1 + kStepFigureCount * kHistogramWords + 3;
+  std::vector<std::int64_t> encode() const;
+  /// Takes another rank's encoded metrics as these (its latest exemplar per
+  /// histogram kept). False, and nothing changed, for words that are not
+  /// step metrics (wrong size or version, counts that do not add up).
+  bool assign(const std::vector<std::int64_t>& words);
 
  private:
   Histogram& step_;

@@ -63,6 +63,18 @@ Histogram::Snapshot Histogram::snapshot() const {
   return s;
 }
 
+bool Histogram::assign(const Snapshot& s) {
+  if (s.bounds != bounds_ || s.counts.size() != counts_.size() ||
+      s.exemplars.size() != exemplars_.size())
+    return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  counts_ = s.counts;
+  exemplars_ = s.exemplars;
+  count_ = s.count;
+  sum_ = s.sum;
+  return true;
+}
+
 MetricRegistry::Family& MetricRegistry::family(const std::string& name, const std::string& help,
                                                const std::string& unit, Kind kind,
                                                const std::vector<double>& bounds) {

@@ -268,6 +268,9 @@ TEST(TrainerErrors, TestAidAndFaultInjectionFlagsOutOfRangeAreRefusedNamingTheFl
       {"--metrics-port 65535", "--metrics-port 65535 leaves no port for rank 1"},
       {"--metrics-port 70000", "--metrics-port"},
       {"--live-every -1", "--live-every"},
+      {"--metrics-job", "--metrics-job is set without --metrics-port"},
+      {"--slow-stage 0 --slow-steps 3,x", "--slow-steps"},
+      {"--slow-stage 0 --slow-steps -1", "--slow-steps"},
       {"--test-simulated-device 0.5", "--test-simulated-device"}};
   int i = 0;
   for (const auto& [flags, message] : cases) {

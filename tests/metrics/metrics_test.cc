@@ -18,19 +18,14 @@
 #include <thread>
 
 #include "lens/metrics_endpoint.h"
+#include "remote_context.h"
 
 namespace lens {
 namespace {
 
 using namespace std::string_literals;
 
-SpanContext sampled_context() {
-  SpanContext c;
-  c.trace_id = *TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736");
-  c.span_id = *SpanId::from_hex("00f067aa0ba902b7");
-  c.trace_flags = TraceFlags::kSampled;
-  return c;
-}
+SpanContext sampled_context() { return testing::example_sampled_context(); }
 
 TEST(Histogram, CountsPerBucketAndKeepsTheLatestSampledObservationAsItsExemplar) {
   Histogram h({0.1, 1, 10});

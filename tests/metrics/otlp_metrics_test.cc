@@ -12,6 +12,7 @@
 #include "lens/metrics_exporter.h"
 #include "lens/step_metrics.h"
 #include "otlp_receiver.h"
+#include "remote_context.h"
 
 namespace lens {
 namespace {
@@ -22,13 +23,7 @@ namespace pb = lens::test::otlp;
 constexpr std::int64_t kStart = 1'700'000'000'000'000'000;
 constexpr std::int64_t kNow = 1'700'000'060'000'000'000;
 
-SpanContext sampled_context() {
-  SpanContext c;
-  c.trace_id = *TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736");
-  c.span_id = *SpanId::from_hex("00f067aa0ba902b7");
-  c.trace_flags = TraceFlags::kSampled;
-  return c;
-}
+SpanContext sampled_context() { return testing::example_sampled_context(); }
 
 Resource rank_resource() {
   Resource r;
@@ -174,6 +169,50 @@ TEST(StepMetrics, RecordsTheStepAndTheFiguresItsSpansMeasured) {
   const std::string text = r.openmetrics();
   EXPECT_NE(text.find("lens_step_p2p_wait_seconds_count{rank=\"1\"} 2"), std::string::npos);
   EXPECT_NE(text.find("lens_spans_dropped_total{rank=\"1\"} 2"), std::string::npos);
+}
+
+TEST(StepMetrics, OneRanksMetricsTravelAsWordsToTheRankThatServesTheJob) {
+  MetricRegistry mine;
+  StepMetrics rank3(mine, {{"rank", "3"}});
+  StepFigureTotals f;
+  f.ns[static_cast<int>(StepFigure::kCompute)] = 30'000'000;
+  f.spans[static_cast<int>(StepFigure::kCompute)] = 4;
+  rank3.record_step(0.05, f, sampled_context(), kStart);
+  rank3.record_step(3.0, f);
+  rank3.record_spans(40, 1);
+  const std::vector<std::int64_t> words = rank3.encode();
+  ASSERT_EQ(words.size(), StepMetrics::kWords);
+
+  MetricRegistry job;
+  StepMetrics copy(job, {{"rank", "3"}});
+  ASSERT_TRUE(copy.assign(words));
+  const std::string text = job.openmetrics();
+  EXPECT_NE(text.find("lens_step_duration_seconds_count{rank=\"3\"} 2\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("lens_step_duration_seconds_bucket{rank=\"3\",le=\"5\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("lens_step_compute_seconds_count{rank=\"3\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("lens_steps_total{rank=\"3\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("lens_spans_dropped_total{rank=\"3\"} 1\n"), std::string::npos);
+  // The sampled step's exemplar, in its bucket, with its ids.
+  EXPECT_NE(text.find("le=\"0.05\"} 1 # {trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\","
+                      "span_id=\"00f067aa0ba902b7\"} 0.05"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(copy.encode(), words) << "the same words back";
+
+  // Words that are not step metrics change nothing.
+  std::vector<std::int64_t> bad = words;
+  bad[0] = 7;  // another version
+  EXPECT_FALSE(copy.assign(bad));
+  bad = words;
+  bad[1] += 1;  // a bucket that does not add up to the count
+  EXPECT_FALSE(copy.assign(bad));
+  bad = words;
+  bad.pop_back();
+  EXPECT_FALSE(copy.assign(bad));
+  EXPECT_FALSE(copy.assign({}));
+  EXPECT_EQ(copy.encode(), words);
 }
 
 OtlpHttpOptions options_for(const testing::OtlpReceiver& receiver, bool json) {

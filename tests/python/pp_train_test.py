@@ -172,15 +172,15 @@ class PythonPipelineDisabled(unittest.TestCase):
 
 
 class PythonLiveStragglers(unittest.TestCase):
-    """--live-every: the Python example names a rank slowed 4x as it happens
+    """--live-every: the Python example names a rank slowed 8x as it happens
     (one pipeline: against its own first steps), and serves its metrics."""
 
-    def test_a_rank_slowed_4x_is_named_with_its_factor(self):
+    def test_a_rank_slowed_8x_is_named_with_its_factor(self):
         directory = tempfile.mkdtemp(prefix="lens-py-live-")
         e = dict(os.environ)
         result = subprocess.run([sys.executable, PP_TRAIN, "--world", "2", "--steps", "12",
                                  "--microbatches", "4", "--trace-dir", directory, "--timeout", "120",
-                                 "--live-every", "2", "--test-slow-rank", "1:4:4",
+                                 "--live-every", "2", "--test-slow-rank", "1:8:4",
                                  "--metrics-port", "0"],
                                 env=e, capture_output=True, text=True, timeout=180)
         self.assertEqual(result.returncode, 0, result.stderr)
@@ -188,8 +188,9 @@ class PythonLiveStragglers(unittest.TestCase):
         named = [l for l in result.stderr.splitlines() if l.startswith("pp_train: live: rank 1 ")]
         self.assertTrue(named, result.stderr)
         # "... is a straggler at step S: F.Fx its own first steps": at 2.5x
-        # or more (4x injected; noise alone may name lower) after the
-        # slowdown began (step 4), within two meetings.
+        # or more (8x injected: the first window, warm-up included, and a
+        # busy machine dampen the ratio; noise alone may name lower) after
+        # the slowdown began (step 4), within two meetings.
         found = [(int(l.split(" at step ")[1].split(":")[0]), float(l.split(": ")[-1].split("x")[0]))
                  for l in named]
         strong = [(step, factor) for step, factor in found if factor >= 2.5]

@@ -1,5 +1,5 @@
 // A fresh, valid, sampled context of "another process", for tests that
-// link to or parent under a remote span.
+// link to or parent under a remote span; and a fixed one.
 #pragma once
 
 #include <string>
@@ -15,6 +15,16 @@ inline SpanContext remote_context(std::string tracestate = {}) {
   c.trace_flags = TraceFlags::kSampled;
   c.tracestate = std::move(tracestate);
   c.remote = true;
+  return c;
+}
+
+// A fixed sampled context (the W3C trace context example's ids), for tests
+// that compare what they read with known ids.
+inline SpanContext example_sampled_context() {
+  SpanContext c;
+  c.trace_id = *TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736");
+  c.span_id = *SpanId::from_hex("00f067aa0ba902b7");
+  c.trace_flags = TraceFlags::kSampled;
   return c;
 }
 
