@@ -29,8 +29,8 @@
 
 namespace lens::analysis {
 
-inline constexpr double kVariabilitySpread = 1.5;
-inline constexpr double kVariabilityCorrelation = 0.5;
+inline constexpr double kVariabilitySpread = 2.0;
+inline constexpr double kVariabilityCorrelation = 0.7;
 
 struct StageSpread {
   int stage = -1;

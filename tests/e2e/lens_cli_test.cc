@@ -1343,8 +1343,8 @@ TEST_F(DataParallelCli, WorkThatVariesByMicrobatchIsItsOwnVerdictNotAStraggler) 
   const json& v = a["variability"];
   EXPECT_TRUE(v["variable"].get<bool>()) << v.dump(1);
   // The factor alone gives p90/p10 = (1 + 4 x 0.9) / (1 + 4 x 0.1) = 3.3.
-  EXPECT_GE(v["spread"].get<double>(), 1.8) << v.dump(1);
-  EXPECT_GE(v["correlation"].get<double>(), 0.6) << v.dump(1);
+  EXPECT_GE(v["spread"].get<double>(), 2.0) << v.dump(1);
+  EXPECT_GE(v["correlation"].get<double>(), 0.7) << v.dump(1);
   ASSERT_EQ(v["stages"].size(), 2u);
   for (const auto& st : v["stages"]) {
     EXPECT_EQ(st["microbatches"], 6 * 8 * 2) << "every step, microbatch and replica";
