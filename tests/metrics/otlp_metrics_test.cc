@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <thread>
+#include <tuple>
 
 #include "lens/metrics.h"
 #include "lens/metrics_exporter.h"
@@ -130,14 +131,21 @@ TEST(OtlpMetrics, TheJsonRequestSaysTheSame) {
   EXPECT_THROW(r.set_otel_name("lens_steps", ""), std::invalid_argument);
 }
 
+// A step's totals: `ns` over `spans` spans for each figure given.
+StepFigureTotals totals(std::initializer_list<std::tuple<StepFigure, std::int64_t, int>> figures) {
+  StepFigureTotals f;
+  for (const auto& [figure, ns, spans] : figures) {
+    f.ns[static_cast<std::size_t>(figure)] = ns;
+    f.spans[static_cast<std::size_t>(figure)] = static_cast<std::uint32_t>(spans);
+  }
+  return f;
+}
+
 TEST(StepMetrics, RecordsTheStepAndTheFiguresItsSpansMeasured) {
   MetricRegistry r;
   StepMetrics m(r, {{"rank", "1"}});
-  StepFigureTotals f;
-  f.ns[static_cast<int>(StepFigure::kCompute)] = 40'000'000;
-  f.spans[static_cast<int>(StepFigure::kCompute)] = 8;
-  f.ns[static_cast<int>(StepFigure::kP2pWait)] = 2'000'000;
-  f.spans[static_cast<int>(StepFigure::kP2pWait)] = 4;
+  const StepFigureTotals f =
+      totals({{StepFigure::kCompute, 40'000'000, 8}, {StepFigure::kP2pWait, 2'000'000, 4}});
   // No all-reduce, no send, no optimizer span this step: not recorded.
   m.record_step(0.06, f, sampled_context(), kStart);
   m.record_step(0.07, f);
@@ -174,9 +182,7 @@ TEST(StepMetrics, RecordsTheStepAndTheFiguresItsSpansMeasured) {
 TEST(StepMetrics, OneRanksMetricsTravelAsWordsToTheRankThatServesTheJob) {
   MetricRegistry mine;
   StepMetrics rank3(mine, {{"rank", "3"}});
-  StepFigureTotals f;
-  f.ns[static_cast<int>(StepFigure::kCompute)] = 30'000'000;
-  f.spans[static_cast<int>(StepFigure::kCompute)] = 4;
+  const StepFigureTotals f = totals({{StepFigure::kCompute, 30'000'000, 4}});
   rank3.record_step(0.05, f, sampled_context(), kStart);
   rank3.record_step(3.0, f);
   rank3.record_spans(40, 1);
