@@ -57,11 +57,21 @@ TEST(OpenSpansUnderChange, TheFailureRecordReadsAndMarksASpanItsOwnerIsChanging)
   {
     BusyOwner owner(mt.telemetry->tracer());
     owner.wait_for_changes(100);
-    for (int i = 0; i < 50; ++i) {
+    // 50 marks. An owner descheduled inside a change for 200 ms (a crowded
+    // machine) has its span skipped, as the contract says, with a line
+    // saying so: that attempt marks nothing and is tried again.
+    int marked = 0, skipped = 0;
+    while (marked < 50 && skipped < 50) {
       const auto lines = mt.telemetry->mark_open_spans("lens.failure", "peer 1 lost");
       ASSERT_EQ(lines.size(), 2u);
+      if (lines[0].find("a span its thread was changing, not read") != std::string::npos) {
+        ++skipped;
+        continue;
+      }
       EXPECT_EQ(lines[0].rfind("megatron.train_step dl.step=3 dl.iteration=", 0), 0u) << lines[0];
+      ++marked;
     }
+    EXPECT_EQ(marked, 50) << skipped << " attempts skipped";
     owner.wait_for_changes(200);
   }
   int marks = 0;
