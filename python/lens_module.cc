@@ -585,6 +585,25 @@ PYBIND11_MODULE(_lens, m) {
       },
       py::arg("figure"), py::arg("ns"));
   m.def("take_step_figures", [] { return figures_to_dict(lens::take_step_figures()); });
+  // The figures' names, and each group's figure where it has one
+  // (default_step_figure): the package's managed_span reads the same rule.
+  m.def("step_figure_names", [] {
+    std::vector<std::string> names;
+    for (int i = 1; i < lens::kStepFigureCount; ++i)
+      names.emplace_back(lens::step_figure_name(static_cast<lens::StepFigure>(i)));
+    return names;
+  });
+  m.def("group_step_figures", [] {
+    py::dict d;
+    for (int g = 0; g < lens::kSpanGroupCount; ++g) {
+      const auto group = static_cast<lens::SpanGroup>(g);
+      const lens::StepFigure f = lens::default_step_figure(group);
+      if (f != lens::StepFigure::kNone)
+        d[py::str(std::string(lens::span_group_name(group)))] =
+            std::string(lens::step_figure_name(f));
+    }
+    return d;
+  });
   py::class_<lens::StepMetrics>(m, "StepMetrics")
       .def(py::init<lens::MetricRegistry&, const lens::MetricLabels&>(), py::arg("registry"),
            py::arg("labels") = lens::MetricLabels{}, py::keep_alive<1, 2>())

@@ -33,9 +33,9 @@
 namespace lens {
 
 /// Step-time buckets: 5 ms to 120 s.
-inline const std::vector<double> kStepBounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                                1,     2.5,  5,     10,   30,  60,   120};
-inline constexpr std::size_t kStepBoundsCount = 14;  // kStepBounds.size()
+inline constexpr std::array<double, 14> kStepBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                        1,     2.5,  5,     10,   30,  60,   120};
+inline const std::vector<double> kStepBounds(kStepBuckets.begin(), kStepBuckets.end());
 
 class StepMetrics {
  public:
@@ -58,7 +58,7 @@ class StepMetrics {
   /// A version word; per histogram its buckets' counts, count, sum and an
   /// exemplar (present, value, time, trace id as two words, span id); the
   /// three counters.
-  static constexpr std::size_t kHistogramWords = (kStepBoundsCount + 1) + 2 + 6;
+  static constexpr std::size_t kHistogramWords = (kStepBuckets.size() + 1) + 2 + 6;
   static constexpr std::size_t kWords = 1 + kStepFigureCount * kHistogramWords + 3;
   std::vector<std::int64_t> encode() const;
   /// Takes another rank's encoded metrics as these (its latest exemplar per

@@ -46,8 +46,8 @@ _telemetry = None
 # Step figures (docs/metrics.md): while on, a span of a group that is off
 # still times its figure; a group's figure when the span names none.
 _figures = False
-_GROUP_FIGURES = {"microbatch": "compute", "optimizer": "optimizer"}
-_FIGURES = frozenset(("compute", "p2p_wait", "p2p_send", "all_reduce", "optimizer"))
+_GROUP_FIGURES = _lens.group_step_figures()
+_FIGURES = frozenset(_lens.step_figure_names())
 
 
 class Telemetry:

@@ -128,11 +128,6 @@ StepHold::Sorted StepHold::sort(const std::vector<LiveSpan*>& taken, std::vector
   return sorted;
 }
 
-bool StepHold::has_settled() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return std::any_of(steps_.begin(), steps_.end(), [](const Step& s) { return s.settled_pending; });
-}
-
 std::uint64_t StepHold::collect_settled(std::vector<LiveSpan*>& out,
                                         std::vector<LiveSpan*>& release) {
   std::uint64_t not_selected = 0;

@@ -49,7 +49,6 @@ class StepHold {
   // The parked spans of steps settled since the last call: kept ones to
   // `out`, the others to `release` (the count returned).
   std::uint64_t collect_settled(std::vector<LiveSpan*>& out, std::vector<LiveSpan*>& release);
-  bool has_settled() const;
   // At shutdown: the parked spans of steps never settled, to export (they
   // are counted as undecided, exported rather than lost).
   void release_undecided(std::vector<LiveSpan*>& out);

@@ -18,7 +18,9 @@ LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
   s->group = group;
   s->scope = scope_;
   s->kind = options ? options->kind : SpanKind::kInternal;
-  s->figure = detail::g_step_figures.load(std::memory_order_relaxed) ? figure : StepFigure::kNone;
+  s->figure = figure != StepFigure::kNone && detail::g_step_figures.load(std::memory_order_relaxed)
+                  ? figure
+                  : StepFigure::kNone;
 
   const SpanContext* parent = nullptr;
   if (options && options->parent && options->parent->valid()) {

@@ -4,7 +4,6 @@
 #include <array>
 #include <bit>
 #include <cmath>
-#include <stdexcept>
 #include <string>
 
 namespace lens {
@@ -42,8 +41,6 @@ StepMetrics::StepMetrics(MetricRegistry& registry, const MetricLabels& labels)
           "Spans this rank ended and could not deliver (queue full, shutdown, export error).",
           labels)) {
   static_assert(kWords == 1 + kStepFigureCount * kHistogramWords + 3);
-  if (kStepBounds.size() != kStepBoundsCount)
-    throw std::logic_error("kStepBoundsCount is not kStepBounds.size()");
   for (int i = 1; i < kStepFigureCount; ++i) {
     const auto f = static_cast<StepFigure>(i);
     const std::string name = "lens_step_" + std::string(step_figure_name(f)) + "_seconds";
@@ -108,7 +105,7 @@ void encode_histogram(const Histogram& h, std::vector<std::int64_t>& out) {
 // Reads one histogram's words at `w` into a snapshot; false when they do
 // not make one.
 bool decode_histogram(const std::int64_t* w, Histogram::Snapshot& s) {
-  const std::size_t buckets = kStepBoundsCount + 1;
+  const std::size_t buckets = kStepBuckets.size() + 1;
   s.bounds = kStepBounds;
   s.counts.assign(buckets, 0);
   s.exemplars.assign(buckets, std::nullopt);
