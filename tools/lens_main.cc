@@ -5,6 +5,7 @@
 //   lens analyze RUN_DIR [--json]      critical path, waits, idle by cause, stragglers
 //   lens diff RUN_A RUN_B              per stage, what changed between two runs
 //   lens timeline RUN_DIR -o wave.html [--steps A-B]
+//   lens report RUN_DIR [-o report.html]    the run on one page (charts, waves, analysis)
 //   lens export RUN_DIR --perfetto out.json | --jaeger out.json
 //   lens upload DIR|FILE... [--endpoint URL]   send files to an OTLP/HTTP endpoint
 //
@@ -30,6 +31,7 @@
 #include "lens/config.h"
 #include "lens/error.h"
 #include "lens/version.h"
+#include "report.h"
 #include "run_reader.h"
 #include "step_stream.h"
 #include "summary.h"
@@ -122,6 +124,13 @@ int run_lens(int argc, char** argv) {
   timeline->add_option("-o,--output", output, "HTML file to write")->required();
   timeline->add_option("--steps", steps, "steps to draw, A-B or A")->capture_default_str();
 
+  std::string report_output;
+  auto* report = app.add_subcommand(
+      "report", "the run on one self-contained HTML page: charts over the run, waves, analysis");
+  report->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+  report->add_option("-o,--output", report_output,
+                     "HTML file to write (default: RUN_DIR/report.html)");
+
   std::string perfetto, jaeger;
   auto* exp = app.add_subcommand("export", "write the run in a viewer's format");
   exp->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
@@ -133,7 +142,7 @@ int run_lens(int argc, char** argv) {
                 "s<stage>\", so ranks are told apart)");
 
   bool raw_clock = false;
-  for (auto* command : {summary, analyze, diff, timeline, exp})
+  for (auto* command : {summary, analyze, diff, timeline, report, exp})
     command->add_flag("--raw-clock", raw_clock,
                       "each rank's timestamps as recorded, not aligned to rank 0's clock by the "
                       "run's lens.clock_sync samples");
@@ -268,19 +277,23 @@ int run_lens(int argc, char** argv) {
       std::fputs((as_json ? format_json(s) : format_table(s)).c_str(), stdout);
       return kOk;
     }
+    const auto analyze_options = [&] {
+      AnalyzeOptions o;
+      o.raw_clock = raw_clock;
+      o.progress = reading_options().progress;
+      return o;
+    };
     if (analyze->parsed()) {
       std::vector<std::string> warnings;
-      Analysis a = analyze_dir(dir, view_options(dir), &warnings);
-      a.clock = clock_report;
-      a.left_out = late_spans;
+      const Analysis a = analyze_run(dir, analyze_options(), &warnings);
       print_warnings(warnings);
       std::fputs((as_json ? format_json(a) : format_table(a)).c_str(), stdout);
       return kOk;
     }
     if (diff->parsed()) {
       std::vector<std::string> warnings;
-      const Analysis a = analyze_dir(dir, view_options(dir), &warnings);
-      const Analysis b = analyze_dir(other_dir, view_options(other_dir), &warnings);
+      const Analysis a = analyze_run(dir, analyze_options(), &warnings);
+      const Analysis b = analyze_run(other_dir, analyze_options(), &warnings);
       print_warnings(warnings);
       std::printf("A: %s\nB: %s\n%s", dir.c_str(), other_dir.c_str(), format_diff(a, b).c_str());
       return kOk;
@@ -346,6 +359,38 @@ int run_lens(int argc, char** argv) {
                   static_cast<long long>(o.first_step), static_cast<long long>(o.last_step),
                   clock_report.describe().c_str());
       if (const std::string l = late_spans.describe(); !l.empty()) std::printf("%s\n", l.c_str());
+      return kOk;
+    }
+    if (report->parsed()) {
+      ReportOptions o;
+      o.raw_clock = raw_clock;
+      o.progress = reading_options().progress;
+      Report r;
+      try {
+        r = render_report(dir, o);
+      } catch (const ReadError&) {
+        throw;
+      } catch (const std::runtime_error& e) {  // Chart.js missing
+        std::fprintf(stderr, "lens: %s\n", e.what());
+        return kBadInput;
+      }
+      print_warnings(r.warnings);
+      // By default next to the traces: in the run's directory, or beside the
+      // one file named.
+      const std::filesystem::path run_path(dir);
+      const std::string path = !report_output.empty() ? report_output
+                               : std::filesystem::is_directory(run_path)
+                                   ? (run_path / "report.html").string()
+                                   : run_path.string() + ".report.html";
+      if (!write_file(path, r.html)) return kBadInput;
+      std::printf(
+          "wrote %s (%zu steps%s; %s)\n%s\n", path.c_str(), r.steps,
+          r.bucket > 1 ? (", charts over steps by " + std::to_string(r.bucket)).c_str() : "",
+          r.median_step >= 0 ? ("the waves of step " + std::to_string(r.median_step) +
+                                " (median) and " + std::to_string(r.slowest_step) + " (slowest)")
+                                   .c_str()
+                             : "no step to draw",
+          r.clock.c_str());
       return kOk;
     }
     if (exp->parsed()) {

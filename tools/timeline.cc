@@ -12,9 +12,7 @@ namespace lens::tools {
 
 using namespace lens::analysis;  // the readers this command is a front of
 
-namespace {
-
-std::string escape(const std::string& s) {
+std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
@@ -37,11 +35,13 @@ std::string escape(const std::string& s) {
   return out;
 }
 
+namespace {
+
 constexpr int kLeft = 110, kWidth = 1300, kRowHeight = 16, kLaneGap = 14, kTop = 40;
 
 }  // namespace
 
-std::string render_timeline(const PipelineView& view, const TimelineOptions& o) {
+Wave render_wave(const PipelineView& view, const TimelineOptions& o, const std::string& id) {
   // The time window: every span of the chosen steps.
   std::int64_t t0 = std::numeric_limits<std::int64_t>::max(), t1 = 0;
   std::vector<const StepView*> steps;
@@ -126,7 +126,7 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
           "<rect class=\"{}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\"><title>{} "
           "{:.3f} ms (stage {}, step {})</title></rect>\n",
           css, x_of(w.start_ns), lane_y[w.rank] + lane_row(row) * kRowHeight,
-          std::max(1.0, (w.end_ns - w.start_ns) * scale), kRowHeight - 3, escape(what),
+          std::max(1.0, (w.end_ns - w.start_ns) * scale), kRowHeight - 3, html_escape(what),
           (w.end_ns - w.start_ns) / 1e6, w.stage, sv->step);
     }
     for (const auto& seg : a.critical_path) {
@@ -169,7 +169,7 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
           chunk = fmt::format(" chunk-{}\" data-chunk=\"{}", v % 4, v);
           chunks = std::max(chunks, v + 1);
         }
-        const std::string shown = escape(detail);
+        const std::string shown = html_escape(detail);
         svg += fmt::format(
             "<rect class=\"span {}{}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" "
             "data-detail=\"{}\"><title>{}</title></rect>\n",
@@ -181,11 +181,11 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
           if (target && lane_y.count(target->rank)) {
             arrows += fmt::format(
                 "<path class=\"link\" d=\"M {:.2f} {} C {:.2f} {}, {:.2f} {}, {:.2f} {}\" "
-                "marker-end=\"url(#arrow)\"><title>link from {} (rank {}) to rank {}'s "
+                "marker-end=\"url(#{}-arrow)\"><title>link from {} (rank {}) to rank {}'s "
                 "step span</title></path>\n",
                 x_of(target->start_ns), lane_y[target->rank] + kRowHeight / 2,
                 x_of(target->start_ns) + 30, lane_y[target->rank] + kRowHeight, x - 30, y, x,
-                y + (kRowHeight - 3) / 2, escape(s->name), rank, target->rank);
+                y + (kRowHeight - 3) / 2, id, html_escape(s->name), rank, target->rank);
             ++links;
           }
         }
@@ -203,12 +203,26 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
         x, kTop - 10, x, height - 30, x - 12, kTop - 14, total_ms * i / 10.0);
   }
 
-  std::string html =
-      R"(<!doctype html>
-<html><head><meta charset="utf-8"><title>)" +
-      escape(o.title) + R"(</title>
-<style>
- body { font: 13px sans-serif; margin: 16px; color: #222; }
+  Wave wave;
+  wave.lanes = lanes.size();
+  wave.links = links;
+  wave.critical_segments = critical_segments;
+  wave.chunks = chunks;
+  wave.tensor_parallel = tensor_parallel;
+  wave.svg = fmt::format(
+      "<svg id=\"{}\" class=\"wave\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
+      "height=\"{}\" data-lanes=\"{}\" data-links=\"{}\" data-critical=\"{}\">\n",
+      id, kLeft + kWidth + 20, height, lanes.size(), links, critical_segments);
+  wave.svg += fmt::format(
+      R"(<defs><marker id="{}-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#8e44ad"/></marker></defs>
+)",
+      id);
+  wave.svg += axis + svg + critical + arrows + "</svg>\n";
+  return wave;
+}
+
+std::string wave_style() {
+  return R"(
  .lane-bg { fill: #f7f7f9; }
  .span { stroke: none; } .span:hover { stroke: #000; stroke-width: 1; }
  .step { fill: #c9ccd3; } .forward_backward { fill: #dde1e8; }
@@ -222,38 +236,43 @@ std::string render_timeline(const PipelineView& view, const TimelineOptions& o) 
  .wait-late-sender { fill: #f4c7c3; } .wait-late-receiver { fill: #d6c8f0; } .wait-transfer { fill: #fde9c4; }
  .wait-collective { fill: #e377c2; opacity: 0.7; } .collective { fill: #17becf; }
  .tick { stroke: #e0e0e0; } .axis { font-size: 10px; fill: #666; }
- #detail { position: fixed; bottom: 8px; left: 16px; background: #fff; border: 1px solid #ccc;
-           padding: 4px 8px; min-height: 1em; }
  .legend span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
-</style></head><body>
-<h3>)" +
-      escape(o.title) + R"(</h3>
-<div class="legend">)" +
-      R"(<span style="background:#3d7dd8"></span>forward<span style="background:#3aa564"></span>backward)" +
-      R"(<span style="background:#e8912d"></span>optimizer<span style="background:#9a9a9a"></span>p2p)" +
-      R"(<span style="background:#8e44ad"></span>linked recv (arrow: link to the source's step span))" +
-      R"(<span style="background:#c9ccd3"></span>step)" +
-      R"(<span style="border:2px solid #d62728;width:9px;height:9px"></span>critical path)" +
-      R"(<span style="background:#f4c7c3"></span>waiting for a neighbour's compute)" +
-      R"(<span style="background:#fde9c4"></span>waiting for the transfer)" +
-      (tensor_parallel
-           ? std::string(
-                 R"(<span style="background:#17becf"></span>TP collective<span style="background:#e377c2"></span>waiting at it for the last TP peer)")
-           : std::string()) +
-      (chunks > 1
-           ? fmt::format(
-                 R"(<span style="background:#3d7dd8;opacity:0.55"></span>lighter or outlined: model chunks 1 to {} (interleaved schedule; chunk 0 full colour))",
-                 chunks - 1)
-           : std::string()) +
-      "</div>\n";
-  html += fmt::format(
-      "<svg id=\"wave\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "data-lanes=\"{}\" data-links=\"{}\" data-critical=\"{}\">\n",
-      kLeft + kWidth + 20, height, lanes.size(), links, critical_segments);
-  html +=
-      R"(<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#8e44ad"/></marker></defs>
 )";
-  html += axis + svg + critical + arrows + "</svg>\n<div id=\"detail\"></div>\n";
+}
+
+std::string wave_legend(const Wave& wave) {
+  return std::string(R"(<div class="legend">)") +
+         R"(<span style="background:#3d7dd8"></span>forward<span style="background:#3aa564"></span>backward)" +
+         R"(<span style="background:#e8912d"></span>optimizer<span style="background:#9a9a9a"></span>p2p)" +
+         R"(<span style="background:#8e44ad"></span>linked recv (arrow: link to the source's step span))" +
+         R"(<span style="background:#c9ccd3"></span>step)" +
+         R"(<span style="border:2px solid #d62728;width:9px;height:9px"></span>critical path)" +
+         R"(<span style="background:#f4c7c3"></span>waiting for a neighbour's compute)" +
+         R"(<span style="background:#fde9c4"></span>waiting for the transfer)" +
+         (wave.tensor_parallel
+              ? std::string(
+                    R"(<span style="background:#17becf"></span>TP collective<span style="background:#e377c2"></span>waiting at it for the last TP peer)")
+              : std::string()) +
+         (wave.chunks > 1
+              ? fmt::format(
+                    R"(<span style="background:#3d7dd8;opacity:0.55"></span>lighter or outlined: model chunks 1 to {} (interleaved schedule; chunk 0 full colour))",
+                    wave.chunks - 1)
+              : std::string()) +
+         "</div>\n";
+}
+
+std::string render_timeline(const PipelineView& view, const TimelineOptions& o) {
+  const Wave wave = render_wave(view, o, "wave");
+  std::string html = R"(<!doctype html>
+<html><head><meta charset="utf-8"><title>)" +
+                     html_escape(o.title) + R"(</title>
+<style>
+ body { font: 13px sans-serif; margin: 16px; color: #222; }
+ #detail { position: fixed; bottom: 8px; left: 16px; background: #fff; border: 1px solid #ccc;
+           padding: 4px 8px; min-height: 1em; })" +
+                     wave_style() + R"(</style></head><body>
+<h3>)" + html_escape(o.title) +
+                     "</h3>\n" + wave_legend(wave) + wave.svg + "<div id=\"detail\"></div>\n";
   html += R"(<script>
 (function () {
   var detail = document.getElementById('detail');

@@ -25,4 +25,22 @@ struct TimelineOptions {
 
 std::string render_timeline(const analysis::PipelineView& view, const TimelineOptions& options);
 
+// Text for HTML: & < > " escaped.
+std::string html_escape(const std::string& text);
+
+// The wave alone, for a page of its own or another's (the run report): an
+// <svg> with the given element id (ids inside it start with it), drawn
+// with wave_style()'s classes, and what it drew.
+struct Wave {
+  std::string svg;
+  std::size_t lanes = 0, links = 0, critical_segments = 0;
+  std::int64_t chunks = 0;  // model chunks seen (interleaved schedule)
+  bool tensor_parallel = false;
+};
+Wave render_wave(const analysis::PipelineView& view, const TimelineOptions& options,
+                 const std::string& id);
+// The wave's CSS rules, and its legend (a <div class="legend">).
+std::string wave_style();
+std::string wave_legend(const Wave& wave);
+
 }  // namespace lens::tools

@@ -32,14 +32,18 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
         bubble_sum += f.idle_ms / f.window_ms;
         ++bubble_stages;
       }
-    if (bubble_stages > 0) bubble_.push_back(bubble_sum / bubble_stages);
+    const double bubble = bubble_stages > 0 ? bubble_sum / bubble_stages : -1;
+    if (bubble_stages > 0) bubble_.push_back(bubble);
     step_ms_.push_back(a.step_ms);
     critical_ms_.push_back(a.critical_path_ms);
     critical_compute_ms_.push_back(a.critical_compute_ms);
     critical_transfer_ms_.push_back(a.critical_transfer_ms);
     critical_all_reduce_ms_.push_back(a.critical_all_reduce_ms);
-    set_by_.push_back(
-        {a.step, a.critical_replica, a.critical_tensor, a.step_ms, a.critical_path_ms});
+    step_rows_.push_back({a.step, a.critical_replica, a.critical_tensor, a.step_ms,
+                          a.critical_path_ms, a.critical_compute_ms, a.critical_transfer_ms,
+                          a.critical_all_reduce_ms, bubble});
+    if (keep_critical_path_)
+      for (const auto& seg : a.critical_path) critical_paths_.push_back({a.step, seg});
     variability_.add(a.microbatch_costs, a.critical_replica);
     for (const auto& [pipeline, g] : a.graphs) {
       replicas_ = std::max(replicas_, pipeline.replica + 1);
@@ -58,6 +62,7 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
       s.compute.push_back(f.compute_ms);
       s.critical_share.push_back(f.critical_share);
       s.step.push_back(f.step_ms);
+      s.microbatches.push_back(f.microbatches);
       s.step_time.push_back(a.step_ms);
       s.late_sender.push_back(f.late_sender_ms);
       s.transfer.push_back(f.transfer_ms);
@@ -111,7 +116,8 @@ Analysis AnalysisBuilder::finish() {
   out.microbatches = microbatches_;
   out.virtual_stages = virtual_stages_;
   out.impossible_edges = impossible_edges_;
-  out.set_by = set_by_;
+  out.step_rows = step_rows_;
+  out.critical_paths = critical_paths_;
   out.variability = variability_.finish();
   out.replicas = replicas_;
   out.tensors = tensors_;
@@ -192,11 +198,32 @@ Analysis AnalysisBuilder::finish() {
     st.slack_p50_ms = percentile(s.slack, 0.5);
     st.gain_at_baseline_p50_ms = percentile(s.gain_at_baseline, 0.5);
     st.gain_at_median_p50_ms = percentile(s.gain_at_median, 0.5);
-    for (std::size_t i = 0; i < s.steps.size(); ++i)
-      out.what_if.push_back({s.steps[i], st.replica, st.tensor, st.stage, st.rank, s.step_time[i],
-                             s.slack[i], s.gain_at_baseline[i], s.gain_at_median[i], s.sync_wait[i],
-                             s.sync_last_replica[i], s.collective_wait[i],
-                             longest_waited_for(s.collective_waited_for[i])});
+    for (std::size_t i = 0; i < s.steps.size(); ++i) {
+      StageStepFigures row{s.steps[i],
+                           st.replica,
+                           st.tensor,
+                           st.stage,
+                           st.rank,
+                           s.step_time[i],
+                           s.slack[i],
+                           s.gain_at_baseline[i],
+                           s.gain_at_median[i],
+                           s.sync_wait[i],
+                           s.sync_last_replica[i],
+                           s.collective_wait[i],
+                           longest_waited_for(s.collective_waited_for[i])};
+      row.microbatches = s.microbatches[i];
+      row.stage_step_ms = s.step[i];
+      row.compute_ms = s.compute[i];
+      row.compute_per_microbatch_ms = s.per_microbatch[i];
+      row.late_sender_ms = s.late_sender[i];
+      row.late_receiver_ms = s.late_receiver[i];
+      row.transfer_ms = s.transfer[i];
+      row.rest_ms = s.rest[i];
+      row.idle_ms = s.idle[i];
+      row.critical_share = s.critical_share[i];
+      out.stage_steps.push_back(row);
+    }
     if (st.relative > out.slowest_relative) {
       out.slowest_relative = st.relative;
       out.slowest_stage = st.stage;
@@ -266,14 +293,50 @@ Analysis AnalysisBuilder::finish() {
 }
 
 Analysis analyze_dir(const std::filesystem::path& dir, const StreamOptions& options,
-                     std::vector<std::string>* warnings) {
-  AnalysisBuilder builder;
+                     std::vector<std::string>* warnings, bool keep_critical_path) {
+  AnalysisBuilder builder(keep_critical_path);
   Run rest = stream_steps(
       dir, [&](StepWindow& w) { builder.add(build_view(w.run), w.run); }, options);
   if (warnings)
     for (const auto& f : rest.files)
       warnings->insert(warnings->end(), f.warnings.begin(), f.warnings.end());
   return builder.finish();
+}
+
+Analysis analyze_run(const std::filesystem::path& dir, const AnalyzeOptions& options,
+                     std::vector<std::string>* warnings) {
+  ClockAlignment read;
+  if (!options.raw_clock && options.clock == nullptr) read = read_clock_alignment(dir);
+  const ClockAlignment& clock =
+      options.clock != nullptr && !options.raw_clock ? *options.clock : read;
+  ClockReport clock_report = ClockReport::of(clock);
+  clock_report.raw_asked = options.raw_clock;
+  LateSpans late;
+  StreamOptions so;
+  so.progress = options.progress;
+  so.late = &late;
+  if (!clock.empty()) so.clock = &clock;
+  so.clock_report = &clock_report;
+  Analysis a = analyze_dir(dir, so, warnings, options.keep_critical_path);
+  a.clock = std::move(clock_report);
+  a.left_out = std::move(late);
+  return a;
+}
+
+const char* path_segment_kind_name(PathSegment::Kind kind) {
+  switch (kind) {
+    case PathSegment::Kind::kForward:
+      return "forward";
+    case PathSegment::Kind::kBackward:
+      return "backward";
+    case PathSegment::Kind::kTransfer:
+      return "transfer";
+    case PathSegment::Kind::kAllReduce:
+      return "all_reduce";
+    case PathSegment::Kind::kOptimizer:
+      return "optimizer";
+  }
+  return "unknown";
 }
 
 std::string format_verdicts(const Analysis& a) {
@@ -406,11 +469,11 @@ std::string format_table(const Analysis& a) {
            "path; slack: compute the stage could add before the step lengthens)\n";
   if (a.replicas > 1) {
     std::map<int, std::size_t> count;
-    for (const auto& s : a.set_by) ++count[s.replica];
+    for (const auto& s : a.step_rows) ++count[s.replica];
     std::string list;
     for (const auto& [replica, n] : count)
       list += fmt::format("{}replica {} in {} of {}", list.empty() ? "" : ", ", replica, n,
-                          a.set_by.size());
+                          a.step_rows.size());
     out += "steps set by (the replica last at the gradient sync): " + list + "\n";
   }
   out += format_verdicts(a);
@@ -424,11 +487,13 @@ std::string format_table(const Analysis& a) {
   return out;
 }
 
-std::string format_json(const Analysis& a) {
+std::string format_json(const Analysis& a) { return to_json(a).dump(1) + "\n"; }
+
+nlohmann::json to_json(const Analysis& a) {
   nlohmann::json clock = a.clock.to_json();
   clock["impossible_edges"] = a.impossible_edges;
   nlohmann::json what_if = nlohmann::json::array();
-  for (const auto& w : a.what_if)
+  for (const auto& w : a.stage_steps)
     what_if.push_back({{"step", w.step},
                        {"replica", w.replica},
                        {"tensor", w.tensor},
@@ -441,7 +506,17 @@ std::string format_json(const Analysis& a) {
                        {"sync_wait_ms", w.sync_wait_ms},
                        {"sync_last_replica", w.sync_last_replica},
                        {"collective_wait_ms", w.collective_wait_ms},
-                       {"collective_last_peer", w.collective_last_peer}});
+                       {"collective_last_peer", w.collective_last_peer},
+                       {"microbatches", w.microbatches},
+                       {"stage_step_ms", w.stage_step_ms},
+                       {"compute_ms", w.compute_ms},
+                       {"compute_per_microbatch_ms", w.compute_per_microbatch_ms},
+                       {"late_sender_ms", w.late_sender_ms},
+                       {"late_receiver_ms", w.late_receiver_ms},
+                       {"transfer_ms", w.transfer_ms},
+                       {"rest_ms", w.rest_ms},
+                       {"idle_ms", w.idle_ms},
+                       {"critical_share", w.critical_share}});
   nlohmann::json spreads = nlohmann::json::array();
   for (const auto& s : a.variability.stages)
     spreads.push_back({{"stage", s.stage},
@@ -456,12 +531,17 @@ std::string format_json(const Analysis& a) {
                                       {"setter_changes", a.variability.setter_changes},
                                       {"stages", spreads}};
   nlohmann::json set_by = nlohmann::json::array();
-  for (const auto& s : a.set_by)
-    set_by.push_back({{"step", s.step},
-                      {"replica", s.replica},
-                      {"tensor", s.tensor},
-                      {"step_ms", s.step_ms},
-                      {"critical_path_ms", s.critical_path_ms}});
+  for (const auto& s : a.step_rows)
+    set_by.push_back(
+        {{"step", s.step},
+         {"replica", s.replica},
+         {"tensor", s.tensor},
+         {"step_ms", s.step_ms},
+         {"critical_path_ms", s.critical_path_ms},
+         {"critical_compute_ms", s.critical_compute_ms},
+         {"critical_transfer_ms", s.critical_transfer_ms},
+         {"critical_all_reduce_ms", s.critical_all_reduce_ms},
+         {"bubble", s.bubble >= 0 ? nlohmann::json(s.bubble) : nlohmann::json(nullptr)}});
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : a.stages_analysis)
     stages.push_back({{"stage", s.stage},
@@ -549,7 +629,21 @@ std::string format_json(const Analysis& a) {
       {"variability", variability},
       {"set_by", set_by},
       {"stages", stages}};
-  return j.dump(1) + "\n";
+  if (!a.critical_paths.empty()) {
+    nlohmann::json path = nlohmann::json::array();
+    for (const auto& [step, seg] : a.critical_paths)
+      path.push_back({{"step", step},
+                      {"kind", path_segment_kind_name(seg.kind)},
+                      {"stage", seg.stage},
+                      {"rank", seg.rank},
+                      {"microbatch", seg.microbatch},
+                      {"start_ns", seg.start_ns},
+                      {"end_ns", seg.end_ns},
+                      {"start_ms", seg.start_ms},
+                      {"end_ms", seg.end_ms}});
+    j["critical_path"] = std::move(path);
+  }
+  return j;
 }
 
 std::string format_diff(const Analysis& a, const Analysis& b) {

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,8 +70,9 @@ struct ImbalanceReport {
   double gain_ms = 0, gain_share = 0;  // with the stage at the median stage's cost
 };
 
-// One stage's what-ifs in one step (step_replay.h), for --json.
-struct StepWhatIf {
+// One stage's figures in one step, and its what-ifs (step_replay.h): the
+// rows of --json "what_if", one per step and stage.
+struct StageStepFigures {
   std::int64_t step = 0;
   int replica = 0, tensor = 0, stage = -1, rank = -1;
   double step_ms = 0;  // the step's time (its longest step span)
@@ -78,14 +81,32 @@ struct StepWhatIf {
   int sync_last_replica = -1;     // that replica (-1: no sync)
   double collective_wait_ms = 0;  // at the TP collectives, for the last peer
   int collective_last_peer = -1;  // the peer it waited for longest (-1: none)
+  // The stage's own columns (StageFigures): its step span's time is
+  // compute + late sender + late receiver + transfer + collective wait +
+  // sync wait + rest exactly.
+  int microbatches = 0;
+  double stage_step_ms = 0, compute_ms = 0, compute_per_microbatch_ms = 0;
+  double late_sender_ms = 0, late_receiver_ms = 0, transfer_ms = 0, rest_ms = 0;
+  double idle_ms = 0, critical_share = 0;
 };
 
-// Which replica set a step: the one that arrived last at the gradient sync.
-struct StepSetter {
+// One step's figures and the replica that set it (the one that arrived
+// last at the gradient sync): the rows of --json "set_by".
+struct StepRow {
   std::int64_t step = 0;
   int replica = 0, tensor = 0;  // the pipeline of it whose compute ended last
   double step_ms = 0, critical_path_ms = 0;
+  double critical_compute_ms = 0, critical_transfer_ms = 0, critical_all_reduce_ms = 0;
+  double bubble = -1;  // the stages' mean idle share of the forward-backward window; -1 none
 };
+
+// One stretch of a step's critical path, for --json "critical_path" (kept
+// only when asked: AnalyzeOptions::keep_critical_path).
+struct PathRow {
+  std::int64_t step = 0;
+  PathSegment segment;
+};
+const char* path_segment_kind_name(PathSegment::Kind kind);
 
 struct Analysis {
   int stages = 0, microbatches = 0;
@@ -100,8 +121,9 @@ struct Analysis {
   std::vector<StageAnalysis> stages_analysis;  // by replica, then stage
   std::vector<StragglerReport> stragglers;
   std::vector<ImbalanceReport> imbalance;
-  std::vector<StepWhatIf> what_if;  // by replica, stage, then step
-  std::vector<StepSetter> set_by;   // by step
+  std::vector<StageStepFigures> stage_steps;  // by replica, tensor, stage, then step
+  std::vector<StepRow> step_rows;             // by step
+  std::vector<PathRow> critical_paths;        // by step, in time order (when kept)
   Variability variability;
   int replicas = 1, tensors = 1;
   // The slowest stage's relative score, whatever the verdict.
@@ -116,6 +138,10 @@ struct Analysis {
 
 class AnalysisBuilder {
  public:
+  // With `keep_critical_path`, every step's critical path is kept
+  // (O(steps x microbatches x stages) segments).
+  explicit AnalysisBuilder(bool keep_critical_path = false)
+      : keep_critical_path_(keep_critical_path) {}
   void add(const PipelineView& view, const Run& run);
   Analysis finish();
 
@@ -126,7 +152,7 @@ class AnalysisBuilder {
     std::vector<double> per_microbatch, compute, critical_share, step, late_sender, transfer,
         late_receiver, sync_wait, rest, idle, warmup, cooldown, imbalance, transfer_idle,
         schedule_idle, slack, gain_at_baseline, gain_at_median;
-    std::vector<int> sync_last_replica;
+    std::vector<int> sync_last_replica, microbatches;
     std::vector<double> collective_wait;
     std::vector<std::map<int, double>> collective_waited_for;  // TP rank -> wait, per step
     std::vector<double> step_time;  // the step's time (the longest step span), for shares
@@ -135,7 +161,9 @@ class AnalysisBuilder {
   std::map<std::tuple<int, int, int>, Series> series_;  // (replica, tensor, stage)
   std::vector<double> step_ms_, critical_ms_, critical_compute_ms_, critical_transfer_ms_,
       critical_all_reduce_ms_, bubble_;
-  std::vector<StepSetter> set_by_;
+  std::vector<StepRow> step_rows_;
+  std::vector<PathRow> critical_paths_;
+  bool keep_critical_path_ = false;
   MicrobatchVariability variability_;
   int stages_ = 0, microbatches_ = 0, virtual_stages_ = 1, impossible_edges_ = 0, replicas_ = 1,
       tensors_ = 1;
@@ -143,8 +171,28 @@ class AnalysisBuilder {
 };
 
 Analysis analyze_dir(const std::filesystem::path& dir, const StreamOptions& options,
+                     std::vector<std::string>* warnings, bool keep_critical_path = false);
+
+struct AnalyzeOptions {
+  bool raw_clock = false;  // each rank's clock as recorded (--raw-clock)
+  bool keep_critical_path = false;
+  // The run's clock alignment when the caller has read it already (else
+  // read here unless raw_clock).
+  const ClockAlignment* clock = nullptr;
+  // Reading progress, as StreamOptions::progress.
+  std::function<void(std::uintmax_t, std::uintmax_t)> progress;
+};
+
+// `lens analyze RUN`: the run's clock alignment read first (unless
+// raw_clock), then every step analysed on it; the result's clock and
+// left_out filled. The readers' warnings go to `warnings`.
+Analysis analyze_run(const std::filesystem::path& dir, const AnalyzeOptions& options,
                      std::vector<std::string>* warnings);
 std::string format_table(const Analysis& a);
+// The verdict lines of the table: stragglers, imbalance, variable work.
+std::string format_verdicts(const Analysis& a);
+// `lens analyze --json`: the document, and it written out.
+nlohmann::json to_json(const Analysis& a);
 std::string format_json(const Analysis& a);
 // Per stage, run A against run B, and the stage that changed most.
 std::string format_diff(const Analysis& a, const Analysis& b);

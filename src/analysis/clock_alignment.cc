@@ -215,6 +215,17 @@ std::size_t ClockAlignment::samples() const {
   return n;
 }
 
+std::vector<ClockSeries> ClockAlignment::series() const {
+  std::vector<ClockSeries> out;
+  for (const auto& [key, c] : clocks_) {
+    ClockSeries series{key.first, key.second, c.model, {}};
+    for (const auto& s : c.samples)
+      if (s.reference == reference_rank_) series.points.push_back(s.point);
+    if (!series.points.empty()) out.push_back(std::move(series));
+  }
+  return out;
+}
+
 std::size_t ClockAlignment::loose_samples() const {
   std::size_t n = 0;
   for (const auto& [key, c] : clocks_) n += c.loose;

@@ -52,6 +52,14 @@ struct ClockPoint {
 enum class ClockModel { kConstant, kLine, kPiecewise };
 const char* clock_model_name(ClockModel m);
 
+// One process's samples against the run's reference, by local time.
+struct ClockSeries {
+  int rank = -1;
+  std::uint64_t process = 0;
+  ClockModel model = ClockModel::kConstant;
+  std::vector<ClockPoint> points;
+};
+
 class ClockAlignment {
  public:
   // A sample looser than this many times the process's best (at least
@@ -66,6 +74,8 @@ class ClockAlignment {
   // Ranks with at least one sample.
   std::vector<int> ranks() const;
   std::size_t samples() const;
+  // Every process's samples (against the reference), by rank.
+  std::vector<ClockSeries> series() const;
   // The largest uncertainty of any sample (0 without samples).
   std::int64_t max_uncertainty_ns() const;
   // Samples looser than kLooseFactor x their process's best.
