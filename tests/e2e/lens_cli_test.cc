@@ -1734,6 +1734,184 @@ TEST_F(AnalyzeCli, EveryRanksColumnsAddUpToItsStep) {
   }
 }
 
+// A `lens report` page rendered in headless Chromium: what its script
+// counted (charts drawn, canvases, waves, errors) and what its charts hold
+// (#rendered: each chart's datasets as the page drew them).
+struct RenderedReport {
+  int charts = -1, canvases = -1, waves = -1, errors = -1;
+  json drawn;
+  std::string dom;
+};
+
+std::string html_unescape(std::string text) {
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&nbsp;", "\u00a0"}, {"&amp;", "&"}})
+    for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + 1))
+      text.replace(at, from.size(), to);
+  return text;
+}
+
+// The unescaped text of the element that `open_tag` opens, up to the next
+// tag ("" when there is none).
+std::string element_text(const std::string& dom, const std::string& open_tag) {
+  const std::size_t at = dom.find(open_tag);
+  if (at == std::string::npos) return {};
+  const std::size_t begin = at + open_tag.size();
+  return html_unescape(dom.substr(begin, dom.find('<', begin) - begin));
+}
+
+RenderedReport render_in_chromium(const fs::path& html, const fs::path& profile) {
+  RenderedReport out;
+  Result dom =
+      run("timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic "
+          "--no-first-run --disable-background-networking --disable-component-update "
+          "--disable-sync --user-data-dir=" +
+          profile.string() + " --dump-dom file://" + html.string());
+  EXPECT_EQ(dom.exit_code, 0) << dom.output.substr(0, 2000);
+  out.dom = dom.output;
+  std::smatch m;
+  const std::size_t ready = dom.output.find("data-ready=");
+  const std::string ready_text =
+      ready == std::string::npos ? std::string() : dom.output.substr(ready, 80);
+  if (!std::regex_search(
+          ready_text, m,
+          std::regex(R"re(data-ready="charts=(\d+) canvases=(\d+) waves=(\d+) errors=(\d+)")re"))) {
+    ADD_FAILURE() << "the page's script did not finish: " << dom.output.substr(0, 2000);
+    return out;
+  }
+  out.charts = std::stoi(m[1]);
+  out.canvases = std::stoi(m[2]);
+  out.waves = std::stoi(m[3]);
+  out.errors = std::stoi(m[4]);
+  // (std::regex recurses per character: the large elements found by hand.)
+  const std::string drawn = element_text(dom.output, R"(<pre id="rendered" hidden="">)");
+  if (!drawn.empty())
+    out.drawn = json::parse(drawn);
+  else
+    ADD_FAILURE() << "no #rendered";
+  return out;
+}
+
+void expect_near(double drawn, double expected, const std::string& what) {
+  EXPECT_NEAR(drawn, expected, 1e-9 + 1e-9 * std::abs(expected)) << what;
+}
+
+// Every number a report's charts hold, against `lens analyze --json` of the
+// same run (steps not bucketed).
+void expect_report_holds_the_analysis(const json& drawn, const json& a) {
+  // Step time per step, p50 and p95.
+  const json& step = drawn["chart-step"]["datasets"];
+  ASSERT_EQ(step[0]["data"].size(), a["set_by"].size());
+  for (std::size_t i = 0; i < a["set_by"].size(); ++i) {
+    EXPECT_EQ(step[0]["data"][i][0], a["set_by"][i]["step"]);
+    expect_near(step[0]["data"][i][1], a["set_by"][i]["step_ms"], "step time " + std::to_string(i));
+  }
+  int lines = 0;
+  for (const auto& d : step) {
+    const std::string label = d["label"];
+    const char* key = label.rfind("p50 ", 0) == 0   ? "step_p50_ms"
+                      : label.rfind("p95 ", 0) == 0 ? "step_p95_ms"
+                                                    : nullptr;
+    if (key == nullptr) continue;
+    ++lines;
+    for (const auto& p : d["data"]) expect_near(p[1], a[key], label);
+  }
+  EXPECT_EQ(lines, 2) << "p50 and p95 marked";
+  // A marker where each straggler began, and one per imbalanced stage.
+  for (const auto& s : a["stragglers"]) {
+    bool marked = false;
+    for (const auto& d : step)
+      marked |= d["label"].get<std::string>().find("straggler: rank " +
+                                                   std::to_string(s["rank"].get<int>())) == 0 &&
+                d["data"][0][0] == s["since_step"];
+    EXPECT_TRUE(marked) << s.dump() << step.dump();
+  }
+  for (const auto& s : a["imbalance"]) {
+    bool marked = false;
+    for (const auto& d : step)
+      marked |= d["label"].get<std::string>().find("imbalance: stage " +
+                                                   std::to_string(s["stage"].get<int>())) == 0;
+    EXPECT_TRUE(marked) << s.dump();
+  }
+  // Each stage's columns per step: compute as measured, and the four add
+  // up to its step span.
+  const json& stages = a["stages"];
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const std::string id = "chart-stage-" + std::to_string(i);
+    ASSERT_TRUE(drawn.contains(id)) << id;
+    const json& sets = drawn[id]["datasets"];
+    ASSERT_EQ(sets.size(), 4u);
+    EXPECT_EQ(sets[0]["label"], "compute");
+    std::size_t rows = 0;
+    for (const auto& w : a["what_if"]) {
+      if (w["stage"] != stages[i]["stage"] || w["replica"] != stages[i]["replica"] ||
+          w["tensor"] != stages[i]["tensor"])
+        continue;
+      ASSERT_LT(rows, sets[0]["data"].size());
+      EXPECT_EQ(sets[0]["data"][rows][0], w["step"]);
+      expect_near(sets[0]["data"][rows][1], w["compute_ms"], id + " compute");
+      double sum = 0;
+      for (const auto& d : sets) sum += d["data"][rows][1].get<double>();
+      EXPECT_NEAR(sum, w["stage_step_ms"].get<double>(), 1e-6) << id << " step " << w["step"];
+      ++rows;
+    }
+    EXPECT_EQ(rows, sets[0]["data"].size()) << id;
+    EXPECT_GT(rows, 0u) << id;
+    // Its share of the critical path, p50 and p95.
+    expect_near(drawn["chart-critical"]["datasets"][0]["data"][i],
+                100 * stages[i]["critical_share_p50"].get<double>(), id + " critical p50");
+    expect_near(drawn["chart-critical"]["datasets"][1]["data"][i],
+                100 * stages[i]["critical_share_p95"].get<double>(), id + " critical p95");
+  }
+  // The bubble per step against the schedule's.
+  const json& bubble = drawn["chart-bubble"]["datasets"];
+  std::size_t b = 0;
+  for (const auto& r : a["set_by"]) {
+    if (r["bubble"].is_null()) continue;
+    ASSERT_LT(b, bubble[0]["data"].size());
+    expect_near(bubble[0]["data"][b++][1], r["bubble"], "bubble");
+  }
+  EXPECT_EQ(b, bubble[0]["data"].size());
+  ASSERT_EQ(bubble.size(), 2u);
+  for (const auto& p : bubble[1]["data"]) expect_near(p[1], a["theoretical_bubble"], "schedule");
+  // Every aligned rank's clock, within the samples' largest uncertainty.
+  EXPECT_EQ(drawn["chart-clock-offset"]["datasets"].size(), a["clock"]["ranks"]);
+  for (const auto& d : drawn["chart-clock-uncertainty"]["datasets"]) {
+    EXPECT_FALSE(d["data"].empty());
+    for (const auto& p : d["data"]) {
+      EXPECT_GE(p[1].get<double>(), 0);
+      EXPECT_LE(p[1].get<double>(), a["clock"]["max_uncertainty_us"].get<double>() + 1e-6);
+    }
+  }
+}
+
+TEST_F(AnalyzeCli, TheReportDrawsEveryChartWithTheAnalysisNumbersInChromium) {
+  if (std::system("command -v chromium > /dev/null") != 0) GTEST_SKIP() << "chromium not installed";
+  for (const char* name : {"mid", "replica"}) {
+    SCOPED_TRACE(name);
+    const fs::path html = base_ / (std::string(name) + "-report.html");
+    Result r = run(lens("report " + dirs_.at(name).string() + " -o " + html.string()));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const json a = analysis(name);
+    // Self-contained: nothing loaded from elsewhere.
+    std::ifstream in(html);
+    const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_FALSE(std::regex_search(page, std::regex(R"re((src|href)\s*=\s*["']?(https?:)?//)re")));
+    const RenderedReport rendered = render_in_chromium(html, base_ / "chromium-profile");
+    EXPECT_EQ(rendered.errors, 0) << "console errors";
+    // Step time, one per stage, critical share, bubble, clock offset and
+    // uncertainty; each drawn on its canvas.
+    EXPECT_EQ(rendered.charts, 5 + static_cast<int>(a["stages"].size()));
+    EXPECT_EQ(rendered.canvases, rendered.charts);
+    EXPECT_EQ(rendered.waves, 2) << "the median step and the slowest";
+    expect_report_holds_the_analysis(rendered.drawn, a);
+    if (std::string(name) == "mid") EXPECT_FALSE(a["stragglers"].empty()) << a.dump(1);
+    // The analyze table, as `lens analyze` prints it.
+    Result table = run(lens("analyze " + dirs_.at(name).string()));
+    EXPECT_EQ(element_text(rendered.dom, R"(<pre id="analyze">)"), table.output);
+  }
+}
+
 TEST_F(AnalyzeCli, ARunWithoutComputeSpansSaysWhatToRecord) {
   const fs::path dir = base_ / "no-microbatch";
   Result r = run(std::string(LENS_TRAIN_BIN) +
@@ -1746,6 +1924,61 @@ TEST_F(AnalyzeCli, ARunWithoutComputeSpansSaysWhatToRecord) {
   EXPECT_EQ(a.exit_code, 0) << a.output;
   EXPECT_NE(a.output.find("0 steps analysed"), std::string::npos) << a.output;
   EXPECT_NE(a.output.find("microbatch"), std::string::npos) << a.output;
+}
+
+// A 10,000-step run: its report is written within a 512 MiB address space
+// (the run's files are over 100 MB; the analysis keeps a few figures per
+// step and stage, the page two steps' spans), is small, and renders with
+// every series bucketed to 1,000 points whose means are the analysis's.
+TEST(LongRunReport, TenThousandStepsInBoundedMemoryAndTheChartsBucketed) {
+  if (std::system("command -v chromium > /dev/null") != 0) GTEST_SKIP() << "chromium not installed";
+  const fs::path base =
+      fs::temp_directory_path() / ("lens-long-report-" + std::to_string(getpid()));
+  fs::remove_all(base);
+  Result r = run(std::string(LENS_TRAIN_BIN) +
+                 " --pp 2 --microbatches 2 --steps 10000 --layers 2 --hidden 8 --microbatch-size 1"
+                 " --otel-enabled=true --otel-span-groups per_step,microbatch --trace-dir " +
+                 (base / "traces").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::path dir;
+  for (const auto& e : fs::directory_iterator(base / "traces")) dir = e.path();
+  const fs::path html = base / "report.html";
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const std::string limit;  // sanitizers reserve address space of their own
+#else
+  const std::string limit = "ulimit -v 524288; ";
+#endif
+  Result report = run("bash -c '" + limit + LENS_BIN + " report " + dir.string() + " -o " +
+                      html.string() + "'");
+  ASSERT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_NE(report.output.find("10000 steps, charts over steps by 10"), std::string::npos)
+      << report.output;
+  EXPECT_LT(fs::file_size(html), 1u << 20) << "a 10,000-step page under 1 MiB";
+  const RenderedReport rendered = render_in_chromium(html, base / "chromium-profile");
+  EXPECT_EQ(rendered.errors, 0);
+  EXPECT_EQ(rendered.charts, 7) << "step, 2 stages, critical share, bubble, 2 clock charts";
+  EXPECT_EQ(rendered.waves, 2);
+  Result analyze = run(std::string(LENS_BIN) + " analyze --json " + dir.string());
+  ASSERT_EQ(analyze.exit_code, 0);
+  const json a = json::parse(analyze.output);
+  ASSERT_EQ(a["set_by"].size(), 10000u);
+  const json& step = rendered.drawn["chart-step"]["datasets"];
+  ASSERT_EQ(step[0]["data"].size(), 1000u);
+  ASSERT_EQ(step[1]["data"].size(), 1000u);  // each bucket's slowest step
+  for (std::size_t k = 0; k < 1000; ++k) {
+    double sum = 0, most = 0;
+    for (std::size_t i = 10 * k; i < 10 * k + 10; ++i) {
+      sum += a["set_by"][i]["step_ms"].get<double>();
+      most = std::max(most, a["set_by"][i]["step_ms"].get<double>());
+    }
+    EXPECT_EQ(step[0]["data"][k][0], a["set_by"][10 * k]["step"]);
+    EXPECT_NEAR(step[0]["data"][k][1].get<double>(), sum / 10, 1e-9 * sum) << k;
+    EXPECT_NEAR(step[1]["data"][k][1].get<double>(), most, 1e-9 * most) << k;
+  }
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(rendered.drawn["chart-stage-" + std::to_string(i)]["datasets"][0]["data"].size(),
+              1000u);
+  fs::remove_all(base);
 }
 
 // An interleaved run (--virtual-stages 2) with stage 1 slowed: lens check
