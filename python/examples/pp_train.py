@@ -43,6 +43,19 @@ def free_port():
         return s.getsockname()[1]
 
 
+def trace_environment(args, run_id):
+    """--trace-dir as telemetry settings to set where the environment has
+    none: file export of the per_step and microbatch groups, into one run
+    directory."""
+    if not args.trace_dir:
+        return {}
+    env = {"MEGATRON_OTEL_ENABLED": "1", "MEGATRON_OTEL_EXPORTER": "file",
+           "MEGATRON_OTEL_SPAN_GROUPS": "per_step,microbatch"}
+    if run_id:
+        env["MEGATRON_OTEL_RUN_ID"] = run_id  # one run directory for all ranks
+    return env
+
+
 def launch(args):
     """Starts the ranks as torchrun does and returns the worst exit code."""
     port = free_port()
@@ -51,12 +64,10 @@ def launch(args):
     for rank in range(args.world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.world), LOCAL_RANK=str(rank),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PP_TRAIN_RANK_PROCESS="1")
+        for key, value in trace_environment(args, run_id).items():
+            env.setdefault(key, value)
         if args.trace_dir:
-            env.setdefault("MEGATRON_OTEL_ENABLED", "1")
-            env.setdefault("MEGATRON_OTEL_EXPORTER", "file")
-            env.setdefault("MEGATRON_OTEL_SPAN_GROUPS", "per_step,microbatch")
             env["LENS_TRACE_DIR"] = args.trace_dir
-            env.setdefault("MEGATRON_OTEL_RUN_ID", run_id)  # one run directory for all ranks
         for spec in args.rank_env:
             at, _, assignment = spec.partition(":")
             if at == str(rank):
@@ -128,8 +139,10 @@ def run_rank(args):
 
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=world,
-                            init_method=f"tcp://127.0.0.1:{os.environ['MASTER_PORT']}")
+    # MASTER_ADDR and MASTER_PORT as the launcher (this script or torchrun)
+    # set them; under torchrun's agent the store is the agent's
+    # (TORCHELASTIC_USE_AGENT_STORE), which env:// joins as a client.
+    dist.init_process_group("gloo", rank=rank, world_size=world, init_method="env://")
     stage, stages = rank, world  # one pipeline: PP = world
     try:
         skew = {}
@@ -442,6 +455,15 @@ def main():
         if not sep or not at.isdigit() or "=" not in assignment:
             parser.error(f"--rank-env takes RANK:NAME=VALUE, not {spec!r}")
     if os.environ.get("PP_TRAIN_RANK_PROCESS") == "1":
+        return run_rank(args)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        # Started by a launcher (torchrun --nproc_per_node P pp_train.py):
+        # this process is one rank; --world is the launcher's world size.
+        args.world = int(os.environ["WORLD_SIZE"])
+        for key, value in trace_environment(args, os.environ.get("TORCHELASTIC_RUN_ID")).items():
+            os.environ.setdefault(key, value)
+        if args.trace_dir:
+            os.environ["LENS_TRACE_DIR"] = args.trace_dir
         return run_rank(args)
     return launch(args)
 

@@ -3,7 +3,8 @@
 Read and analysed by the `lens` command's own C++ (the extension
 ``lens._analysis``): the same reader, clock alignment and step analysis as
 ``lens analyze``, so every figure here equals ``lens analyze --json``'s.
-Needs pandas (``pip install lens[analysis]``; Debian: python3-pandas).
+Needs pandas (the `analysis` extra: ``pip install ".[analysis]"``; Debian:
+python3-pandas).
 
     import lens.analysis as la
     spans = la.read_run("lens-traces/<run-id>")
