@@ -24,3 +24,13 @@ python3 python/examples/pp_train.py --world 2 --steps 5 --device cuda \
   --trace-dir "$out/pp" 2>&1 | tee "$out/pp_train.txt"
 build-gpu/bin/lens check "$out"/pp/* 2>&1 | tee "$out/check.txt"
 build-gpu/bin/lens analyze "$out"/pp/* 2>&1 | tee "$out/analyze.txt"
+# The package as a Python user installs it (README, "Python"): pip builds
+# the wheel into a fresh virtual environment that sees this machine's
+# PyTorch 2.x, and torchrun starts the example's two ranks over Gloo.
+python3 -m venv --system-site-packages "$out/venv"
+LENS_WHEEL_BUILD_DIR=$PWD/build-wheel "$out/venv/bin/pip" install --no-build-isolation --no-index . \
+  > "$out/pip.log" 2>&1 || { tail -30 "$out/pip.log"; exit 1; }
+(cd "$out" && env -u PYTHONPATH "$out/venv/bin/python" -m torch.distributed.run --nproc_per_node 2 \
+  "$OLDPWD/python/examples/pp_train.py" --steps 5 --trace-dir "$out/torchrun") 2>&1 | tee "$out/torchrun.txt"
+build-gpu/bin/lens check "$out"/torchrun/* 2>&1 | tee "$out/torchrun_check.txt"
+rm -rf "$out/venv"

@@ -81,6 +81,11 @@ def _cmake_build():
         "-DLENS_WITH_MPI=OFF", "-DLENS_WITH_TORCH=OFF", "-DLENS_WITH_PYTHON=ON",
         "-DLENS_PYTHON_WHEEL=ON", f"-DPython3_EXECUTABLE={sys.executable}",
     ]
+    try:  # pybind11 installed with pip has its CMake files in the package
+        import pybind11
+        configure.append(f"-Dpybind11_DIR={pybind11.get_cmake_dir()}")
+    except ImportError:
+        pass  # Debian's pybind11-dev: found by CMake where it is
     for command in (configure,
                     ["cmake", "--build", str(build), "-j", jobs, "--target", "lens_python",
                      "lens_python_analysis"]):
