@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "json_depth.h"
+#include "run_import.h"
 
 namespace lens::analysis {
 
@@ -309,12 +310,15 @@ bool RankFileReader::next_line() {
   return false;
 }
 
-std::vector<std::filesystem::path> run_files(const std::filesystem::path& dir) {
-  std::vector<std::filesystem::path> paths;
+std::vector<std::filesystem::path> run_files(const std::filesystem::path& input) {
+  // Another layout (a collector's files, a single file, Jaeger or Tempo
+  // documents) is read from its import (run_import.h).
   std::error_code ec;
-  if (std::filesystem::is_regular_file(dir, ec)) {
-    paths.push_back(dir);
-  } else if (std::filesystem::is_directory(dir, ec)) {
+  if (!std::filesystem::exists(input, ec))
+    throw ReadError(input.string() + ": no such file or directory");
+  const std::filesystem::path dir = readable_run(input);
+  std::vector<std::filesystem::path> paths;
+  if (std::filesystem::is_directory(dir, ec)) {
     for (const auto& e : std::filesystem::directory_iterator(dir))
       if (e.is_regular_file() && e.path().string().ends_with(".otlp.jsonl"))
         paths.push_back(e.path());

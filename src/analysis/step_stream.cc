@@ -9,6 +9,7 @@
 
 #include "clock_alignment.h"
 #include "pipeline_view.h"
+#include "run_import.h"
 
 namespace lens::analysis {
 namespace {
@@ -213,6 +214,12 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
   }
   std::stable_sort(rest.files.begin(), rest.files.end(),
                    [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
+  if (!rest.files.empty()) {  // what importing another layout had to say (run_import.h)
+    std::vector<std::string> imported;
+    readable_run(dir, &imported);
+    rest.files.front().warnings.insert(rest.files.front().warnings.begin(), imported.begin(),
+                                       imported.end());
+  }
   return rest;
 }
 

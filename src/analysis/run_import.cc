@@ -1,0 +1,796 @@
+#include "run_import.h"
+
+#include <unistd.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+
+#include "json_depth.h"
+#include "line_reader.h"
+#include "run_reader.h"
+
+namespace lens::analysis {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::array<unsigned char, 4> kZstdMagic = {0x28, 0xB5, 0x2F, 0xFD};
+constexpr std::size_t kMaxRecordBytes = kMaxLineBytes;        // one record, decompressed too
+constexpr std::uintmax_t kMaxDocumentBytes = std::uintmax_t{1} << 30;  // a pretty-printed document
+constexpr int kMaxProtoDepth = 32;                                 // nested AnyValues
+
+bool starts_with_zstd(const std::string& bytes) {
+  return bytes.size() >= 4 && std::memcmp(bytes.data(), kZstdMagic.data(), 4) == 0;
+}
+
+// ---- ids: hex, or base64 (proto3 JSON's bytes) --------------------------
+
+int base64_value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+' || c == '-') return 62;
+  if (c == '/' || c == '_') return 63;
+  return -1;
+}
+
+std::string to_hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+// An id as lens reads it: `bytes` long, in hex. Hex of the right length is
+// kept; base64 decoding to `bytes` bytes is turned into hex; anything else
+// is left for the reader to reject with its own message.
+std::string normal_id(const std::string& id, std::size_t bytes) {
+  if (id.size() == 2 * bytes || id.empty()) return id;
+  std::string raw;
+  unsigned buffer = 0;
+  int bits = 0;
+  for (char c : id) {
+    if (c == '=') break;
+    const int v = base64_value(c);
+    if (v < 0) return id;
+    buffer = (buffer << 6) | static_cast<unsigned>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      raw += static_cast<char>((buffer >> bits) & 0xFF);
+    }
+  }
+  return raw.size() == bytes ? to_hex(raw) : id;
+}
+
+void normalize_id(json& object, const char* key, std::size_t bytes) {
+  auto it = object.find(key);
+  if (it != object.end() && it->is_string()) *it = normal_id(it->get<std::string>(), bytes);
+}
+
+// ---- protobuf (the collector's `proto` format) ---------------------------
+
+class ProtoReader {
+ public:
+  ProtoReader(const char* data, std::size_t size) : p_(data), end_(data + size) {}
+  bool done() const { return p_ >= end_; }
+  // The next field's number and wire type.
+  std::pair<std::uint32_t, int> tag() {
+    const std::uint64_t t = varint();
+    if ((t >> 3) == 0 || (t >> 3) > 0x1FFFFFFF) fail("a field number out of range");
+    return {static_cast<std::uint32_t>(t >> 3), static_cast<int>(t & 7)};
+  }
+  std::uint64_t varint() {
+    std::uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ >= end_) fail("a varint runs past the end of its message");
+      const auto b = static_cast<unsigned char>(*p_++);
+      v |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+      if ((b & 0x80) == 0) return v;
+    }
+    fail("a varint longer than 10 bytes");
+  }
+  std::uint64_t fixed64() {
+    if (end_ - p_ < 8) fail("a fixed64 runs past the end of its message");
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p_[i])) << (8 * i);
+    p_ += 8;
+    return v;
+  }
+  std::string_view bytes() {
+    const std::uint64_t n = varint();
+    if (n > static_cast<std::uint64_t>(end_ - p_)) fail("a length runs past the end of its message");
+    std::string_view v(p_, static_cast<std::size_t>(n));
+    p_ += n;
+    return v;
+  }
+  void skip(int wire) {
+    switch (wire) {
+      case 0:
+        varint();
+        return;
+      case 1:
+        fixed64();
+        return;
+      case 2:
+        bytes();
+        return;
+      case 5:
+        if (end_ - p_ < 4) fail("a fixed32 runs past the end of its message");
+        p_ += 4;
+        return;
+      default:
+        fail("wire type " + std::to_string(wire) + " (groups are not OTLP)");
+    }
+  }
+  [[noreturn]] static void fail(const std::string& what) {
+    throw std::runtime_error("not an OTLP protobuf message: " + what);
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+void expect_wire(int wire, int want, const char* field) {
+  if (wire != want)
+    ProtoReader::fail(std::string(field) + " has wire type " + std::to_string(wire));
+}
+
+json any_value(std::string_view data, int depth);
+
+json key_value(std::string_view data, int depth) {
+  ProtoReader r(data.data(), data.size());
+  json kv = {{"key", ""}, {"value", json::object()}};
+  while (!r.done()) {
+    const auto [field, wire] = r.tag();
+    if (field == 1) {
+      expect_wire(wire, 2, "KeyValue.key");
+      kv["key"] = std::string(r.bytes());
+    } else if (field == 2) {
+      expect_wire(wire, 2, "KeyValue.value");
+      kv["value"] = any_value(r.bytes(), depth + 1);
+    } else {
+      r.skip(wire);
+    }
+  }
+  return kv;
+}
+
+json any_value(std::string_view data, int depth) {
+  if (depth > kMaxProtoDepth) ProtoReader::fail("values nested deeper than 32");
+  ProtoReader r(data.data(), data.size());
+  json v = json::object();
+  while (!r.done()) {
+    const auto [field, wire] = r.tag();
+    switch (field) {
+      case 1:
+        expect_wire(wire, 2, "AnyValue.string_value");
+        v = {{"stringValue", std::string(r.bytes())}};
+        break;
+      case 2:
+        expect_wire(wire, 0, "AnyValue.bool_value");
+        v = {{"boolValue", r.varint() != 0}};
+        break;
+      case 3:
+        expect_wire(wire, 0, "AnyValue.int_value");
+        v = {{"intValue", std::to_string(static_cast<std::int64_t>(r.varint()))}};
+        break;
+      case 4: {
+        expect_wire(wire, 1, "AnyValue.double_value");
+        const std::uint64_t bits = r.fixed64();
+        double d = 0;
+        std::memcpy(&d, &bits, sizeof d);
+        if (d != d)
+          v = {{"doubleValue", "NaN"}};
+        else if (d > 1.7976931348623157e308 || d < -1.7976931348623157e308)
+          v = {{"doubleValue", d > 0 ? "Infinity" : "-Infinity"}};
+        else
+          v = {{"doubleValue", d}};
+        break;
+      }
+      case 5:
+      case 6: {
+        expect_wire(wire, 2, "AnyValue.array_value");
+        const std::string_view inner = r.bytes();
+        ProtoReader items(inner.data(), inner.size());
+        json list = json::array();
+        while (!items.done()) {
+          const auto [f, w] = items.tag();
+          if (f != 1) {
+            items.skip(w);
+            continue;
+          }
+          expect_wire(w, 2, "a list's item");
+          list.push_back(field == 5 ? any_value(items.bytes(), depth + 1)
+                                    : key_value(items.bytes(), depth + 1));
+        }
+        v = field == 5 ? json{{"arrayValue", {{"values", list}}}}
+                       : json{{"kvlistValue", {{"values", list}}}};
+        break;
+      }
+      case 7:
+        expect_wire(wire, 2, "AnyValue.bytes_value");
+        v = {{"bytesValue", to_hex(r.bytes())}};
+        break;
+      default:
+        r.skip(wire);
+    }
+  }
+  return v;
+}
+
+json attributes(std::vector<std::string_view> items) {
+  json out = json::array();
+  for (auto item : items) out.push_back(key_value(item, 0));
+  return out;
+}
+
+json link_of(std::string_view data) {
+  ProtoReader r(data.data(), data.size());
+  json l = json::object();
+  std::vector<std::string_view> attrs;
+  while (!r.done()) {
+    const auto [field, wire] = r.tag();
+    if (field == 1 || field == 2) {
+      expect_wire(wire, 2, "Link id");
+      l[field == 1 ? "traceId" : "spanId"] = to_hex(r.bytes());
+    } else if (field == 4) {
+      expect_wire(wire, 2, "Link.attributes");
+      attrs.push_back(r.bytes());
+    } else {
+      r.skip(wire);
+    }
+  }
+  l["attributes"] = attributes(attrs);
+  return l;
+}
+
+json span_of(std::string_view data) {
+  ProtoReader r(data.data(), data.size());
+  json s = json::object();
+  std::vector<std::string_view> attrs;
+  json links = json::array();
+  while (!r.done()) {
+    const auto [field, wire] = r.tag();
+    switch (field) {
+      case 1:
+      case 2:
+      case 4:
+        expect_wire(wire, 2, "Span id");
+        s[field == 1 ? "traceId" : field == 2 ? "spanId" : "parentSpanId"] = to_hex(r.bytes());
+        break;
+      case 5:
+        expect_wire(wire, 2, "Span.name");
+        s["name"] = std::string(r.bytes());
+        break;
+      case 6:
+        expect_wire(wire, 0, "Span.kind");
+        s["kind"] = static_cast<std::int64_t>(r.varint() & 0xFFFFFFFF);
+        break;
+      case 7:
+      case 8:
+        expect_wire(wire, 1, "Span time");
+        s[field == 7 ? "startTimeUnixNano" : "endTimeUnixNano"] = std::to_string(r.fixed64());
+        break;
+      case 9:
+        expect_wire(wire, 2, "Span.attributes");
+        attrs.push_back(r.bytes());
+        break;
+      case 13:
+        expect_wire(wire, 2, "Span.links");
+        links.push_back(link_of(r.bytes()));
+        break;
+      case 15: {
+        expect_wire(wire, 2, "Span.status");
+        const std::string_view st = r.bytes();
+        ProtoReader sr(st.data(), st.size());
+        json status = json::object();
+        while (!sr.done()) {
+          const auto [f, w] = sr.tag();
+          if (f == 2) {
+            expect_wire(w, 2, "Status.message");
+            status["message"] = std::string(sr.bytes());
+          } else if (f == 3) {
+            expect_wire(w, 0, "Status.code");
+            status["code"] = static_cast<std::int64_t>(sr.varint() & 0xFFFFFFFF);
+          } else {
+            sr.skip(w);
+          }
+        }
+        s["status"] = status;
+        break;
+      }
+      default:
+        r.skip(wire);
+    }
+  }
+  s["attributes"] = attributes(attrs);
+  s["links"] = links;
+  return s;
+}
+
+// An ExportTraceServiceRequest in protobuf, as OTLP JSON.
+json request_of_proto(std::string_view data) {
+  ProtoReader r(data.data(), data.size());
+  json resource_spans = json::array();
+  while (!r.done()) {
+    const auto [field, wire] = r.tag();
+    if (field != 1) {
+      r.skip(wire);
+      continue;
+    }
+    expect_wire(wire, 2, "resource_spans");
+    const std::string_view rs_bytes = r.bytes();
+    ProtoReader rs(rs_bytes.data(), rs_bytes.size());
+    json out = {{"resource", {{"attributes", json::array()}}}, {"scopeSpans", json::array()}};
+    while (!rs.done()) {
+      const auto [f, w] = rs.tag();
+      if (f == 1) {
+        expect_wire(w, 2, "ResourceSpans.resource");
+        const std::string_view res = rs.bytes();
+        ProtoReader rr(res.data(), res.size());
+        std::vector<std::string_view> attrs;
+        while (!rr.done()) {
+          const auto [rf, rw] = rr.tag();
+          if (rf == 1) {
+            expect_wire(rw, 2, "Resource.attributes");
+            attrs.push_back(rr.bytes());
+          } else {
+            rr.skip(rw);
+          }
+        }
+        out["resource"]["attributes"] = attributes(attrs);
+      } else if (f == 2) {
+        expect_wire(w, 2, "ResourceSpans.scope_spans");
+        const std::string_view ss_bytes = rs.bytes();
+        ProtoReader ss(ss_bytes.data(), ss_bytes.size());
+        json scope = {{"spans", json::array()}};
+        while (!ss.done()) {
+          const auto [sf, sw] = ss.tag();
+          if (sf == 2) {
+            expect_wire(sw, 2, "ScopeSpans.spans");
+            scope["spans"].push_back(span_of(ss.bytes()));
+          } else {
+            ss.skip(sw);
+          }
+        }
+        out["scopeSpans"].push_back(std::move(scope));
+      } else {
+        rs.skip(w);
+      }
+    }
+    resource_spans.push_back(std::move(out));
+  }
+  return {{"resourceSpans", std::move(resource_spans)}};
+}
+
+// ---- zstd ----------------------------------------------------------------
+
+// One zstd frame (or several back to back), at most kMaxRecordBytes out.
+std::string unzstd(std::string_view in) {
+  std::unique_ptr<ZSTD_DStream, decltype(&ZSTD_freeDStream)> z(ZSTD_createDStream(),
+                                                              &ZSTD_freeDStream);
+  if (!z) throw std::bad_alloc();
+  ZSTD_initDStream(z.get());
+  std::string out;
+  std::vector<char> buffer(ZSTD_DStreamOutSize());
+  ZSTD_inBuffer input{in.data(), in.size(), 0};
+  std::size_t last = 1;
+  while (input.pos < input.size) {
+    ZSTD_outBuffer output{buffer.data(), buffer.size(), 0};
+    last = ZSTD_decompressStream(z.get(), &output, &input);
+    if (ZSTD_isError(last))
+      throw std::runtime_error(std::string("not a zstd frame: ") + ZSTD_getErrorName(last));
+    out.append(buffer.data(), output.pos);
+    if (out.size() > kMaxRecordBytes)
+      throw std::runtime_error("a zstd frame decompresses to more than " +
+                               std::to_string(kMaxRecordBytes) + " bytes (the reader's limit)");
+  }
+  if (last != 0) throw std::runtime_error("a truncated zstd frame");
+  return out;
+}
+
+// A whole file compressed as one zstd stream, decompressed into `to`.
+void unzstd_file(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::ifstream in(from, std::ios::binary);
+  std::ofstream out(to, std::ios::binary);
+  std::unique_ptr<ZSTD_DStream, decltype(&ZSTD_freeDStream)> z(ZSTD_createDStream(),
+                                                              &ZSTD_freeDStream);
+  ZSTD_initDStream(z.get());
+  std::vector<char> in_buffer(ZSTD_DStreamInSize()), out_buffer(ZSTD_DStreamOutSize());
+  std::size_t last = 0;
+  std::uintmax_t offset = 0;
+  while (in) {
+    in.read(in_buffer.data(), static_cast<std::streamsize>(in_buffer.size()));
+    const auto got = static_cast<std::size_t>(in.gcount());
+    if (got == 0) break;
+    ZSTD_inBuffer input{in_buffer.data(), got, 0};
+    while (input.pos < input.size) {
+      ZSTD_outBuffer output{out_buffer.data(), out_buffer.size(), 0};
+      last = ZSTD_decompressStream(z.get(), &output, &input);
+      if (ZSTD_isError(last))
+        throw ReadError(from.string() + ": offset " + std::to_string(offset + input.pos) +
+                        ": not a zstd stream: " + ZSTD_getErrorName(last));
+      out.write(out_buffer.data(), static_cast<std::streamsize>(output.pos));
+    }
+    offset += got;
+  }
+  if (last != 0)
+    throw ReadError(from.string() + ": offset " + std::to_string(offset) +
+                    ": the zstd stream is truncated (its last frame is incomplete)");
+  if (!out) throw ReadError(to.string() + ": cannot write the decompressed copy");
+}
+
+// ---- the import ----------------------------------------------------------
+
+struct Batch {
+  std::uint64_t offset = 0;
+  std::uint32_t size = 0;
+  std::int64_t first_end = 0;
+};
+
+struct RankSpill {
+  std::ofstream out;
+  std::uint64_t bytes = 0;
+  std::vector<Batch> batches;
+};
+
+class Importer {
+ public:
+  explicit Importer(std::filesystem::path out_dir) : dir_(std::move(out_dir)) {}
+
+  void file(const std::filesystem::path& path) {
+    ++stats_.files;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ReadError(path.string() + ": cannot open");
+    std::string head(4, '\0');
+    in.read(head.data(), 4);
+    head.resize(static_cast<std::size_t>(in.gcount()));
+    in.close();
+    if (starts_with_zstd(head)) {
+      // A zstd stream of records or lines: decompressed to disk, then read.
+      const std::filesystem::path plain = dir_ / ("decompressed-" + std::to_string(++scratch_));
+      unzstd_file(path, plain);
+      contents(plain, path);
+      std::filesystem::remove(plain);
+      return;
+    }
+    contents(path, path);
+  }
+
+  ImportStats finish() {
+    for (auto& [rank, spill] : spills_) {
+      spill.out.close();
+      if (!spill.out) throw ReadError((dir_ / spill_name(rank)).string() + ": cannot write");
+      std::stable_sort(spill.batches.begin(), spill.batches.end(),
+                       [](const Batch& a, const Batch& b) { return a.first_end < b.first_end; });
+      std::ifstream in(dir_ / spill_name(rank), std::ios::binary);
+      std::ofstream out(dir_ / ("rank-" + std::to_string(rank) + ".otlp.jsonl"), std::ios::binary);
+      std::string line;
+      for (const Batch& b : spill.batches) {
+        line.resize(b.size);
+        in.seekg(static_cast<std::streamoff>(b.offset));
+        in.read(line.data(), b.size);
+        out << line << '\n';
+      }
+      if (!in || !out) throw ReadError(dir_.string() + ": cannot write rank " + std::to_string(rank));
+      in.close();
+      std::filesystem::remove(dir_ / spill_name(rank));
+    }
+    if (stats_.foreign_spans > 0)
+      stats_.warnings.push_back(std::to_string(stats_.foreign_spans) +
+                                " spans of resources without dl.rank (not a lens rank: another "
+                                "service's) were left out");
+    return std::move(stats_);
+  }
+
+ private:
+  static std::string spill_name(int rank) { return "rank-" + std::to_string(rank) + ".batches"; }
+
+  // A file's plain content: JSON (lines or one document) or length-prefixed
+  // records. Errors name `shown` (the file as the user named it).
+  void contents(const std::filesystem::path& path, const std::filesystem::path& shown) {
+    std::ifstream in(path, std::ios::binary);
+    char first = 0;
+    while (in.get(first) && (first == ' ' || first == '\n' || first == '\r' || first == '\t')) {
+    }
+    if (!in) return;  // empty
+    in.seekg(0);
+    if (first == '{' || first == '[')
+      json_file(in, path, shown);
+    else
+      records(in, path, shown);
+  }
+
+  void json_file(std::ifstream& in, const std::filesystem::path& path,
+                 const std::filesystem::path& shown) {
+    LineReader lines(in);
+    std::string line;
+    std::size_t number = 0;
+    for (;;) {
+      const LineReader::Status status = lines.next(line);
+      if (status == LineReader::Status::kEnd) return;
+      ++number;
+      if (status == LineReader::Status::kTooLong)
+        throw ReadError(shown.string() + ":" + std::to_string(number) +
+                        ": the line is longer than " + std::to_string(kMaxLineBytes) +
+                        " bytes (the reader's limit)");
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      std::optional<json> doc = parse(line);
+      if (!doc && number == 1) {
+        document(path, shown);  // a document over several lines (pretty-printed)
+        return;
+      }
+      if (!doc) {
+        if (status == LineReader::Status::kUnterminated) {
+          stats_.warnings.push_back(shown.string() + ":" + std::to_string(number) +
+                                    ": skipped an incomplete last line");
+          return;
+        }
+        throw ReadError(shown.string() + ":" + std::to_string(number) +
+                        ": not an OTLP/JSON request or document");
+      }
+      take(*doc, shown.string() + ":" + std::to_string(number));
+    }
+  }
+
+  void document(const std::filesystem::path& path, const std::filesystem::path& shown) {
+    const std::uintmax_t size = std::filesystem::file_size(path);
+    if (size > kMaxDocumentBytes)
+      throw ReadError(shown.string() + ": a JSON document of " + std::to_string(size) +
+                      " bytes (over the reader's limit of 1 GiB)");
+    std::ifstream in(path, std::ios::binary);
+    std::string text(static_cast<std::size_t>(size), '\0');
+    in.read(text.data(), static_cast<std::streamsize>(size));
+    std::optional<json> doc = parse(text);
+    if (!doc) throw ReadError(shown.string() + ": not JSON lines nor a JSON document");
+    take(*doc, shown.string());
+  }
+
+  static std::optional<json> parse(const std::string& text) {
+    if (!json_depth_within(text)) return std::nullopt;
+    json doc = json::parse(text, nullptr, false);
+    if (doc.is_discarded()) return std::nullopt;
+    return doc;
+  }
+
+  void records(std::ifstream& in, const std::filesystem::path& path,
+               const std::filesystem::path& shown) {
+    std::uint64_t offset = 0;
+    const std::uintmax_t size = std::filesystem::file_size(path);
+    std::string record;
+    for (;;) {
+      unsigned char prefix[4];
+      in.read(reinterpret_cast<char*>(prefix), 4);
+      const auto got = in.gcount();
+      if (got == 0) return;
+      const std::string where = shown.string() + ": offset " + std::to_string(offset);
+      if (got < 4)
+        throw ReadError(where + ": a length prefix cut short (" + std::to_string(got) +
+                        " of 4 bytes)");
+      const std::uint32_t length = (std::uint32_t{prefix[0]} << 24) |
+                                   (std::uint32_t{prefix[1]} << 16) |
+                                   (std::uint32_t{prefix[2]} << 8) | prefix[3];
+      const std::uintmax_t left = size - offset - 4;
+      if (length > left)
+        throw ReadError(where + ": a length prefix of " + std::to_string(length) +
+                        " bytes runs past the end of the file (" + std::to_string(left) +
+                        " bytes left); not a length-prefixed OTLP file, or a truncated one");
+      if (length > kMaxRecordBytes)
+        throw ReadError(where + ": a record of " + std::to_string(length) +
+                        " bytes (over the reader's limit of " + std::to_string(kMaxRecordBytes) +
+                        ")");
+      record.resize(length);
+      in.read(record.data(), length);
+      ++stats_.records;
+      try {
+        std::string plain = starts_with_zstd(record) ? unzstd(record) : std::move(record);
+        const auto first = plain.find_first_not_of(" \t\r\n");
+        if (first != std::string::npos && plain[first] == '{') {
+          std::optional<json> doc = parse(plain);
+          if (!doc) throw std::runtime_error("a JSON record that does not parse");
+          take(*doc, where);
+        } else {
+          json request = request_of_proto(plain);
+          take(request, where);
+        }
+      } catch (const ReadError&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw ReadError(where + ": " + e.what());
+      }
+      offset += 4 + length;
+    }
+  }
+
+  // A request, a Jaeger api_v3 response or a Tempo trace: its resources'
+  // batches to their ranks.
+  void take(json& doc, const std::string& where) {
+    if (doc.is_array()) {
+      for (auto& item : doc) take(item, where);
+      return;
+    }
+    if (!doc.is_object()) throw ReadError(where + ": not a JSON object");
+    for (const char* wrapper : {"result", "trace"})
+      if (auto it = doc.find(wrapper); it != doc.end() && it->is_object()) {
+        take(*it, where);
+        return;
+      }
+    json* batches = nullptr;
+    for (const char* key : {"resourceSpans", "batches"})
+      if (auto it = doc.find(key); it != doc.end() && it->is_array()) batches = &*it;
+    if (batches == nullptr) {
+      if (doc.contains("data"))
+        throw ReadError(where + ": a Jaeger v1 document ({\"data\": ...}), not OTLP: query "
+                                "Jaeger's api_v3 (/api/v3/traces/<id>) for OTLP");
+      return;  // an empty request
+    }
+    for (auto& rs : *batches) batch(rs, where);
+  }
+
+  void batch(json& rs, const std::string& where) {
+    if (!rs.is_object()) throw ReadError(where + ": a resourceSpans entry is not an object");
+    if (auto old = rs.find("instrumentationLibrarySpans"); old != rs.end() && !rs.contains("scopeSpans")) {
+      rs["scopeSpans"] = std::move(*old);
+      rs.erase("instrumentationLibrarySpans");
+    }
+    int rank = -1;
+    if (auto res = rs.find("resource"); res != rs.end() && res->is_object())
+      if (auto attrs = res->find("attributes"); attrs != res->end() && attrs->is_array())
+        for (const auto& kv : *attrs)
+          if (kv.is_object() && kv.value("key", "") == "dl.rank" && kv.contains("value")) {
+            const json& v = kv["value"];
+            if (auto i = v.find("intValue"); i != v.end()) {
+              if (i->is_number_integer()) rank = i->get<int>();
+              else if (i->is_string()) rank = std::atoi(i->get<std::string>().c_str());
+            }
+          }
+    std::size_t spans = 0;
+    std::optional<std::int64_t> first_end;
+    if (auto scopes = rs.find("scopeSpans"); scopes != rs.end() && scopes->is_array())
+      for (auto& ss : *scopes) {
+        if (!ss.is_object()) continue;
+        if (auto list = ss.find("spans"); list != ss.end() && list->is_array())
+          for (auto& s : *list) {
+            if (!s.is_object()) continue;
+            ++spans;
+            normalize_id(s, "traceId", 16);
+            normalize_id(s, "spanId", 8);
+            normalize_id(s, "parentSpanId", 8);
+            if (auto links = s.find("links"); links != s.end() && links->is_array())
+              for (auto& l : *links)
+                if (l.is_object()) {
+                  normalize_id(l, "traceId", 16);
+                  normalize_id(l, "spanId", 8);
+                }
+            if (auto e = s.find("endTimeUnixNano"); e != s.end()) {
+              std::int64_t end = 0;
+              if (e->is_number_integer()) end = e->get<std::int64_t>();
+              else if (e->is_string()) end = std::atoll(e->get<std::string>().c_str());
+              first_end = first_end ? std::min(*first_end, end) : end;
+            }
+          }
+      }
+    stats_.spans += spans;
+    if (rank < 0) {
+      stats_.foreign_spans += spans;
+      return;
+    }
+    ++stats_.batches;
+    const std::string line = json{{"resourceSpans", json::array({std::move(rs)})}}.dump(
+        -1, ' ', false, json::error_handler_t::replace);
+    RankSpill& spill = spills_[rank];
+    if (!spill.out.is_open()) spill.out.open(dir_ / spill_name(rank), std::ios::binary);
+    spill.out.write(line.data(), static_cast<std::streamsize>(line.size()));
+    spill.batches.push_back({spill.bytes, static_cast<std::uint32_t>(line.size()),
+                             first_end.value_or(0)});
+    spill.bytes += line.size();
+    if (!spill.out) throw ReadError((dir_ / spill_name(rank)).string() + ": cannot write");
+  }
+
+  std::filesystem::path dir_;
+  std::map<int, RankSpill> spills_;
+  ImportStats stats_;
+  int scratch_ = 0;
+};
+
+bool passed_over(const std::filesystem::path& p) {
+  static const char* kNotTraces[] = {".html", ".txt", ".md", ".png", ".log", ".csv"};
+  const std::string ext = p.extension().string();
+  return std::any_of(std::begin(kNotTraces), std::end(kNotTraces),
+                     [&](const char* e) { return ext == e; });
+}
+
+// The imports made by this process, removed when it exits.
+struct Imports {
+  std::mutex mutex;
+  std::map<std::filesystem::path, std::pair<std::filesystem::path, ImportStats>> by_input;
+  ~Imports() {
+    for (const auto& [input, made] : by_input) {
+      std::error_code ec;
+      std::filesystem::remove_all(made.first, ec);
+    }
+  }
+};
+
+Imports& imports() {
+  static Imports all;
+  return all;
+}
+
+}  // namespace
+
+bool is_lens_layout(const std::filesystem::path& input) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(input, ec)) return false;
+  for (const auto& e : std::filesystem::directory_iterator(input, ec))
+    if (e.is_regular_file() && e.path().string().ends_with(".otlp.jsonl")) return true;
+  return false;
+}
+
+ImportStats import_run(const std::filesystem::path& input, const std::filesystem::path& out_dir) {
+  std::error_code ec;
+  std::vector<std::filesystem::path> paths;
+  if (std::filesystem::is_regular_file(input, ec)) {
+    paths.push_back(input);
+  } else if (std::filesystem::is_directory(input, ec)) {
+    for (const auto& e : std::filesystem::recursive_directory_iterator(input))
+      if (e.is_regular_file() && !passed_over(e.path())) paths.push_back(e.path());
+  } else {
+    throw ReadError(input.string() + ": no such file or directory");
+  }
+  std::sort(paths.begin(), paths.end());
+  if (paths.empty()) throw ReadError(input.string() + ": no trace files");
+  std::filesystem::create_directories(out_dir);
+  Importer importer(out_dir);
+  for (const auto& p : paths) importer.file(p);
+  ImportStats stats = importer.finish();
+  if (stats.batches == 0)
+    throw ReadError(input.string() + ": no spans of a lens rank (no resource with dl.rank) in " +
+                    std::to_string(stats.files) + " file(s)");
+  return stats;
+}
+
+std::filesystem::path readable_run(const std::filesystem::path& input,
+                                   std::vector<std::string>* warnings) {
+  if (is_lens_layout(input)) return input;
+  Imports& all = imports();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  auto it = all.by_input.find(input);
+  if (it == all.by_input.end()) {
+    static std::atomic<int> counter{0};
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() /
+        ("lens-import-" + std::to_string(getpid()) + "-" + std::to_string(++counter));
+    std::filesystem::remove_all(dir);
+    try {
+      ImportStats stats = import_run(input, dir);
+      it = all.by_input.emplace(input, std::pair{dir, std::move(stats)}).first;
+    } catch (...) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+      throw;
+    }
+  }
+  if (warnings)
+    warnings->insert(warnings->end(), it->second.second.warnings.begin(),
+                     it->second.second.warnings.end());
+  return it->second.first;
+}
+
+}  // namespace lens::analysis

@@ -1,0 +1,64 @@
+// Runs in other layouts than lens's own: whatever holds OTLP trace data
+// (docs/collector-files.md). lens writes one OTLP JSON lines file per rank,
+// each rank's batches in the order its spans ended; a collector, Jaeger or
+// Tempo keeps every rank's batches together, in arrival order, in one or
+// many files, in several formats. The readers take lens's layout; any other
+// input is imported into it first, once per process, into a temporary
+// directory removed at exit.
+//
+// What is imported: every regular file under the input (a file, or a
+// directory walked recursively; names ending .html, .txt, .md, .png, .log
+// or .csv are passed over), each format detected from its content:
+//  - OTLP JSON lines (lens's files, the collector file exporter's `json`);
+//  - JSON documents, one per file or per line: an ExportTraceServiceRequest
+//    ({"resourceSpans": ...}), a Jaeger query api_v3 response ({"result":
+//    {...}}), a Tempo /api/traces/<id> response ({"batches": [...]} or
+//    {"trace": {...}}); "instrumentationLibrarySpans" is read as
+//    "scopeSpans"; ids in hex or base64 (proto3 JSON's bytes);
+//  - the collector file exporter's length-prefixed records (4 bytes, big
+//    endian, then the message): protobuf ExportTraceServiceRequests or
+//    JSON, each record plain or a zstd frame (`compression: zstd`);
+//  - a whole file compressed as one zstd stream (the exporter's native
+//    compression), holding either of the above.
+// Rotated sets are many files of these. Each resource's batch goes to its
+// rank (dl.rank; batches of resources without one, other services sharing
+// the collector, are counted and left out); a rank's batches are then
+// written in the order of their earliest span end, so that a shuffled file
+// reads as its ranks wrote it.
+//
+// Memory: one record or line at a time (at most kMaxLineBytes), plus an
+// index entry (24 bytes) per batch; the batches themselves are spilled to
+// disk, then copied out in order. Bad input is a ReadError naming the file
+// and the byte offset (a record) or line (a JSON line).
+//
+// Thread safety: readable_run may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace lens::analysis {
+
+struct ImportStats {
+  std::size_t files = 0, records = 0, batches = 0, spans = 0;
+  std::size_t foreign_spans = 0;  // of resources without dl.rank
+  std::vector<std::string> warnings;
+};
+
+// Whether `input` is lens's own layout: a directory with *.otlp.jsonl files
+// directly in it (read as it is, as before).
+bool is_lens_layout(const std::filesystem::path& input);
+
+// Imports `input` into `out_dir` (created; rank-<r>.otlp.jsonl files).
+ImportStats import_run(const std::filesystem::path& input, const std::filesystem::path& out_dir);
+
+// The directory the readers read for `input`: itself in lens's layout, else
+// its import (made on first use, kept for the process, removed at exit);
+// `warnings`, when given, receives the import's warnings on every call.
+std::filesystem::path readable_run(const std::filesystem::path& input,
+                                   std::vector<std::string>* warnings = nullptr);
+
+}  // namespace lens::analysis
