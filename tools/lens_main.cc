@@ -9,7 +9,8 @@
 //   lens export RUN_DIR --perfetto out.json | --jaeger out.json
 //   lens upload DIR|FILE... [--endpoint URL]   send files to an OTLP/HTTP endpoint
 //
-// RUN_DIR is a directory of rank-<r>.otlp.jsonl files (lens-traces/<run-id>).
+// RUN_DIR is a directory of rank-<r>.otlp.jsonl files (lens-traces/<run-id>),
+// or any file or directory of OTLP traces, imported first (run_import.h).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -45,6 +46,10 @@ using namespace lens::analysis;
 using namespace lens::tools;
 
 constexpr int kOk = 0, kViolations = 1, kBadInput = 2;
+
+constexpr const char* kRunHelp =
+    "the run: a directory of rank-<r>.otlp.jsonl files, or any file or directory of OTLP "
+    "traces (a collector's files, Jaeger api_v3 or Tempo documents: docs/collector-files.md)";
 
 // Reading progress on a terminal, by bytes of all the run's files.
 StreamOptions reading_options() {
@@ -97,7 +102,7 @@ int run_lens(int argc, char** argv) {
   std::string dir;
 
   auto* check = app.add_subcommand("check", "verify the run's cross-rank correlation");
-  check->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+  check->add_option("RUN_DIR", dir, kRunHelp)->required();
   bool allow_late = false;
   check->add_flag("--allow-late", allow_late,
                   "pass even when spans arrived after their step was checked (they are counted, "
@@ -105,12 +110,12 @@ int run_lens(int argc, char** argv) {
 
   bool as_json = false;
   auto* summary = app.add_subcommand("summary", "time per step and stage, bubble, slowest stage");
-  summary->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+  summary->add_option("RUN_DIR", dir, kRunHelp)->required();
   summary->add_flag("--json", as_json, "machine-readable output");
 
   auto* analyze = app.add_subcommand(
       "analyze", "critical path, wait states, idle by cause and stragglers, per stage");
-  analyze->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+  analyze->add_option("RUN_DIR", dir, kRunHelp)->required();
   analyze->add_flag("--json", as_json, "machine-readable output");
   std::string other_dir;
   auto* diff = app.add_subcommand("diff", "per stage, what changed from run A to run B");
@@ -120,20 +125,20 @@ int run_lens(int argc, char** argv) {
   std::string output, steps = "0-2";
   auto* timeline =
       app.add_subcommand("timeline", "draw the pipeline wave as a self-contained HTML file");
-  timeline->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+  timeline->add_option("RUN_DIR", dir, kRunHelp)->required();
   timeline->add_option("-o,--output", output, "HTML file to write")->required();
   timeline->add_option("--steps", steps, "steps to draw, A-B or A")->capture_default_str();
 
   std::string report_output;
   auto* report = app.add_subcommand(
       "report", "the run on one self-contained HTML page: charts over the run, waves, analysis");
-  report->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+  report->add_option("RUN_DIR", dir, kRunHelp)->required();
   report->add_option("-o,--output", report_output,
                      "HTML file to write (default: RUN_DIR/report.html)");
 
   std::string perfetto, jaeger;
   auto* exp = app.add_subcommand("export", "write the run in a viewer's format");
-  exp->add_option("RUN_DIR", dir, "directory of rank-<r>.otlp.jsonl files")->required();
+  exp->add_option("RUN_DIR", dir, kRunHelp)->required();
   exp->add_option("--perfetto", perfetto, "Chrome trace-event JSON for Perfetto UI");
   exp->add_option("--jaeger", jaeger, "JSON for Jaeger UI's file upload");
   JaegerOptions jaeger_options;
