@@ -26,9 +26,9 @@ using json = nlohmann::json;
 namespace {
 
 constexpr std::array<unsigned char, 4> kZstdMagic = {0x28, 0xB5, 0x2F, 0xFD};
-constexpr std::size_t kMaxRecordBytes = kMaxLineBytes;        // one record, decompressed too
+constexpr std::size_t kMaxRecordBytes = kMaxLineBytes;  // one record, decompressed too
 constexpr std::uintmax_t kMaxDocumentBytes = std::uintmax_t{1} << 30;  // a pretty-printed document
-constexpr int kMaxProtoDepth = 32;                                 // nested AnyValues
+constexpr int kMaxProtoDepth = 32;                                     // nested AnyValues
 
 bool starts_with_zstd(const std::string& bytes) {
   return bytes.size() >= 4 && std::memcmp(bytes.data(), kZstdMagic.data(), 4) == 0;
@@ -107,13 +107,15 @@ class ProtoReader {
   std::uint64_t fixed64() {
     if (end_ - p_ < 8) fail("a fixed64 runs past the end of its message");
     std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p_[i])) << (8 * i);
+    for (int i = 0; i < 8; ++i)
+      v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p_[i])) << (8 * i);
     p_ += 8;
     return v;
   }
   std::string_view bytes() {
     const std::uint64_t n = varint();
-    if (n > static_cast<std::uint64_t>(end_ - p_)) fail("a length runs past the end of its message");
+    if (n > static_cast<std::uint64_t>(end_ - p_))
+      fail("a length runs past the end of its message");
     std::string_view v(p_, static_cast<std::size_t>(n));
     p_ += n;
     return v;
@@ -384,7 +386,7 @@ json request_of_proto(std::string_view data) {
 // One zstd frame (or several back to back), at most kMaxRecordBytes out.
 std::string unzstd(std::string_view in) {
   std::unique_ptr<ZSTD_DStream, decltype(&ZSTD_freeDStream)> z(ZSTD_createDStream(),
-                                                              &ZSTD_freeDStream);
+                                                               &ZSTD_freeDStream);
   if (!z) throw std::bad_alloc();
   ZSTD_initDStream(z.get());
   std::string out;
@@ -410,7 +412,7 @@ void unzstd_file(const std::filesystem::path& from, const std::filesystem::path&
   std::ifstream in(from, std::ios::binary);
   std::ofstream out(to, std::ios::binary);
   std::unique_ptr<ZSTD_DStream, decltype(&ZSTD_freeDStream)> z(ZSTD_createDStream(),
-                                                              &ZSTD_freeDStream);
+                                                               &ZSTD_freeDStream);
   ZSTD_initDStream(z.get());
   std::vector<char> in_buffer(ZSTD_DStreamInSize()), out_buffer(ZSTD_DStreamOutSize());
   std::size_t last = 0;
@@ -488,7 +490,8 @@ class Importer {
         in.read(line.data(), b.size);
         out << line << '\n';
       }
-      if (!in || !out) throw ReadError(dir_.string() + ": cannot write rank " + std::to_string(rank));
+      if (!in || !out)
+        throw ReadError(dir_.string() + ": cannot write rank " + std::to_string(rank));
       in.close();
       std::filesystem::remove(dir_ / spill_name(rank));
     }
@@ -636,8 +639,9 @@ class Importer {
       if (auto it = doc.find(key); it != doc.end() && it->is_array()) batches = &*it;
     if (batches == nullptr) {
       if (doc.contains("data"))
-        throw ReadError(where + ": a Jaeger v1 document ({\"data\": ...}), not OTLP: query "
-                                "Jaeger's api_v3 (/api/v3/traces/<id>) for OTLP");
+        throw ReadError(where +
+                        ": a Jaeger v1 document ({\"data\": ...}), not OTLP: query "
+                        "Jaeger's api_v3 (/api/v3/traces/<id>) for OTLP");
       return;  // an empty request
     }
     for (auto& rs : *batches) batch(rs, where);
@@ -645,7 +649,8 @@ class Importer {
 
   void batch(json& rs, const std::string& where) {
     if (!rs.is_object()) throw ReadError(where + ": a resourceSpans entry is not an object");
-    if (auto old = rs.find("instrumentationLibrarySpans"); old != rs.end() && !rs.contains("scopeSpans")) {
+    if (auto old = rs.find("instrumentationLibrarySpans");
+        old != rs.end() && !rs.contains("scopeSpans")) {
       rs["scopeSpans"] = std::move(*old);
       rs.erase("instrumentationLibrarySpans");
     }
@@ -656,8 +661,10 @@ class Importer {
           if (kv.is_object() && kv.value("key", "") == "dl.rank" && kv.contains("value")) {
             const json& v = kv["value"];
             if (auto i = v.find("intValue"); i != v.end()) {
-              if (i->is_number_integer()) rank = i->get<int>();
-              else if (i->is_string()) rank = std::atoi(i->get<std::string>().c_str());
+              if (i->is_number_integer())
+                rank = i->get<int>();
+              else if (i->is_string())
+                rank = std::atoi(i->get<std::string>().c_str());
             }
           }
     std::size_t spans = 0;
@@ -680,8 +687,10 @@ class Importer {
                 }
             if (auto e = s.find("endTimeUnixNano"); e != s.end()) {
               std::int64_t end = 0;
-              if (e->is_number_integer()) end = e->get<std::int64_t>();
-              else if (e->is_string()) end = std::atoll(e->get<std::string>().c_str());
+              if (e->is_number_integer())
+                end = e->get<std::int64_t>();
+              else if (e->is_string())
+                end = std::atoll(e->get<std::string>().c_str());
               first_end = first_end ? std::min(*first_end, end) : end;
             }
           }
@@ -697,8 +706,8 @@ class Importer {
     RankSpill& spill = spills_[rank];
     if (!spill.out.is_open()) spill.out.open(dir_ / spill_name(rank), std::ios::binary);
     spill.out.write(line.data(), static_cast<std::streamsize>(line.size()));
-    spill.batches.push_back({spill.bytes, static_cast<std::uint32_t>(line.size()),
-                             first_end.value_or(0)});
+    spill.batches.push_back(
+        {spill.bytes, static_cast<std::uint32_t>(line.size()), first_end.value_or(0)});
     spill.bytes += line.size();
     if (!spill.out) throw ReadError((dir_ / spill_name(rank)).string() + ": cannot write");
   }
@@ -716,14 +725,55 @@ bool passed_over(const std::filesystem::path& p) {
                      [&](const char* e) { return ext == e; });
 }
 
-// The imports made by this process, removed when it exits.
+// The input's files as they are now: names, sizes and modification times,
+// and the content of small files (a file rewritten within the clock's
+// granularity at the same size), hashed (FNV-1a).
+std::uint64_t input_signature(const std::filesystem::path& input) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  const auto mix = [&h](std::string_view bytes) {
+    for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ULL;
+  };
+  const auto add = [&](const std::filesystem::path& p) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(p, ec);
+    const auto time = std::filesystem::last_write_time(p, ec).time_since_epoch().count();
+    mix(p.string());
+    mix(std::string_view(reinterpret_cast<const char*>(&size), sizeof size));
+    mix(std::string_view(reinterpret_cast<const char*>(&time), sizeof time));
+    if (!ec && size <= (1u << 20)) {
+      std::ifstream in(p, std::ios::binary);
+      std::string bytes(static_cast<std::size_t>(size), '\0');
+      in.read(bytes.data(), static_cast<std::streamsize>(size));
+      mix(bytes);
+    }
+  };
+  std::error_code ec;
+  if (std::filesystem::is_directory(input, ec)) {
+    std::vector<std::filesystem::path> paths;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(input, ec))
+      if (e.is_regular_file()) paths.push_back(e.path());
+    std::sort(paths.begin(), paths.end());
+    for (const auto& p : paths) add(p);
+  } else {
+    add(input);
+  }
+  return h;
+}
+
+// The imports made by this process, removed when it exits (or when their
+// input changed and was imported again).
+struct Import {
+  std::filesystem::path dir;
+  std::uint64_t signature = 0;
+  ImportStats stats;
+};
 struct Imports {
   std::mutex mutex;
-  std::map<std::filesystem::path, std::pair<std::filesystem::path, ImportStats>> by_input;
+  std::map<std::filesystem::path, Import> by_input;
   ~Imports() {
     for (const auto& [input, made] : by_input) {
       std::error_code ec;
-      std::filesystem::remove_all(made.first, ec);
+      std::filesystem::remove_all(made.dir, ec);
     }
   }
 };
@@ -771,7 +821,14 @@ std::filesystem::path readable_run(const std::filesystem::path& input,
   if (is_lens_layout(input)) return input;
   Imports& all = imports();
   std::lock_guard<std::mutex> lock(all.mutex);
+  const std::uint64_t signature = input_signature(input);
   auto it = all.by_input.find(input);
+  if (it != all.by_input.end() && it->second.signature != signature) {
+    std::error_code ec;
+    std::filesystem::remove_all(it->second.dir, ec);  // the input changed: imported again
+    all.by_input.erase(it);
+    it = all.by_input.end();
+  }
   if (it == all.by_input.end()) {
     static std::atomic<int> counter{0};
     const std::filesystem::path dir =
@@ -780,7 +837,7 @@ std::filesystem::path readable_run(const std::filesystem::path& input,
     std::filesystem::remove_all(dir);
     try {
       ImportStats stats = import_run(input, dir);
-      it = all.by_input.emplace(input, std::pair{dir, std::move(stats)}).first;
+      it = all.by_input.emplace(input, Import{dir, signature, std::move(stats)}).first;
     } catch (...) {
       std::error_code ec;
       std::filesystem::remove_all(dir, ec);
@@ -788,9 +845,9 @@ std::filesystem::path readable_run(const std::filesystem::path& input,
     }
   }
   if (warnings)
-    warnings->insert(warnings->end(), it->second.second.warnings.begin(),
-                     it->second.second.warnings.end());
-  return it->second.first;
+    warnings->insert(warnings->end(), it->second.stats.warnings.begin(),
+                     it->second.stats.warnings.end());
+  return it->second.dir;
 }
 
 }  // namespace lens::analysis

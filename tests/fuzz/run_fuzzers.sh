@@ -10,7 +10,7 @@ mkdir -p "$out"
 clang=$(command -v clang++ || command -v clang++-14)
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$src/include" -I"$src/src/core" -I"$src/src/telemetry" -I"$src/src/analysis" -I"$src/src/pp")
-declare -A libs=([otlp_json_reader]="-lfmt")
+declare -A libs=([otlp_json_reader]="-lfmt -lzstd")
 declare -A sources=(
   [carrier]="src/core/carrier.cc src/core/trace_context.cc src/core/ids.cc"
   [trace_context]="src/core/trace_context.cc src/core/ids.cc"
