@@ -703,6 +703,16 @@ class Importer {
     ++stats_.batches;
     const std::string line = json{{"resourceSpans", json::array({std::move(rs)})}}.dump(
         -1, ' ', false, json::error_handler_t::replace);
+    // Read now as the readers will read it, so that a malformed span is
+    // named here, in the file it came from, not later in the copy.
+    try {
+      RankFile scratch;
+      parse_request(scratch, line);
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw ReadError(where + ": not an OTLP/JSON request: " + e.what());
+    }
     RankSpill& spill = spills_[rank];
     if (!spill.out.is_open()) spill.out.open(dir_ / spill_name(rank), std::ios::binary);
     spill.out.write(line.data(), static_cast<std::streamsize>(line.size()));

@@ -189,9 +189,7 @@ std::uint64_t process_key(const std::map<std::string, std::string>& resource) {
   return h;
 }
 
-namespace {
-
-void read_line(RankFile& file, const std::string& line) {
+void parse_request(RankFile& file, const std::string& line) {
   if (!json_depth_within(line))
     throw std::runtime_error("nested deeper than " + std::to_string(kMaxJsonDepth) +
                              " levels (the reader's limit)");
@@ -261,8 +259,6 @@ void read_line(RankFile& file, const std::string& line) {
   }
 }
 
-}  // namespace
-
 RankFileReader::RankFileReader(const std::filesystem::path& path, std::size_t max_line_bytes)
     : in_(path, std::ios::binary), lines_(in_, max_line_bytes), max_line_bytes_(max_line_bytes) {
   file_.path = path;
@@ -289,7 +285,7 @@ bool RankFileReader::next_line() {
     if (line.empty()) continue;
     if (!needle_.empty() && line.find(needle_) == std::string::npos) continue;
     try {
-      read_line(file_, line);
+      parse_request(file_, line);
       ++file_.lines;
       return true;
     } catch (const std::bad_alloc&) {

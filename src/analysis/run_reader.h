@@ -91,6 +91,11 @@ class ReadError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Parses one OTLP/JSON ExportTraceServiceRequest (a line's text): its spans
+// appended to file.spans, its resource's fields set on `file`.
+// std::runtime_error saying what is malformed (the caller names where).
+void parse_request(RankFile& file, const std::string& line);
+
 // Reads one rank's file a line at a time: each line's spans are appended to
 // file().spans (the caller may move them out between lines), and the
 // resource fields are filled from the lines read so far.

@@ -53,7 +53,7 @@ void LiveSpan::reset() {
   context.remote = false;
   parent_span_id = SpanId();
   parent_remote = false;
-  name.clear();
+  // name is kept: start_recording sets it, and keeps it when it is the same.
   attributes_used = 0;  // the slots stay, to be reused in place
   dropped_attributes_count = 0;
   events.clear();

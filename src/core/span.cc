@@ -21,7 +21,9 @@ Attribute* attribute_slot(LiveSpan* s, std::string_view key) {
     return nullptr;
   }
   Attribute& a = s->new_attribute();
-  a.key.assign(key);
+  // A pooled record's slot keeps its last key, most often this one (the
+  // same call site set it on the record's last span): compared, not copied.
+  if (std::string_view(a.key) != key) a.key.assign(key);
   return &a;
 }
 

@@ -14,7 +14,9 @@ using detail::LiveSpan;
 LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
                                   const StartOptions* options, StepFigure figure) const {
   LiveSpan* s = detail::acquire_record();
-  s->name.assign(name);
+  // A pooled record keeps its last span's name, most often this one (a
+  // call site's spans reuse the records it released): compared, not copied.
+  if (std::string_view(s->name) != name) s->name.assign(name);
   s->group = group;
   s->scope = scope_;
   s->kind = options ? options->kind : SpanKind::kInternal;
