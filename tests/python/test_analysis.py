@@ -101,9 +101,15 @@ class TrainerRunAsDataFrames(unittest.TestCase):
         self.assertEqual(len(run.stragglers), len(self.expected["stragglers"]))
         self.assertIn(3, run.stragglers["rank"].tolist(), self.expected["stragglers"])
         s = run.stragglers.set_index("rank").loc[3]
-        self.assertEqual(s.since_step, 3)
+        want = next(w for w in self.expected["stragglers"] if w["rank"] == 3)
+        # The step it began as `lens analyze` puts it (on a busy machine a
+        # noisy step before the slowdown may be counted in: that is the
+        # analysis's call, tested in AnalyzeCli; here, the same answer).
+        self.assertEqual(s.since_step, want["since_step"])
+        self.assertLessEqual(s.since_step, 3)
         self.assertEqual(s.replica, 1)
-        self.assertGreaterEqual(s.ratio, 2.0)
+        self.assertEqual(s.stage, 1)
+        self.assertGreaterEqual(s.ratio, 2.0)  # 3x injected
 
     def test_each_steps_critical_path_has_its_compute(self):
         run = la.analyze(self.run_dir)
