@@ -1,0 +1,232 @@
+// The import of other layouts (run_import.h), table by table: protobuf
+// records built byte by byte from the OTLP field numbers, each malformation
+// a ReadError naming the file and offset; base64 ids; Jaeger and Tempo
+// wrappers; other services' batches; a rank's batches put back in order.
+#include "run_import.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "run_reader.h"
+
+namespace lens::analysis {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- a protobuf writer, by hand ----
+std::string varint(std::uint64_t v) {
+  std::string out;
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7F) | 0x80);
+    v >>= 7;
+  }
+  return out + static_cast<char>(v);
+}
+std::string tag(int field, int wire) {
+  return varint((static_cast<std::uint64_t>(field) << 3) | wire);
+}
+std::string len_field(int field, const std::string& bytes) {
+  return tag(field, 2) + varint(bytes.size()) + bytes;
+}
+std::string fixed64_field(int field, std::uint64_t v) {
+  std::string out = tag(field, 1);
+  for (int i = 0; i < 8; ++i) out += static_cast<char>((v >> (8 * i)) & 0xFF);
+  return out;
+}
+std::string int_attribute(const std::string& key, std::int64_t v) {
+  return len_field(1, key) + len_field(2, tag(3, 0) + varint(static_cast<std::uint64_t>(v)));
+}
+std::string bytes_of(std::uint64_t hi, std::uint64_t lo, int n) {
+  std::string out;
+  for (int i = 7; i >= 0; --i) out += static_cast<char>((hi >> (8 * i)) & 0xFF);
+  if (n == 16)
+    for (int i = 7; i >= 0; --i) out += static_cast<char>((lo >> (8 * i)) & 0xFF);
+  return out;
+}
+// A request with one resource of `rank` and one span ending at `end`.
+std::string request(int rank, std::uint64_t span, std::uint64_t end) {
+  const std::string s = len_field(1, bytes_of(0x1111, 0x2222, 16)) +
+                        len_field(2, bytes_of(span, 0, 8)) + len_field(5, "work") +
+                        fixed64_field(7, end - 10) + fixed64_field(8, end) +
+                        len_field(9, int_attribute("dl.microbatch_id", 1));
+  const std::string resource = len_field(1, int_attribute("dl.rank", rank));
+  return len_field(1, len_field(1, resource) + len_field(2, len_field(2, s)));
+}
+std::string prefixed(const std::string& record) {
+  const auto n = static_cast<std::uint32_t>(record.size());
+  return std::string{static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                     static_cast<char>(n >> 8), static_cast<char>(n)} +
+         record;
+}
+std::string zstd(const std::string& bytes) {
+  std::string out(ZSTD_compressBound(bytes.size()), '\0');
+  out.resize(ZSTD_compress(out.data(), out.size(), bytes.data(), bytes.size(), 1));
+  return out;
+}
+
+class RunImport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("lens-import-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "in");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path input(const std::string& name, const std::string& bytes) {
+    const fs::path p = dir_ / "in" / name;
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+  // The error importing `p` gives ("" when none).
+  std::string error_of(const fs::path& p) {
+    try {
+      import_run(p, dir_ / ("out-" + p.filename().string()));
+    } catch (const ReadError& e) {
+      return e.what();
+    }
+    return {};
+  }
+  std::vector<SpanRow> spans_of_rank(const fs::path& out, int rank) {
+    RankFileReader r(out / ("rank-" + std::to_string(rank) + ".otlp.jsonl"));
+    while (r.next_line()) {
+    }
+    return r.take().spans;
+  }
+  fs::path dir_;
+};
+
+TEST_F(RunImport, ProtobufRecordsGoToTheirRanksInTheOrderTheirSpansEnded) {
+  // Arrival order: rank 1's later batch first, then rank 0's, then rank 1's earlier.
+  const fs::path p =
+      input("traces.pb", prefixed(request(1, 0xB2, 2000)) + prefixed(zstd(request(0, 0xA1, 1500))) +
+                             prefixed(request(1, 0xB1, 1000)));
+  const ImportStats stats = import_run(p, dir_ / "out");
+  EXPECT_EQ(stats.records, 3u);
+  EXPECT_EQ(stats.batches, 3u);
+  EXPECT_EQ(stats.spans, 3u);
+  const auto rank1 = spans_of_rank(dir_ / "out", 1);
+  ASSERT_EQ(rank1.size(), 2u);
+  EXPECT_EQ(rank1[0].span_id, "00000000000000b1");
+  EXPECT_EQ(rank1[1].span_id, "00000000000000b2");
+  EXPECT_EQ(rank1[0].trace_id, "00000000000011110000000000002222");
+  EXPECT_EQ(rank1[0].attributes.at("dl.microbatch_id"), "1");
+  EXPECT_EQ(rank1[0].end_ns, 1000);
+  ASSERT_EQ(spans_of_rank(dir_ / "out", 0).size(), 1u);
+}
+
+TEST_F(RunImport, EveryMalformedRecordNamesTheFileAndItsOffset) {
+  const std::string good = prefixed(request(0, 0xA1, 1500));
+  const std::string at = ": offset " + std::to_string(good.size()) + ": ";
+  std::string frame = zstd(request(0, 0xA2, 1600));
+  frame.resize(frame.size() - 4);
+  struct Case {
+    const char* name;
+    std::string bytes;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"past-end", good + std::string("\x00\x10\x00\x00", 4) + "xy",
+       "runs past the end of the file"},
+      {"cut-prefix", good + std::string("\x00\x00", 2), "a length prefix cut short (2 of 4 bytes)"},
+      {"group", good + prefixed(std::string("\x0b\x0c", 2)), "wire type 3"},
+      {"bad-varint", good + prefixed(std::string(11, '\xff')), "a varint"},
+      {"length-past-message", good + prefixed(tag(1, 2) + varint(100) + "ab"),
+       "a length runs past the end of its message"},
+      {"truncated-zstd", good + prefixed(frame), "zstd"},
+      {"bad-id",
+       good + prefixed(len_field(
+                  1, len_field(1, len_field(1, int_attribute("dl.rank", 0))) +
+                         len_field(2, len_field(2, len_field(1, "abc") +
+                                                       len_field(2, bytes_of(1, 0, 8)))))),
+       "traceId"},
+  };
+  for (const auto& c : cases) {
+    const fs::path p = input(std::string(c.name) + ".pb", c.bytes);
+    const std::string e = error_of(p);
+    EXPECT_NE(e.find(p.string() + at), std::string::npos) << c.name << ": " << e;
+    EXPECT_NE(e.find(c.says), std::string::npos) << c.name << ": " << e;
+  }
+}
+
+TEST_F(RunImport, NestedValuesPastTheLimitAreAnError) {
+  std::string value = tag(3, 0) + varint(1);
+  for (int i = 0; i < 40; ++i) value = len_field(5, len_field(1, value));  // arrays in arrays
+  const std::string attr = len_field(1, "deep") + len_field(2, value);
+  const std::string span =
+      len_field(1, bytes_of(1, 2, 16)) + len_field(2, bytes_of(3, 0, 8)) + len_field(9, attr);
+  const std::string req = len_field(1, len_field(1, len_field(1, int_attribute("dl.rank", 0))) +
+                                           len_field(2, len_field(2, span)));
+  const std::string e = error_of(input("deep.pb", prefixed(req)));
+  EXPECT_NE(e.find("nested deeper than 32"), std::string::npos) << e;
+}
+
+TEST_F(RunImport, JaegerAndTempoDocumentsWithBase64Ids) {
+  // Trace id 0x00..01 / span id 0x..02 in base64 (proto3 JSON's bytes).
+  const std::string span =
+      R"({"traceId":"AAAAAAAAAAAAAAAAAAAAAQ==","spanId":"AAAAAAAAAAI=","name":"w",)"
+      R"("startTimeUnixNano":"1","endTimeUnixNano":"2"})";
+  const std::string resource = R"({"attributes":[{"key":"dl.rank","value":{"intValue":"2"}}]})";
+  input("jaeger.json", R"({"result": {"resourceSpans": [{"resource": )" + resource +
+                           R"(, "scopeSpans": [{"spans": [)" + span + "]}]}]}}");
+  input("tempo.json", "{\n \"batches\": [{\"resource\": " + resource +
+                          R"(, "instrumentationLibrarySpans": [{"spans": [)" + span + "]}]}]\n}\n");
+  input("other.json",
+        R"({"resourceSpans":[{"resource":{"attributes":[]},"scopeSpans":[{"spans":[)" + span +
+            "]}]}]}\n");
+  input("notes.txt", "not traces");
+  const ImportStats stats = import_run(dir_ / "in", dir_ / "out");
+  EXPECT_EQ(stats.files, 3u) << "notes.txt passed over";
+  EXPECT_EQ(stats.batches, 2u);
+  EXPECT_EQ(stats.foreign_spans, 1u);
+  ASSERT_EQ(stats.warnings.size(), 1u);
+  const auto spans = spans_of_rank(dir_ / "out", 2);
+  ASSERT_EQ(spans.size(), 2u);
+  for (const auto& s : spans) {
+    EXPECT_EQ(s.trace_id, "00000000000000000000000000000001");
+    EXPECT_EQ(s.span_id, "0000000000000002");
+  }
+}
+
+TEST_F(RunImport, AJaegerV1DocumentIsRefusedNamingTheApiToAsk) {
+  const fs::path p = input("v1.json", R"({"data":[{"traceID":"1","spans":[]}]})");
+  EXPECT_NE(error_of(p).find("api_v3"), std::string::npos) << error_of(p);
+}
+
+TEST_F(RunImport, AWholeFileZstdStreamCutShortNamesItsOffset) {
+  std::string lines;
+  for (int i = 0; i < 50; ++i)
+    lines +=
+        R"({"resourceSpans":[{"resource":{"attributes":[{"key":"dl.rank","value":{"intValue":"0"}}]},"scopeSpans":[{"spans":[]}]}]})"
+        "\n";
+  std::string stream = zstd(lines);
+  stream.resize(stream.size() - 3);
+  const fs::path p = input("cut.json.zst", stream);
+  const std::string e = error_of(p);
+  EXPECT_NE(e.find(p.string() + ": offset "), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+}
+
+TEST_F(RunImport, ReadableRunImportsAgainWhenTheInputChanges) {
+  const fs::path p = input("a.pb", prefixed(request(0, 0xA1, 100)));
+  const fs::path first = readable_run(p);
+  EXPECT_EQ(first, readable_run(p)) << "kept for the process";
+  std::ofstream(p, std::ios::binary | std::ios::app) << prefixed(request(3, 0xA2, 200));
+  const fs::path second = readable_run(p);
+  EXPECT_TRUE(fs::exists(second / "rank-3.otlp.jsonl"));
+  EXPECT_FALSE(fs::exists(first) && first != second) << "the old import removed";
+  // lens's own layout is read where it is.
+  std::ofstream(dir_ / "rank-0.otlp.jsonl") << "\n";
+  EXPECT_EQ(readable_run(dir_), dir_);
+}
+
+}  // namespace
+}  // namespace lens::analysis
