@@ -816,6 +816,18 @@ ImportStats import_run(const std::filesystem::path& input, const std::filesystem
   }
   std::sort(paths.begin(), paths.end());
   if (paths.empty()) throw ReadError(input.string() + ": no trace files");
+  // A folder of runs (lens-traces/) is not one run: name them instead of
+  // reading them as one.
+  std::vector<std::filesystem::path> runs;
+  for (const auto& p : paths)
+    if (p.string().ends_with(".otlp.jsonl") && p.parent_path() != input &&
+        std::find(runs.begin(), runs.end(), p.parent_path()) == runs.end())
+      runs.push_back(p.parent_path());
+  if (runs.size() > 1)
+    throw ReadError(input.string() + " holds " + std::to_string(runs.size()) +
+                    " runs in lens's layout (" + runs[0].filename().string() + ", " +
+                    runs[1].filename().string() + (runs.size() > 2 ? ", ..." : "") +
+                    "): name one of them");
   std::filesystem::create_directories(out_dir);
   Importer importer(out_dir);
   for (const auto& p : paths) importer.file(p);

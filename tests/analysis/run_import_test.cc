@@ -196,6 +196,17 @@ TEST_F(RunImport, JaegerAndTempoDocumentsWithBase64Ids) {
   }
 }
 
+TEST_F(RunImport, AFolderOfRunsIsNotReadAsOneRun) {
+  for (const char* run : {"run-a", "run-b"}) {
+    fs::create_directories(dir_ / "in" / run);
+    std::ofstream(dir_ / "in" / run / "rank-0.otlp.jsonl") << "\n";
+  }
+  const std::string e = error_of(dir_ / "in");
+  EXPECT_NE(e.find("holds 2 runs in lens's layout (run-a, run-b): name one of them"),
+            std::string::npos)
+      << e;
+}
+
 TEST_F(RunImport, AJaegerV1DocumentIsRefusedNamingTheApiToAsk) {
   const fs::path p = input("v1.json", R"({"data":[{"traceID":"1","spans":[]}]})");
   EXPECT_NE(error_of(p).find("api_v3"), std::string::npos) << error_of(p);
