@@ -221,14 +221,12 @@ int run_lens(int argc, char** argv) {
   clock_report.raw_asked = raw_clock;
   LateSpans late_spans;
   const auto view_options = [&](const std::string& run_dir) {
-    StreamOptions so = reading_options();
     late_spans = {};
-    so.late = &late_spans;
     if (!raw_clock) clock = read_clock_alignment(run_dir);
     clock_report = ClockReport::of(clock);
     clock_report.raw_asked = raw_clock;
-    if (!clock.empty()) so.clock = &clock;
-    so.clock_report = &clock_report;
+    StreamOptions so = aligned_stream(clock, &clock_report, &late_spans);
+    so.progress = reading_options().progress;
     return so;
   };
   try {

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -83,10 +82,7 @@ std::vector<DrawnStep> read_steps(const std::filesystem::path& dir, std::vector<
                                   const ClockAlignment& clock) {
   ClockReport clock_report = ClockReport::of(clock);
   LateSpans late;
-  StreamOptions so;
-  so.late = &late;
-  if (!clock.empty()) so.clock = &clock;
-  so.clock_report = &clock_report;
+  StreamOptions so = aligned_stream(clock, &clock_report, &late);
   so.stop_after_step = *std::max_element(steps.begin(), steps.end());
   std::vector<DrawnStep> out;
   stream_steps(

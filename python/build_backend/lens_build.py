@@ -20,7 +20,6 @@ import io
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig

@@ -199,30 +199,30 @@ Analysis AnalysisBuilder::finish() {
     st.gain_at_baseline_p50_ms = percentile(s.gain_at_baseline, 0.5);
     st.gain_at_median_p50_ms = percentile(s.gain_at_median, 0.5);
     for (std::size_t i = 0; i < s.steps.size(); ++i) {
-      StageStepFigures row{s.steps[i],
-                           st.replica,
-                           st.tensor,
-                           st.stage,
-                           st.rank,
-                           s.step_time[i],
-                           s.slack[i],
-                           s.gain_at_baseline[i],
-                           s.gain_at_median[i],
-                           s.sync_wait[i],
-                           s.sync_last_replica[i],
-                           s.collective_wait[i],
-                           longest_waited_for(s.collective_waited_for[i])};
-      row.microbatches = s.microbatches[i];
-      row.stage_step_ms = s.step[i];
-      row.compute_ms = s.compute[i];
-      row.compute_per_microbatch_ms = s.per_microbatch[i];
-      row.late_sender_ms = s.late_sender[i];
-      row.late_receiver_ms = s.late_receiver[i];
-      row.transfer_ms = s.transfer[i];
-      row.rest_ms = s.rest[i];
-      row.idle_ms = s.idle[i];
-      row.critical_share = s.critical_share[i];
-      out.stage_steps.push_back(row);
+      out.stage_steps.push_back(
+          {.step = s.steps[i],
+           .replica = st.replica,
+           .tensor = st.tensor,
+           .stage = st.stage,
+           .rank = st.rank,
+           .step_ms = s.step_time[i],
+           .slack_ms = s.slack[i],
+           .gain_at_baseline_ms = s.gain_at_baseline[i],
+           .gain_at_median_ms = s.gain_at_median[i],
+           .sync_wait_ms = s.sync_wait[i],
+           .sync_last_replica = s.sync_last_replica[i],
+           .collective_wait_ms = s.collective_wait[i],
+           .collective_last_peer = longest_waited_for(s.collective_waited_for[i]),
+           .microbatches = s.microbatches[i],
+           .stage_step_ms = s.step[i],
+           .compute_ms = s.compute[i],
+           .compute_per_microbatch_ms = s.per_microbatch[i],
+           .late_sender_ms = s.late_sender[i],
+           .late_receiver_ms = s.late_receiver[i],
+           .transfer_ms = s.transfer[i],
+           .rest_ms = s.rest[i],
+           .idle_ms = s.idle[i],
+           .critical_share = s.critical_share[i]});
     }
     if (st.relative > out.slowest_relative) {
       out.slowest_relative = st.relative;
@@ -312,11 +312,8 @@ Analysis analyze_run(const std::filesystem::path& dir, const AnalyzeOptions& opt
   ClockReport clock_report = ClockReport::of(clock);
   clock_report.raw_asked = options.raw_clock;
   LateSpans late;
-  StreamOptions so;
+  StreamOptions so = aligned_stream(clock, &clock_report, &late);
   so.progress = options.progress;
-  so.late = &late;
-  if (!clock.empty()) so.clock = &clock;
-  so.clock_report = &clock_report;
   Analysis a = analyze_dir(dir, so, warnings, options.keep_critical_path);
   a.clock = std::move(clock_report);
   a.left_out = std::move(late);

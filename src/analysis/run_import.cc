@@ -654,28 +654,13 @@ class Importer {
       rs["scopeSpans"] = std::move(*old);
       rs.erase("instrumentationLibrarySpans");
     }
-    int rank = -1;
-    if (auto res = rs.find("resource"); res != rs.end() && res->is_object())
-      if (auto attrs = res->find("attributes"); attrs != res->end() && attrs->is_array())
-        for (const auto& kv : *attrs)
-          if (kv.is_object() && kv.value("key", "") == "dl.rank" && kv.contains("value")) {
-            const json& v = kv["value"];
-            if (auto i = v.find("intValue"); i != v.end()) {
-              if (i->is_number_integer())
-                rank = i->get<int>();
-              else if (i->is_string())
-                rank = std::atoi(i->get<std::string>().c_str());
-            }
-          }
-    std::size_t spans = 0;
-    std::optional<std::int64_t> first_end;
+    // Ids in base64 (proto3 JSON's bytes) as the hex the reader takes.
     if (auto scopes = rs.find("scopeSpans"); scopes != rs.end() && scopes->is_array())
       for (auto& ss : *scopes) {
         if (!ss.is_object()) continue;
         if (auto list = ss.find("spans"); list != ss.end() && list->is_array())
           for (auto& s : *list) {
             if (!s.is_object()) continue;
-            ++spans;
             normalize_id(s, "traceId", 16);
             normalize_id(s, "spanId", 8);
             normalize_id(s, "parentSpanId", 8);
@@ -685,39 +670,35 @@ class Importer {
                   normalize_id(l, "traceId", 16);
                   normalize_id(l, "spanId", 8);
                 }
-            if (auto e = s.find("endTimeUnixNano"); e != s.end()) {
-              std::int64_t end = 0;
-              if (e->is_number_integer())
-                end = e->get<std::int64_t>();
-              else if (e->is_string())
-                end = std::atoll(e->get<std::string>().c_str());
-              first_end = first_end ? std::min(*first_end, end) : end;
-            }
           }
       }
-    stats_.spans += spans;
-    if (rank < 0) {
-      stats_.foreign_spans += spans;
-      return;
-    }
-    ++stats_.batches;
     const std::string line = json{{"resourceSpans", json::array({std::move(rs)})}}.dump(
         -1, ' ', false, json::error_handler_t::replace);
-    // Read now as the readers will read it, so that a malformed span is
-    // named here, in the file it came from, not later in the copy.
+    // Read now as the readers will read it: a malformed span is named here,
+    // in the file it came from, not later in the copy; and the reader's
+    // resource and times say the batch's rank and its earliest span end.
+    RankFile read;
     try {
-      RankFile scratch;
-      parse_request(scratch, line);
+      parse_request(read, line);
     } catch (const std::bad_alloc&) {
       throw;
     } catch (const std::exception& e) {
       throw ReadError(where + ": not an OTLP/JSON request: " + e.what());
     }
+    stats_.spans += read.spans.size();
+    const int rank = read.rank;
+    if (rank < 0) {
+      stats_.foreign_spans += read.spans.size();
+      return;
+    }
+    ++stats_.batches;
+    std::int64_t first_end = 0;
+    for (std::size_t i = 0; i < read.spans.size(); ++i)
+      first_end = i == 0 ? read.spans[i].end_ns : std::min(first_end, read.spans[i].end_ns);
     RankSpill& spill = spills_[rank];
     if (!spill.out.is_open()) spill.out.open(dir_ / spill_name(rank), std::ios::binary);
     spill.out.write(line.data(), static_cast<std::streamsize>(line.size()));
-    spill.batches.push_back(
-        {spill.bytes, static_cast<std::uint32_t>(line.size()), first_end.value_or(0)});
+    spill.batches.push_back({spill.bytes, static_cast<std::uint32_t>(line.size()), first_end});
     spill.bytes += line.size();
     if (!spill.out) throw ReadError((dir_ / spill_name(rank)).string() + ": cannot write");
   }

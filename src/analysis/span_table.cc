@@ -39,9 +39,7 @@ SpanTable read_span_table(const std::filesystem::path& dir, bool raw_clock,
   ClockAlignment clock;
   if (!raw_clock) clock = read_clock_alignment(dir);
   LateSpans late;
-  StreamOptions so;
-  so.late = &late;
-  if (!clock.empty()) so.clock = &clock;
+  const StreamOptions so = aligned_stream(clock, nullptr, &late);
   const auto aligned = [&](const RankFile& f, const SpanRow& s) {
     return so.clock != nullptr && clock.has(f.rank, s.process);
   };

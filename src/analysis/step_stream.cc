@@ -122,6 +122,14 @@ nlohmann::json LateSpans::to_json() const {
   return {{"late", late}, {"duplicates", duplicates}, {"ids_forgotten", forgot}};
 }
 
+StreamOptions aligned_stream(const ClockAlignment& clock, ClockReport* report, LateSpans* late) {
+  StreamOptions so;
+  if (!clock.empty()) so.clock = &clock;
+  so.clock_report = report;
+  so.late = late;
+  return so;
+}
+
 Run stream_steps(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
                  const StreamOptions& options) {
   const auto paths = run_files(dir);

@@ -83,6 +83,11 @@ struct StreamOptions {
   LateSpans* late = nullptr;
 };
 
+// Options for a view on one clock: every span handed over on `clock`'s
+// reference (when it has samples), the causality pass counted in `report`
+// and what the stream leaves out in `late` (either may be null).
+StreamOptions aligned_stream(const ClockAlignment& clock, ClockReport* report, LateSpans* late);
+
 // Calls `on_step` for every step, in increasing step number. Returns the
 // files' metadata and, in their `spans`, the spans that belong to no step
 // window, with the files' warnings. Throws ReadError for unreadable or
