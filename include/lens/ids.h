@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -26,7 +27,12 @@ class TraceId {
 
   constexpr TraceId() = default;
   explicit constexpr TraceId(const std::array<std::uint8_t, kSize>& bytes) : bytes_(bytes) {}
-  static TraceId from_words(std::uint64_t high, std::uint64_t low);
+  /// The id of two words, the high one first (big-endian, as it is
+  /// written in hex).
+  static TraceId from_words(std::uint64_t high, std::uint64_t low) {
+    const std::array<std::uint64_t, 2> words = {__builtin_bswap64(high), __builtin_bswap64(low)};
+    return TraceId(std::bit_cast<std::array<std::uint8_t, kSize>>(words));
+  }
 
   /// Parses exactly 32 lowercase hex digits; anything else gives nullopt.
   /// An all-zero id parses (it is well-formed) but is not valid().
@@ -51,7 +57,10 @@ class SpanId {
 
   constexpr SpanId() = default;
   explicit constexpr SpanId(const std::array<std::uint8_t, kSize>& bytes) : bytes_(bytes) {}
-  static SpanId from_word(std::uint64_t word);
+  /// The id of a word (big-endian, as it is written in hex).
+  static SpanId from_word(std::uint64_t word) {
+    return SpanId(std::bit_cast<std::array<std::uint8_t, kSize>>(__builtin_bswap64(word)));
+  }
 
   /// Parses exactly 16 lowercase hex digits; anything else gives nullopt.
   static std::optional<SpanId> from_hex(std::string_view hex);
@@ -69,7 +78,7 @@ class SpanId {
   std::array<std::uint8_t, kSize> bytes_{};
 };
 
-/// Random ids from a per-thread xoshiro256** generator seeded with
+/// Random ids from a per-thread SplitMix64 generator seeded with
 /// getrandom(2). Never returns an invalid (all-zero) id.
 namespace IdGenerator {
 TraceId new_trace_id();

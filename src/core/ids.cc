@@ -9,17 +9,10 @@
 #include <cstring>
 
 #include "hex.h"
+#include "span_ids.h"
 #include "splitmix.h"
 
 namespace lens {
-
-TraceId TraceId::from_words(std::uint64_t high, std::uint64_t low) {
-  // Big-endian, as the id is written in hex: high word first.
-  const std::uint64_t words[2] = {__builtin_bswap64(high), __builtin_bswap64(low)};
-  std::array<std::uint8_t, kSize> b;
-  std::memcpy(b.data(), words, kSize);
-  return TraceId(b);
-}
 
 std::optional<TraceId> TraceId::from_hex(std::string_view hex) {
   std::array<std::uint8_t, kSize> b{};
@@ -39,13 +32,6 @@ std::string TraceId::to_hex() const {
   std::string s(2 * kSize, '0');
   write_hex(s.data());
   return s;
-}
-
-SpanId SpanId::from_word(std::uint64_t word) {
-  const std::uint64_t big_endian = __builtin_bswap64(word);
-  std::array<std::uint8_t, kSize> b;
-  std::memcpy(b.data(), &big_endian, kSize);
-  return SpanId(b);
 }
 
 std::optional<SpanId> SpanId::from_hex(std::string_view hex) {
@@ -72,11 +58,7 @@ std::string SpanId::to_hex() const {
 
 namespace {
 
-// Bumped in every forked child, so each thread's generator notices the fork
-// on its next call and reseeds instead of repeating the parent's sequence.
-std::atomic<std::uint64_t> g_fork_generation{1};
-
-void on_fork_child() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+void on_fork_child() { detail::g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
 
 void register_fork_handler() {
   static const bool registered = [] {
@@ -86,83 +68,51 @@ void register_fork_handler() {
   (void)registered;
 }
 
-std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-struct Xoshiro256 {
-  std::uint64_t s[4] = {0, 0, 0, 0};
-  std::uint64_t generation = 0;
-
-  void seed() {
-    std::uint64_t seed_words[4] = {0, 0, 0, 0};
-    std::size_t filled = 0;
-    auto* out = reinterpret_cast<unsigned char*>(seed_words);
-    while (filled < sizeof(seed_words)) {
-      ssize_t n = getrandom(out + filled, sizeof(seed_words) - filled, 0);
-      if (n <= 0) break;
-      filled += static_cast<std::size_t>(n);
-    }
-    if (filled < sizeof(seed_words)) {
-      // getrandom is unavailable: mix what the process can observe, which
-      // still differs between processes and threads.
-      std::uint64_t x = static_cast<std::uint64_t>(
-          std::chrono::high_resolution_clock::now().time_since_epoch().count());
-      x ^= static_cast<std::uint64_t>(getpid()) << 32;
-      x ^= reinterpret_cast<std::uintptr_t>(this);
-      for (auto& w : seed_words) w ^= detail::splitmix64(x);
-    }
-    // Run the seed through splitmix so the state is never all zero.
-    std::uint64_t x =
-        seed_words[0] ^ rotl(seed_words[1], 17) ^ rotl(seed_words[2], 31) ^ rotl(seed_words[3], 47);
-    for (int i = 0; i < 4; ++i) s[i] = seed_words[i] ^ detail::splitmix64(x);
-    generation = g_fork_generation.load(std::memory_order_relaxed);
+void seed(detail::IdState& st) {
+  register_fork_handler();
+  std::uint64_t word = 0;
+  std::size_t filled = 0;
+  auto* out = reinterpret_cast<unsigned char*>(&word);
+  while (filled < sizeof word) {
+    const ssize_t n = getrandom(out + filled, sizeof word - filled, 0);
+    if (n <= 0) break;
+    filled += static_cast<std::size_t>(n);
   }
-
-  std::uint64_t next() {
-    if (generation != g_fork_generation.load(std::memory_order_relaxed)) seed();
-    const std::uint64_t result = rotl(s[1] * 5, 7) * 9;
-    const std::uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
+  if (filled < sizeof word) {
+    // getrandom is unavailable: mix what the process can observe, which
+    // still differs between processes and threads.
+    std::uint64_t x = static_cast<std::uint64_t>(
+        std::chrono::high_resolution_clock::now().time_since_epoch().count());
+    x ^= static_cast<std::uint64_t>(getpid()) << 32;
+    x ^= reinterpret_cast<std::uintptr_t>(&st);
+    word ^= detail::splitmix64(x);
   }
-};
-
-Xoshiro256& thread_generator() {
-  thread_local Xoshiro256 gen = [] {
-    register_fork_handler();
-    Xoshiro256 g;
-    g.seed();
-    return g;
-  }();
-  return gen;
+  st.state = word;
+  st.generation = detail::g_fork_generation.load(std::memory_order_relaxed);
 }
 
 }  // namespace
 
+namespace detail {
+
+constinit std::atomic<std::uint64_t> g_fork_generation{1};
+constinit thread_local IdState t_ids;
+
+void seed_thread_ids() { seed(t_ids); }
+
+}  // namespace detail
+
 namespace IdGenerator {
 
-std::uint64_t next_u64() { return thread_generator().next(); }
+std::uint64_t next_u64() { return detail::thread_ids().next(); }
 
 TraceId new_trace_id() {
-  auto& gen = thread_generator();
-  std::uint64_t high = 0, low = 0;
-  while (high == 0 && low == 0) {
-    high = gen.next();
-    low = gen.next();
-  }
-  return TraceId::from_words(high, low);
+  detail::IdState& st = detail::thread_ids();
+  const std::uint64_t high = st.next();
+  return TraceId::from_words(high, st.nonzero());
 }
 
-SpanId new_span_id() {
-  auto& gen = thread_generator();
-  std::uint64_t word = 0;
-  while (word == 0) word = gen.next();
-  return SpanId::from_word(word);
-}
+SpanId new_span_id() { return SpanId::from_word(detail::thread_ids().nonzero()); }
 
 }  // namespace IdGenerator
 }  // namespace lens

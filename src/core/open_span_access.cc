@@ -54,9 +54,9 @@ void enable_asymmetric_fence() {
   });
 }
 
-void OwnerChange::wait_while_frozen() const {
+void OwnerChange::wait_while_frozen(const LiveSpan* s) {
   int spins = 0;
-  while (s_->frozen.load(std::memory_order_acquire)) wait_turn(spins);
+  while (s->frozen.load(std::memory_order_acquire)) wait_turn(spins);
 }
 
 FrozenOpenSpans::FrozenOpenSpans(LiveSpan& open_head, std::chrono::milliseconds patience) {

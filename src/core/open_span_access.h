@@ -57,11 +57,11 @@ class OwnerChange {
  public:
   explicit OwnerChange(LiveSpan* s) : s_(s) {
     for (;;) {
-      s_->busy.store(true, std::memory_order_relaxed);
+      s->busy.store(true, std::memory_order_relaxed);
       owner_fence();
-      if (!s_->frozen.load(std::memory_order_acquire)) return;
-      s_->busy.store(false, std::memory_order_release);
-      wait_while_frozen();
+      if (!s->frozen.load(std::memory_order_acquire)) return;
+      s->busy.store(false, std::memory_order_release);
+      wait_while_frozen(s);
     }
   }
   ~OwnerChange() { s_->busy.store(false, std::memory_order_release); }
@@ -69,7 +69,8 @@ class OwnerChange {
   OwnerChange& operator=(const OwnerChange&) = delete;
 
  private:
-  void wait_while_frozen() const;
+  // Static, so that the span's pointer stays in a register around it.
+  static void wait_while_frozen(const LiveSpan* s);
   LiveSpan* s_;
 };
 

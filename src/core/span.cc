@@ -4,6 +4,7 @@
 
 #include "live_span.h"
 #include "open_span_access.h"
+#include "same_bytes.h"
 #include "span_clock.h"
 #include "telemetry_core.h"
 
@@ -11,20 +12,43 @@ namespace lens {
 namespace detail {
 namespace {
 
-// The slot for key: the existing attribute, a new one, or nullptr (dropped).
-Attribute* attribute_slot(LiveSpan* s, std::string_view key) {
-  for (auto& a : s->used_attributes())
-    if (a.key == key) return &a;
+// A slot for a new key past the kept ones (a record's first use, or more
+// attributes than its last use had), or nullptr (dropped).
+[[gnu::noinline]] Attribute* new_attribute_slot(LiveSpan* s, std::string_view key) {
   if (s->core == nullptr) return nullptr;
   if (s->attributes_used >= s->core->limits.attribute_count) {
     ++s->dropped_attributes_count;
     return nullptr;
   }
   Attribute& a = s->new_attribute();
-  // A pooled record's slot keeps its last key, most often this one (the
-  // same call site set it on the record's last span): compared, not copied.
-  if (std::string_view(a.key) != key) a.key.assign(key);
+  if (!same_bytes(a.key, key)) a.key.assign(key);
   return &a;
+}
+
+// The slot for key: the existing attribute, a new one, or nullptr
+// (dropped). Inline: most spans set a few attributes once each, in the
+// order their call site always sets them, so the slot is the next kept one
+// and already holds the key (compared, not copied).
+[[gnu::always_inline]] inline Attribute* attribute_slot(LiveSpan* s, std::string_view key) {
+  Attribute* const slots = s->attributes.data();
+  Attribute* const next = slots + s->attributes_used;
+  for (Attribute* a = slots; a != next; ++a)
+    if (same_bytes(a->key, key)) return a;
+  if (next != s->attributes.data() + s->attributes.size() && s->core != nullptr &&
+      s->attributes_used < s->core->limits.attribute_count) [[likely]] {
+    ++s->attributes_used;
+    if (!same_bytes(next->key, key)) next->key.assign(key);
+    return next;
+  }
+  return new_attribute_slot(s, key);
+}
+
+// Sets key's value with `assign`, as the span's owner.
+template <typename Assign>
+[[gnu::always_inline]] inline void change_attribute(LiveSpan* s, std::string_view key,
+                                                    Assign&& assign) {
+  OwnerChange change(s);
+  if (Attribute* a = attribute_slot(s, key)) assign(a->value);
 }
 
 }  // namespace
@@ -33,29 +57,31 @@ Attribute* attribute_slot(LiveSpan* s, std::string_view key) {
 SpanContext Span::context() const { return live_ ? live_->context : SpanContext(); }
 
 void Span::set_bool(std::string_view key, bool value) {
-  detail::OwnerChange change(live_);
-  if (auto* a = detail::attribute_slot(live_, key)) a->value = value;
+  detail::change_attribute(live_, key, [value](AttributeValue& v) { v = value; });
 }
 void Span::set_int(std::string_view key, std::int64_t value) {
-  detail::OwnerChange change(live_);
-  if (auto* a = detail::attribute_slot(live_, key)) a->value = value;
+  detail::change_attribute(live_, key, [value](AttributeValue& v) {
+    // In place when the slot held an int before (a pooled record's slot
+    // most often did): no visit of the old alternative.
+    if (auto* held = std::get_if<std::int64_t>(&v))
+      *held = value;
+    else
+      v = value;
+  });
 }
 void Span::set_double(std::string_view key, double value) {
-  detail::OwnerChange change(live_);
-  if (auto* a = detail::attribute_slot(live_, key)) a->value = value;
+  detail::change_attribute(live_, key, [value](AttributeValue& v) { v = value; });
 }
 void Span::set_string(std::string_view key, std::string_view value) {
-  detail::OwnerChange change(live_);
-  auto* a = detail::attribute_slot(live_, key);
-  if (a == nullptr) return;
-  if (auto* str = std::get_if<std::string>(&a->value))
-    str->assign(value);
-  else
-    a->value = std::string(value);
+  detail::change_attribute(live_, key, [value](AttributeValue& v) {
+    if (auto* str = std::get_if<std::string>(&v))
+      str->assign(value);
+    else
+      v = std::string(value);
+  });
 }
 void Span::set_value(std::string_view key, AttributeValue value) {
-  detail::OwnerChange change(live_);
-  if (auto* a = detail::attribute_slot(live_, key)) a->value = std::move(value);
+  detail::change_attribute(live_, key, [&value](AttributeValue& v) { v = std::move(value); });
 }
 
 void Span::add_event(std::string_view name, Attributes attributes) {

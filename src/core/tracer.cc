@@ -4,19 +4,37 @@
 
 #include "current_span.h"
 #include "lens/ids.h"
+#include "same_bytes.h"
 #include "span_clock.h"
+#include "span_ids.h"
 #include "telemetry_core.h"
 
 namespace lens {
 
 using detail::LiveSpan;
 
+namespace {
+
+// A root span's sampling decision; the default sampler's without a call.
+bool sample_root(const Sampler& sampler, const TraceId& trace_id) {
+  return sampler.kind == Sampler::Kind::kAlwaysOn || sampler.should_sample_root(trace_id);
+}
+
+// The parent a span without options nests under: the thread's current
+// span, if any.
+const SpanContext* current_parent() {
+  auto& cur = detail::current_context();
+  return cur.has ? &cur.context : nullptr;
+}
+
+}  // namespace
+
 LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
                                   const StartOptions* options, StepFigure figure) const {
   LiveSpan* s = detail::acquire_record();
   // A pooled record keeps its last span's name, most often this one (a
   // call site's spans reuse the records it released): compared, not copied.
-  if (std::string_view(s->name) != name) s->name.assign(name);
+  if (!detail::same_bytes(s->name, name)) s->name.assign(name);
   s->group = group;
   s->scope = scope_;
   s->kind = options ? options->kind : SpanKind::kInternal;
@@ -25,17 +43,18 @@ LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
                   : StepFigure::kNone;
 
   const SpanContext* parent = nullptr;
-  if (options && options->parent && options->parent->valid()) {
+  if (options == nullptr) [[likely]] {
+    parent = current_parent();
+  } else if (options->parent && options->parent->valid()) {
     parent = &*options->parent;
-  } else if (!(options && (options->root || options->parent || options->context))) {
-    auto& cur = detail::current_context();
-    if (cur.has) parent = &cur.context;
+  } else if (!(options->root || options->parent || options->context)) {
+    parent = current_parent();
   }
   const Sampler& sampler = core_->sampler;
   if (parent != nullptr) {
     s->context.trace_id = parent->trace_id;
     s->context.trace_flags = parent->trace_flags;
-    s->context.tracestate = parent->tracestate;
+    if (!parent->tracestate.empty()) s->context.tracestate = parent->tracestate;
     s->parent_span_id = parent->span_id;
     s->parent_remote = parent->remote;
     // A sampler that is not parent-based decides again for a remote parent
@@ -45,7 +64,7 @@ LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
     // child deciding again would be exported under a parent that is not, or
     // dropped under one that is.
     if (!sampler.parent_based && parent->remote) {
-      s->context.trace_flags = sampler.should_sample_root(s->context.trace_id)
+      s->context.trace_flags = sample_root(sampler, s->context.trace_id)
                                    ? (parent->trace_flags | TraceFlags::kSampled)
                                    : (parent->trace_flags & ~TraceFlags::kSampled);
     }
@@ -54,14 +73,15 @@ LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
     s->context.trace_id = decided.trace_id.valid() ? decided.trace_id : IdGenerator::new_trace_id();
     s->context.trace_flags = decided.trace_flags;
     s->context.tracestate = decided.tracestate;
-  } else {
-    s->context.trace_id = IdGenerator::new_trace_id();
-    s->context.trace_flags =
-        sampler.should_sample_root(s->context.trace_id) ? TraceFlags::kSampled : 0;
   }
-  s->context.span_id = options && options->context && options->context->span_id.valid()
-                           ? options->context->span_id
-                           : IdGenerator::new_span_id();
+  if (options && options->context && options->context->span_id.valid()) {
+    s->context.span_id = options->context->span_id;
+  } else {
+    const bool root = parent == nullptr && !(options && options->context);
+    detail::new_span_ids(s->context, root);
+    if (root)
+      s->context.trace_flags = sample_root(sampler, s->context.trace_id) ? TraceFlags::kSampled : 0;
+  }
 
   if (options && !options->links.empty()) {
     for (const auto& link : options->links) {
