@@ -210,9 +210,7 @@ BatchProcessor::~BatchProcessor() {
   detail::unregister_fork_participant(state_.get());
 }
 
-void BatchProcessor::PendingWake::run() const {
-  if (state_) state_->wake(state_->work_cv);
-}
+void BatchProcessor::PendingWake::wake() const { state_->wake(state_->work_cv); }
 
 bool BatchProcessor::enqueue(detail::LiveSpan* span) noexcept {
   PendingWake wake;

@@ -56,9 +56,13 @@ class BatchProcessor {
     PendingWake() = default;
     explicit PendingWake(std::shared_ptr<State> state) : state_(std::move(state)) {}
     explicit operator bool() const { return state_ != nullptr; }
-    void run() const;
+    void run() const {
+      if (state_) [[unlikely]]
+        wake();
+    }
 
    private:
+    void wake() const;
     std::shared_ptr<State> state_;
   };
 

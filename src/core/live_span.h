@@ -27,6 +27,12 @@ struct DeviceMarks {
 };
 
 struct LiveSpan : SpanRecord {
+  // A record's name holds at least this many bytes (its buffer is never
+  // shrunk: names are assigned, never moved in), so that the end of a span
+  // copies the failure record's "last ended" name as a fixed-size block.
+  static constexpr std::size_t kNameCapacity = 48;
+  LiveSpan() { name.reserve(kNameCapacity); }
+
   // The telemetry this span reports to; null once that telemetry has shut
   // down and ended the span itself (the handle then only frees the record).
   // Guarded by open_spans_lock().
@@ -66,6 +72,10 @@ struct LiveSpan : SpanRecord {
   }
   // The span's own attributes (the first attributes_used).
   std::span<Attribute> used_attributes() { return {attributes.data(), attributes_used}; }
+  // Whether `attributes` holds exactly the span's own attributes.
+  bool attributes_settled() const {
+    return attributes.data() + attributes_used == attributes.data() + attributes.size();
+  }
   // Makes `attributes` hold exactly the span's own attributes, the kept
   // slots past them set aside: done when the span ends, before the record
   // is handed on or copied.

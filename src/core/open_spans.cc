@@ -11,19 +11,7 @@
 
 namespace lens::detail {
 
-SpinLock& open_spans_lock() {
-  static SpinLock lock;
-  return lock;
-}
-
-void TelemetryCore::register_open(LiveSpan* s) {
-  std::lock_guard<SpinLock> lock(open_spans_lock());
-  s->core = this;
-  s->next = &open_head;
-  s->prev = open_head.prev;
-  open_head.prev->next = s;
-  open_head.prev = s;
-}
+constinit SpinLock g_open_spans_lock;
 
 void finish_span(LiveSpan* s) {
   const std::int64_t end_steady = steady_now_ns();
@@ -41,15 +29,19 @@ void finish_span(LiveSpan* s) {
       s->core = nullptr;
       s->end_time_unix_ns =
           s->start_time_unix_ns + skewed_elapsed(end_steady - s->start_steady_ns, s->clock_drift);
-      const std::size_t n = std::min(s->name.size(), sizeof core->last_ended_name);
-      std::memcpy(core->last_ended_name, s->name.data(), n);
-      core->last_ended_length = static_cast<std::uint8_t>(n);
+      // The whole buffer's width, whatever the name's length (a record's
+      // name holds at least that many bytes: LiveSpan's constructor), so
+      // that the copy is a few moves rather than a call.
+      static_assert(sizeof core->last_ended_name == LiveSpan::kNameCapacity);
+      std::memcpy(core->last_ended_name, s->name.data(), sizeof core->last_ended_name);
+      core->last_ended_length =
+          static_cast<std::uint8_t>(std::min(s->name.size(), sizeof core->last_ended_name));
       core->last_ended_steady_ns = end_steady;
       // Queued under the lock: the core cannot be destroyed meanwhile. The
       // export thread's wake-up (a mutex and a notify) waits until the lock
       // is released; it holds the processor's state, not the core.
       if (s->context.sampled()) {
-        s->settle_attributes();
+        if (!s->attributes_settled()) s->settle_attributes();
         if (s->device.events != nullptr && core->device != nullptr && core->device->submit(s)) {
           return;  // the device part queues it once its times are known
         }

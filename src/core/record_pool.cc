@@ -1,6 +1,7 @@
 // A process-wide pool of span records. Each thread keeps a small cache so the
 // common start/end path takes no lock; the cache refills from, and spills
 // to, the global free list in batches.
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -34,14 +35,32 @@ void release_to_global(LiveSpan* const* spans, std::size_t count) {
   for (std::size_t i = kept; i < count; ++i) delete spans[i];
 }
 
+// A thread's cache: trivially destructible and constant-initialised, so
+// that a thread reaches it without a guard.
 struct ThreadCache {
-  std::vector<LiveSpan*> spans;
-  ~ThreadCache() { release_to_global(spans.data(), spans.size()); }
+  LiveSpan* spans[kThreadCacheBatch] = {};
+  std::size_t count = 0;
+};
+constinit thread_local ThreadCache t_cache;
+
+// Hands a thread's cached records back to the global pool when the thread
+// exits; made by the thread's first refill (which registers its exit).
+struct CacheReturn {
+  ~CacheReturn() {
+    release_to_global(t_cache.spans, t_cache.count);
+    t_cache.count = 0;
+  }
 };
 
-ThreadCache& thread_cache() {
-  thread_local ThreadCache cache;
-  return cache;
+[[gnu::noinline]] void refill(ThreadCache& cache) {
+  thread_local CacheReturn at_exit;
+  (void)at_exit;
+  auto& pool = global_pool();
+  std::lock_guard<SpinLock> lock(pool.mu);
+  const std::size_t take = std::min(kThreadCacheBatch, pool.free.size());
+  std::copy(pool.free.end() - static_cast<std::ptrdiff_t>(take), pool.free.end(), cache.spans);
+  pool.free.resize(pool.free.size() - take);
+  cache.count = take;
 }
 
 }  // namespace
@@ -49,19 +68,22 @@ ThreadCache& thread_cache() {
 SpinLock& record_pool_lock() { return global_pool().mu; }
 
 void LiveSpan::reset() {
-  context.tracestate.clear();
+  // Each field start_recording does not always set; what a span rarely
+  // uses (tracestate, events, links, a status message) cleared only when
+  // it holds something.
+  if (!context.tracestate.empty()) context.tracestate.clear();
   context.remote = false;
   parent_span_id = SpanId();
   parent_remote = false;
   // name is kept: start_recording sets it, and keeps it when it is the same.
   attributes_used = 0;  // the slots stay, to be reused in place
   dropped_attributes_count = 0;
-  events.clear();
+  if (!events.empty()) events.clear();
   dropped_events_count = 0;
-  links.clear();
+  if (!links.empty()) links.clear();
   dropped_links_count = 0;
   status_code = StatusCode::kUnset;
-  status_message.clear();
+  if (!status_message.empty()) status_message.clear();
   core = nullptr;
   prev = next = nullptr;
   device = {};
@@ -69,18 +91,12 @@ void LiveSpan::reset() {
 }
 
 LiveSpan* acquire_record() {
-  auto& cache = thread_cache();
-  if (cache.spans.empty()) {
-    auto& pool = global_pool();
-    std::lock_guard<SpinLock> lock(pool.mu);
-    std::size_t take = std::min(kThreadCacheBatch, pool.free.size());
-    cache.spans.insert(cache.spans.end(), pool.free.end() - static_cast<std::ptrdiff_t>(take),
-                       pool.free.end());
-    pool.free.resize(pool.free.size() - take);
+  ThreadCache& cache = t_cache;
+  if (cache.count == 0) [[unlikely]] {
+    refill(cache);
+    if (cache.count == 0) return new LiveSpan;
   }
-  if (cache.spans.empty()) return new LiveSpan;
-  LiveSpan* span = cache.spans.back();
-  cache.spans.pop_back();
+  LiveSpan* span = cache.spans[--cache.count];
   // Cleared here, on the thread that will fill it, rather than on the export
   // thread that returned it: the exporter then only reads records, and the
   // cache lines it shares with this thread are never left modified on its core.

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,8 @@ namespace lens::detail {
 // thread and its Telemetry shutting down on another agree on who ends it,
 // even while that Telemetry is being destroyed. Critical sections are a few
 // pointer writes plus a queue push.
-SpinLock& open_spans_lock();
+extern constinit SpinLock g_open_spans_lock;
+inline SpinLock& open_spans_lock() { return g_open_spans_lock; }
 
 class TelemetryCore {
  public:
@@ -44,12 +46,19 @@ class TelemetryCore {
   std::atomic<std::uint64_t> spans_truncated{0};
   // The span that ended last (name, truncated to fit, and when), for the
   // failure record; written under open_spans_lock() by finish_span.
-  char last_ended_name[48] = {};
+  char last_ended_name[LiveSpan::kNameCapacity] = {};
   std::uint8_t last_ended_length = 0;
   std::int64_t last_ended_steady_ns = 0;
 
   // Links s into the open list and marks it as this core's. Takes the lock.
-  void register_open(LiveSpan* s);
+  void register_open(LiveSpan* s) {
+    std::lock_guard<SpinLock> lock(open_spans_lock());
+    s->core = this;
+    s->next = &open_head;
+    s->prev = open_head.prev;
+    open_head.prev->next = s;
+    open_head.prev = s;
+  }
   // Ends every open span: exports a copy marked nemo.span.truncated=true
   // (and lens.stopped_by=`stopped_by`, the signal that stopped the process,
   // when given) and detaches the original from this core. Returns how many.
