@@ -38,7 +38,10 @@ class TraceId {
   /// An all-zero id parses (it is well-formed) but is not valid().
   static std::optional<TraceId> from_hex(std::string_view hex);
 
-  bool valid() const;
+  bool valid() const {
+    const auto words = std::bit_cast<std::array<std::uint64_t, 2>>(bytes_);
+    return (words[0] | words[1]) != 0;
+  }
   const std::array<std::uint8_t, kSize>& bytes() const { return bytes_; }
   std::string to_hex() const;
   /// Writes 32 lowercase hex digits to out (no terminator).
@@ -65,9 +68,10 @@ class SpanId {
   /// Parses exactly 16 lowercase hex digits; anything else gives nullopt.
   static std::optional<SpanId> from_hex(std::string_view hex);
 
-  bool valid() const;
+  bool valid() const { return std::bit_cast<std::uint64_t>(bytes_) != 0; }
   const std::array<std::uint8_t, kSize>& bytes() const { return bytes_; }
-  std::uint64_t to_word() const;
+  /// The id as a word (its bytes big-endian).
+  std::uint64_t to_word() const { return __builtin_bswap64(std::bit_cast<std::uint64_t>(bytes_)); }
   std::string to_hex() const;
   void write_hex(char* out) const;
 

@@ -128,7 +128,10 @@ class Span {
   void add_event(std::string_view name, Attributes attributes = {});
 
   /// Adds a link to another span's context. An invalid context is ignored.
-  void add_link(const SpanContext& context, Attributes attributes = {});
+  void add_link(const SpanContext& context, Attributes attributes);
+  void add_link(const SpanContext& context) {
+    if (live_) add_bare_link(context);
+  }
 
   void set_status(StatusCode code, std::string_view message = {});
   void update_name(std::string_view name);
@@ -162,6 +165,7 @@ class Span {
   void set_double(std::string_view key, double value);
   void set_string(std::string_view key, std::string_view value);
   void set_value(std::string_view key, AttributeValue value);
+  void add_bare_link(const SpanContext& context);
   void end_recording();
 
   detail::LiveSpan* live_ = nullptr;

@@ -20,12 +20,6 @@ std::optional<TraceId> TraceId::from_hex(std::string_view hex) {
   return TraceId(b);
 }
 
-bool TraceId::valid() const {
-  std::uint64_t words[2];
-  std::memcpy(words, bytes_.data(), kSize);
-  return (words[0] | words[1]) != 0;
-}
-
 void TraceId::write_hex(char* out) const { detail::encode_lower_hex(bytes_.data(), kSize, out); }
 
 std::string TraceId::to_hex() const {
@@ -38,14 +32,6 @@ std::optional<SpanId> SpanId::from_hex(std::string_view hex) {
   std::array<std::uint8_t, kSize> b{};
   if (!detail::decode_lower_hex(hex, b.data(), b.size())) return std::nullopt;
   return SpanId(b);
-}
-
-bool SpanId::valid() const { return to_word() != 0; }
-
-std::uint64_t SpanId::to_word() const {
-  std::uint64_t big_endian;
-  std::memcpy(&big_endian, bytes_.data(), kSize);
-  return __builtin_bswap64(big_endian);
 }
 
 void SpanId::write_hex(char* out) const { detail::encode_lower_hex(bytes_.data(), kSize, out); }

@@ -85,9 +85,6 @@ struct LiveSpan : SpanRecord {
       attributes.pop_back();
     }
   }
-
-  // Clears the record for reuse, keeping container capacity.
-  void reset();
 };
 
 // Keeps the first `limit` attributes and counts the rest as dropped.

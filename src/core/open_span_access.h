@@ -53,18 +53,25 @@ void enable_asymmetric_fence();
 
 // Marks the owner's change of a record: from construction (which waits
 // while a foreign thread holds the record) to destruction.
+// The owner's side without waiting: true when the owner may change s now
+// (it then calls owner_done), false when a foreign thread holds the record
+// (the owner then waits, as OwnerChange does).
+inline bool owner_try_begin(LiveSpan* s) {
+  s->busy.store(true, std::memory_order_relaxed);
+  owner_fence();
+  if (!s->frozen.load(std::memory_order_acquire)) [[likely]]
+    return true;
+  s->busy.store(false, std::memory_order_release);
+  return false;
+}
+inline void owner_done(LiveSpan* s) { s->busy.store(false, std::memory_order_release); }
+
 class OwnerChange {
  public:
   explicit OwnerChange(LiveSpan* s) : s_(s) {
-    for (;;) {
-      s->busy.store(true, std::memory_order_relaxed);
-      owner_fence();
-      if (!s->frozen.load(std::memory_order_acquire)) return;
-      s->busy.store(false, std::memory_order_release);
-      wait_while_frozen(s);
-    }
+    while (!owner_try_begin(s)) wait_while_frozen(s);
   }
-  ~OwnerChange() { s_->busy.store(false, std::memory_order_release); }
+  ~OwnerChange() { owner_done(s_); }
   OwnerChange(const OwnerChange&) = delete;
   OwnerChange& operator=(const OwnerChange&) = delete;
 

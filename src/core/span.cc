@@ -51,26 +51,68 @@ template <typename Assign>
   if (Attribute* a = attribute_slot(s, key)) assign(a->value);
 }
 
+// The common case of setting an attribute, tried before the general path:
+// the key is new to the span (no attribute of its length yet: one of that
+// length may be a duplicate, which the general path resolves), the next
+// kept slot already holds it and a value of the same type, and the limit
+// allows it. True when it set the value; false, having changed nothing,
+// when the general path must (or a foreign thread holds the record). Its
+// calls are all on the general path, so this one needs no stack frame.
+template <typename T>
+[[gnu::always_inline]] inline bool set_in_kept_slot(LiveSpan* s, std::string_view key, T value) {
+  if (!owner_try_begin(s)) [[unlikely]]
+    return false;
+  Attribute* const slots = s->attributes.data();
+  const std::uint32_t used = s->attributes_used;
+  Attribute* const next = slots + used;
+  bool done = false;
+  if (next != s->attributes.data() + s->attributes.size() && same_bytes(next->key, key)) {
+    T* held = std::get_if<T>(&next->value);
+    bool fresh = held != nullptr && s->core != nullptr && used < s->core->limits.attribute_count;
+    for (const Attribute* a = slots; fresh && a != next; ++a) fresh = a->key.size() != key.size();
+    if (fresh) [[likely]] {
+      *held = value;
+      s->attributes_used = used + 1;
+      done = true;
+    }
+  }
+  owner_done(s);
+  return done;
+}
+
+// The general path of a bool, int or double attribute (out of line, so that
+// the common case's caller needs no stack frame).
+template <typename T>
+[[gnu::noinline]] void set_generally(LiveSpan* s, std::string_view key, T value) {
+  change_attribute(s, key, [value](AttributeValue& v) {
+    // In place when the slot held this type before: no visit of the old
+    // alternative.
+    if (auto* held = std::get_if<T>(&v))
+      *held = value;
+    else
+      v = value;
+  });
+}
+
 }  // namespace
 }  // namespace detail
 
 SpanContext Span::context() const { return live_ ? live_->context : SpanContext(); }
 
 void Span::set_bool(std::string_view key, bool value) {
-  detail::change_attribute(live_, key, [value](AttributeValue& v) { v = value; });
+  if (detail::set_in_kept_slot(live_, key, value)) [[likely]]
+    return;
+  detail::set_generally(live_, key, value);
 }
 void Span::set_int(std::string_view key, std::int64_t value) {
-  detail::change_attribute(live_, key, [value](AttributeValue& v) {
-    // In place when the slot held an int before (a pooled record's slot
-    // most often did): no visit of the old alternative.
-    if (auto* held = std::get_if<std::int64_t>(&v))
-      *held = value;
-    else
-      v = value;
-  });
+  if (detail::set_in_kept_slot(live_, key, value)) [[likely]]
+    return;
+  detail::set_generally(live_, key, value);
 }
 void Span::set_double(std::string_view key, double value) {
-  detail::change_attribute(live_, key, [value](AttributeValue& v) { v = value; });
+  if (detail::set_in_kept_slot(live_, key, value)) [[likely]]
+    return;
+  detail::set_generally(live_, key, value);
 }
 void Span::set_string(std::string_view key, std::string_view value) {
   detail::change_attribute(live_, key, [value](AttributeValue& v) {
@@ -116,6 +158,24 @@ void Span::add_link(const SpanContext& context, Attributes attributes) {
   SpanLink& l = live_->links.emplace_back(context, std::move(attributes));
   detail::limit_attributes(l.attributes, limits.attribute_per_link_count,
                            l.dropped_attributes_count);
+}
+
+void Span::add_bare_link(const SpanContext& context) {
+  if (!context.valid()) return;
+  detail::LiveSpan* s = live_;
+  detail::OwnerChange change(s);
+  if (s->core == nullptr) return;
+  if (s->links.size() >= s->core->limits.link_count) {
+    ++s->dropped_links_count;
+    return;
+  }
+  // The context's parts, its tracestate copied only when it has one.
+  SpanLink& l = s->links.emplace_back();
+  l.context.trace_id = context.trace_id;
+  l.context.span_id = context.span_id;
+  l.context.trace_flags = context.trace_flags;
+  l.context.remote = context.remote;
+  if (!context.tracestate.empty()) l.context.tracestate = context.tracestate;
 }
 
 void Span::set_status(StatusCode code, std::string_view message) {

@@ -25,14 +25,21 @@ inline void wait_turn(int& spins) noexcept {
 class SpinLock {
  public:
   void lock() noexcept {
-    int spins = 0;
-    while (locked_.exchange(true, std::memory_order_acquire)) {
-      while (locked_.load(std::memory_order_relaxed)) wait_turn(spins);
-    }
+    // The wait is out of line: the uncontended lock, the hot path's case,
+    // is one exchange, and the callers keep their registers.
+    if (locked_.exchange(true, std::memory_order_acquire)) [[unlikely]]
+      lock_contended();
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:
+  [[gnu::noinline, gnu::cold]] void lock_contended() noexcept {
+    int spins = 0;
+    do {
+      while (locked_.load(std::memory_order_relaxed)) wait_turn(spins);
+    } while (locked_.exchange(true, std::memory_order_acquire));
+  }
+
   std::atomic<bool> locked_{false};
 };
 
