@@ -48,7 +48,7 @@ class Tracer {
   Span start_span(SpanGroup group, std::string_view name) const {
     if (!enabled(group)) [[likely]]
       return Span::unrecorded(default_step_figure(group));
-    return Span(start_recording(group, name, nullptr, default_step_figure(group)));
+    return Span(start_plain(group, name, default_step_figure(group)));
   }
   Span start_span(SpanGroup group, std::string_view name, const StartOptions& options) const {
     const StepFigure figure = options.figure.value_or(default_step_figure(group));
@@ -61,7 +61,7 @@ class Tracer {
   Span start_span(SpanGroup group, std::string_view name, StepFigure figure) const {
     if (!enabled(group)) [[likely]]
       return Span::unrecorded(figure);
-    return Span(start_recording(group, name, nullptr, figure));
+    return Span(start_plain(group, name, figure));
   }
 
   /// A span lens records for itself (the clock samples readers align by):
@@ -82,6 +82,8 @@ class Tracer {
 
   detail::LiveSpan* start_recording(SpanGroup group, std::string_view name,
                                     const StartOptions* options, StepFigure figure) const;
+  // The same without options (most spans): none of their branches.
+  detail::LiveSpan* start_plain(SpanGroup group, std::string_view name, StepFigure figure) const;
 
   detail::TelemetryCore* core_ = nullptr;
   const detail::GroupSwitches* switches_ = &detail::kNoGroups;

@@ -27,10 +27,12 @@ const SpanContext* current_parent() {
   return cur.has ? &cur.context : nullptr;
 }
 
-}  // namespace
-
-LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
-                                  const StartOptions* options, StepFigure figure) const {
+// A span's start. Inline in both entry points: the one without options
+// (most spans) is compiled with options null, its branches gone.
+[[gnu::always_inline]] inline LiveSpan* start(detail::TelemetryCore* core_,
+                                              const InstrumentationScope* scope_, SpanGroup group,
+                                              std::string_view name, const StartOptions* options,
+                                              StepFigure figure) {
   LiveSpan* s = detail::acquire_record();
   // A pooled record keeps its last span's name, most often this one (a
   // call site's spans reuse the records it released): compared, not copied.
@@ -111,6 +113,17 @@ LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
     core_->device->begin(s, *options->device_stream);
   core_->register_open(s);
   return s;
+}
+
+}  // namespace
+
+LiveSpan* Tracer::start_recording(SpanGroup group, std::string_view name,
+                                  const StartOptions* options, StepFigure figure) const {
+  return start(core_, scope_, group, name, options, figure);
+}
+
+LiveSpan* Tracer::start_plain(SpanGroup group, std::string_view name, StepFigure figure) const {
+  return start(core_, scope_, group, name, nullptr, figure);
 }
 
 }  // namespace lens
