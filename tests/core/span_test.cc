@@ -349,6 +349,63 @@ TEST(Span, ReusedAttributeSlotsNeverShow) {
   EXPECT_EQ(truncated->attributes[1].key, "nemo.span.truncated");
 }
 
+// A recycled record's kept slot is taken without a search when it already
+// holds the key: keys of one length, the same key set twice (a
+// replacement), keys that differ in one byte and a slot whose value had
+// another type must all come out as the span set them.
+TEST(Span, AttributesOfReusedSlotsAreExactlyWhatTheSpanSet) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  constexpr int kSpans = 600;  // more than the thread's record cache
+  for (int i = 0; i < kSpans; ++i) {
+    Span s = tracer.start_span(SpanGroup::kJob, "k" + std::to_string(i % 4));
+    switch (i % 4) {
+      case 0:
+        s.set_attribute("dl.key_a", i);
+        s.set_attribute("dl.key_b", 2.5);
+        break;
+      case 1:  // the same length, the other order, then a replacement
+        s.set_attribute("dl.key_b", true);
+        s.set_attribute("dl.key_a", i);
+        s.set_attribute("dl.key_b", i + 1);
+        break;
+      case 2:  // one byte apart from case 0's keys
+        s.set_attribute("dl.key_c", i);
+        s.set_attribute("dl.kez_a", i);
+        break;
+      case 3:  // the same key twice in a row
+        s.set_attribute("dl.key_a", 1);
+        s.set_attribute("dl.key_a", i);
+        break;
+    }
+    if (i % 100 == 99) mt.telemetry->flush(std::chrono::seconds(5));
+  }
+  const auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), static_cast<std::size_t>(kSpans));
+  const auto expect = [](const SpanRecord& r,
+                         std::vector<std::pair<std::string, AttributeValue>> want) {
+    ASSERT_EQ(r.attributes.size(), want.size()) << r.name;
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      EXPECT_EQ(r.attributes[k].key, want[k].first) << r.name;
+      EXPECT_EQ(r.attributes[k].value, want[k].second) << r.name << " " << want[k].first;
+    }
+    EXPECT_EQ(r.dropped_attributes_count, 0u);
+  };
+  for (const auto& r : spans) {
+    const std::int64_t i = std::get<std::int64_t>(
+        *find_attribute(r.attributes, r.name == "k2" ? "dl.key_c" : "dl.key_a"));
+    if (r.name == "k0")
+      expect(r, {{"dl.key_a", i}, {"dl.key_b", 2.5}});
+    else if (r.name == "k1")
+      expect(r, {{"dl.key_b", i + 1}, {"dl.key_a", i}});
+    else if (r.name == "k2")
+      expect(r, {{"dl.key_c", i}, {"dl.kez_a", i}});
+    else
+      expect(r, {{"dl.key_a", i}});
+    EXPECT_EQ(i % 4, std::stoi(r.name.substr(1))) << r.name;
+  }
+}
+
 TEST(Span, ManyThreadsRecordConcurrently) {
   TelemetryOptions opts;
   opts.max_queue_size = 1 << 16;
