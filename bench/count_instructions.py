@@ -67,7 +67,7 @@ def per_function(path):
     cost line is the current function's own, whichever file (`fi=`, `fe=`:
     inlined code) it names."""
     names, files, self_cost, calls_cost, by_file = {}, {}, {}, {}, {}
-    fn, after_call, fl, here = None, False, None, None
+    fn, callee, after_call, fl, here = None, None, False, None, None
 
     def name_of(ref, table=names):
         ref = ref.strip()

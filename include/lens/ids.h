@@ -82,8 +82,8 @@ class SpanId {
   std::array<std::uint8_t, kSize> bytes_{};
 };
 
-/// Random ids from a per-thread SplitMix64 generator seeded with
-/// getrandom(2). Never returns an invalid (all-zero) id.
+/// Random ids from a per-thread generator (wyrand) seeded with getrandom(2)
+/// and reseeded in a forked child. Never returns an invalid (all-zero) id.
 namespace IdGenerator {
 TraceId new_trace_id();
 SpanId new_span_id();

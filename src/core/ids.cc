@@ -92,13 +92,9 @@ namespace IdGenerator {
 
 std::uint64_t next_u64() { return detail::thread_ids().next(); }
 
-TraceId new_trace_id() {
-  detail::IdState& st = detail::thread_ids();
-  const std::uint64_t high = st.next();
-  return TraceId::from_words(high, st.nonzero());
-}
+TraceId new_trace_id() { return detail::thread_ids().trace_id(); }
 
-SpanId new_span_id() { return SpanId::from_word(detail::thread_ids().nonzero()); }
+SpanId new_span_id() { return detail::thread_ids().span_id(); }
 
 }  // namespace IdGenerator
 }  // namespace lens

@@ -72,15 +72,12 @@ struct LiveSpan : SpanRecord {
   }
   // The span's own attributes (the first attributes_used).
   std::span<Attribute> used_attributes() { return {attributes.data(), attributes_used}; }
-  // Whether `attributes` holds exactly the span's own attributes.
-  bool attributes_settled() const {
-    return attributes.data() + attributes_used == attributes.data() + attributes.size();
-  }
   // Makes `attributes` hold exactly the span's own attributes, the kept
   // slots past them set aside: done when the span ends, before the record
-  // is handed on or copied.
+  // is handed on or copied. (The test compares pointers: most records have
+  // nothing to set aside, and a size would be a division.)
   void settle_attributes() {
-    while (attributes.size() > attributes_used) {
+    while (attributes.data() + attributes_used != attributes.data() + attributes.size()) {
       spare_attributes.push_back(std::move(attributes.back()));
       attributes.pop_back();
     }

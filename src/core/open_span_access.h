@@ -51,8 +51,6 @@ inline void owner_fence() {
 // every TelemetryCore calls it). Until then owners use full fences.
 void enable_asymmetric_fence();
 
-// Marks the owner's change of a record: from construction (which waits
-// while a foreign thread holds the record) to destruction.
 // The owner's side without waiting: true when the owner may change s now
 // (it then calls owner_done), false when a foreign thread holds the record
 // (the owner then waits, as OwnerChange does).
@@ -66,6 +64,8 @@ inline bool owner_try_begin(LiveSpan* s) {
 }
 inline void owner_done(LiveSpan* s) { s->busy.store(false, std::memory_order_release); }
 
+// Marks the owner's change of a record: from construction (which waits
+// while a foreign thread holds the record) to destruction.
 class OwnerChange {
  public:
   explicit OwnerChange(LiveSpan* s) : s_(s) {

@@ -41,7 +41,7 @@ void finish_span(LiveSpan* s) {
       // export thread's wake-up (a mutex and a notify) waits until the lock
       // is released; it holds the processor's state, not the core.
       if (s->context.sampled()) {
-        if (!s->attributes_settled()) s->settle_attributes();
+        s->settle_attributes();
         if (s->device.events != nullptr && core->device != nullptr && core->device->submit(s)) {
           return;  // the device part queues it once its times are known
         }

@@ -63,10 +63,6 @@ struct CacheReturn {
   cache.count = take;
 }
 
-}  // namespace
-
-SpinLock& record_pool_lock() { return global_pool().mu; }
-
 // Clears a pooled record for reuse, keeping container capacity. (Inline in
 // acquire_record, its one caller.)
 [[gnu::always_inline]] inline void clear_for_reuse(LiveSpan& s) {
@@ -91,6 +87,10 @@ SpinLock& record_pool_lock() { return global_pool().mu; }
   s.device = {};
   s.figure = StepFigure::kNone;
 }
+
+}  // namespace
+
+SpinLock& record_pool_lock() { return global_pool().mu; }
 
 LiveSpan* acquire_record() {
   ThreadCache& cache = t_cache;

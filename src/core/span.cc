@@ -12,9 +12,12 @@ namespace lens {
 namespace detail {
 namespace {
 
-// A slot for a new key past the kept ones (a record's first use, or more
-// attributes than its last use had), or nullptr (dropped).
-[[gnu::noinline]] Attribute* new_attribute_slot(LiveSpan* s, std::string_view key) {
+// The slot for key: the existing attribute, a new one (a slot kept from the
+// record's earlier use when there is one, its key compared before it is
+// copied), or nullptr (dropped).
+Attribute* attribute_slot(LiveSpan* s, std::string_view key) {
+  for (auto& a : s->used_attributes())
+    if (same_bytes(a.key, key)) return &a;
   if (s->core == nullptr) return nullptr;
   if (s->attributes_used >= s->core->limits.attribute_count) {
     ++s->dropped_attributes_count;
@@ -25,41 +28,15 @@ namespace {
   return &a;
 }
 
-// The slot for key: the existing attribute, a new one, or nullptr
-// (dropped). Inline: most spans set a few attributes once each, in the
-// order their call site always sets them, so the slot is the next kept one
-// and already holds the key (compared, not copied).
-[[gnu::always_inline]] inline Attribute* attribute_slot(LiveSpan* s, std::string_view key) {
-  Attribute* const slots = s->attributes.data();
-  Attribute* const next = slots + s->attributes_used;
-  for (Attribute* a = slots; a != next; ++a)
-    if (same_bytes(a->key, key)) return a;
-  if (next != s->attributes.data() + s->attributes.size() && s->core != nullptr &&
-      s->attributes_used < s->core->limits.attribute_count) [[likely]] {
-    ++s->attributes_used;
-    if (!same_bytes(next->key, key)) next->key.assign(key);
-    return next;
-  }
-  return new_attribute_slot(s, key);
-}
-
-// Sets key's value with `assign`, as the span's owner.
-template <typename Assign>
-[[gnu::always_inline]] inline void change_attribute(LiveSpan* s, std::string_view key,
-                                                    Assign&& assign) {
-  OwnerChange change(s);
-  if (Attribute* a = attribute_slot(s, key)) assign(a->value);
-}
-
-// The common case of setting an attribute, tried before the general path:
-// the key is new to the span (no attribute of its length yet: one of that
-// length may be a duplicate, which the general path resolves), the next
-// kept slot already holds it and a value of the same type, and the limit
+// The common case of setting an attribute of type T, tried before the
+// general path: the key is new to the span (no attribute of its length
+// yet: one of that length may be a duplicate, which the general path
+// resolves), the next kept slot already holds it and a T, and the limit
 // allows it. True when it set the value; false, having changed nothing,
-// when the general path must (or a foreign thread holds the record). Its
-// calls are all on the general path, so this one needs no stack frame.
-template <typename T>
-[[gnu::always_inline]] inline bool set_in_kept_slot(LiveSpan* s, std::string_view key, T value) {
+// when the general path must (or a foreign thread holds the record). For a
+// bool, int or double it makes no call, so its caller needs no stack frame.
+template <typename T, typename V>
+[[gnu::always_inline]] inline bool set_in_kept_slot(LiveSpan* s, std::string_view key, V& value) {
   if (!owner_try_begin(s)) [[unlikely]]
     return false;
   Attribute* const slots = s->attributes.data();
@@ -71,7 +48,7 @@ template <typename T>
     bool fresh = held != nullptr && s->core != nullptr && used < s->core->limits.attribute_count;
     for (const Attribute* a = slots; fresh && a != next; ++a) fresh = a->key.size() != key.size();
     if (fresh) [[likely]] {
-      *held = value;
+      *held = std::move(value);
       s->attributes_used = used + 1;
       done = true;
     }
@@ -80,18 +57,46 @@ template <typename T>
   return done;
 }
 
-// The general path of a bool, int or double attribute (out of line, so that
-// the common case's caller needs no stack frame).
-template <typename T>
-[[gnu::noinline]] void set_generally(LiveSpan* s, std::string_view key, T value) {
-  change_attribute(s, key, [value](AttributeValue& v) {
-    // In place when the slot held this type before: no visit of the old
-    // alternative.
-    if (auto* held = std::get_if<T>(&v))
-      *held = value;
-    else
-      v = value;
-  });
+// The general path (out of line, so that the common case's caller needs no
+// stack frame): the slot searched for, and the value set in place when the
+// slot held a T before (no visit of the old alternative).
+template <typename T, typename V>
+[[gnu::noinline]] void set_generally(LiveSpan* s, std::string_view key, V value) {
+  OwnerChange change(s);
+  Attribute* a = attribute_slot(s, key);
+  if (a == nullptr) return;
+  if (T* held = std::get_if<T>(&a->value))
+    *held = std::move(value);
+  else
+    a->value = T(std::move(value));
+}
+
+// Sets key to a T made from value: the common case, else the general path.
+template <typename T, typename V>
+[[gnu::always_inline]] inline void set_typed(LiveSpan* s, std::string_view key, V value) {
+  if (!set_in_kept_slot<T>(s, key, value)) [[unlikely]]
+    set_generally<T>(s, key, std::move(value));
+}
+
+// A new link of the span, or nullptr: its telemetry has ended it, or the
+// link limit drops it (counted).
+[[gnu::always_inline]] inline SpanLink* new_link(LiveSpan* s) {
+  if (s->core == nullptr) return nullptr;
+  if (s->links.size() >= s->core->limits.link_count) {
+    ++s->dropped_links_count;
+    return nullptr;
+  }
+  return &s->links.emplace_back();
+}
+
+// A new link's context: its parts, the tracestate copied only when there
+// is one (the link's is empty).
+[[gnu::always_inline]] inline void set_link_context(SpanContext& link, const SpanContext& context) {
+  link.trace_id = context.trace_id;
+  link.span_id = context.span_id;
+  link.trace_flags = context.trace_flags;
+  link.remote = context.remote;
+  if (!context.tracestate.empty()) link.tracestate = context.tracestate;
 }
 
 }  // namespace
@@ -100,30 +105,21 @@ template <typename T>
 SpanContext Span::context() const { return live_ ? live_->context : SpanContext(); }
 
 void Span::set_bool(std::string_view key, bool value) {
-  if (detail::set_in_kept_slot(live_, key, value)) [[likely]]
-    return;
-  detail::set_generally(live_, key, value);
+  detail::set_typed<bool>(live_, key, value);
 }
 void Span::set_int(std::string_view key, std::int64_t value) {
-  if (detail::set_in_kept_slot(live_, key, value)) [[likely]]
-    return;
-  detail::set_generally(live_, key, value);
+  detail::set_typed<std::int64_t>(live_, key, value);
 }
 void Span::set_double(std::string_view key, double value) {
-  if (detail::set_in_kept_slot(live_, key, value)) [[likely]]
-    return;
-  detail::set_generally(live_, key, value);
+  detail::set_typed<double>(live_, key, value);
 }
 void Span::set_string(std::string_view key, std::string_view value) {
-  detail::change_attribute(live_, key, [value](AttributeValue& v) {
-    if (auto* str = std::get_if<std::string>(&v))
-      str->assign(value);
-    else
-      v = std::string(value);
-  });
+  detail::set_typed<std::string>(live_, key, value);
 }
 void Span::set_value(std::string_view key, AttributeValue value) {
-  detail::change_attribute(live_, key, [&value](AttributeValue& v) { v = std::move(value); });
+  std::visit(
+      [&](auto& v) { detail::set_typed<std::decay_t<decltype(v)>>(live_, key, std::move(v)); },
+      value);
 }
 
 void Span::add_event(std::string_view name, Attributes attributes) {
@@ -148,34 +144,18 @@ void Span::add_event(std::string_view name, Attributes attributes) {
 void Span::add_link(const SpanContext& context, Attributes attributes) {
   if (!live_ || !context.valid()) return;
   detail::OwnerChange change(live_);
-  if (live_->core == nullptr) return;
-  const auto& limits = live_->core->limits;
-  if (live_->links.size() >= limits.link_count) {
-    ++live_->dropped_links_count;
-    return;
-  }
-  // Built from its parts (a value-initialised link would be zeroed first).
-  SpanLink& l = live_->links.emplace_back(context, std::move(attributes));
-  detail::limit_attributes(l.attributes, limits.attribute_per_link_count,
-                           l.dropped_attributes_count);
+  SpanLink* l = detail::new_link(live_);
+  if (l == nullptr) return;
+  detail::set_link_context(l->context, context);
+  l->attributes = std::move(attributes);
+  detail::limit_attributes(l->attributes, live_->core->limits.attribute_per_link_count,
+                           l->dropped_attributes_count);
 }
 
 void Span::add_bare_link(const SpanContext& context) {
   if (!context.valid()) return;
-  detail::LiveSpan* s = live_;
-  detail::OwnerChange change(s);
-  if (s->core == nullptr) return;
-  if (s->links.size() >= s->core->limits.link_count) {
-    ++s->dropped_links_count;
-    return;
-  }
-  // The context's parts, its tracestate copied only when it has one.
-  SpanLink& l = s->links.emplace_back();
-  l.context.trace_id = context.trace_id;
-  l.context.span_id = context.span_id;
-  l.context.trace_flags = context.trace_flags;
-  l.context.remote = context.remote;
-  if (!context.tracestate.empty()) l.context.tracestate = context.tracestate;
+  detail::OwnerChange change(live_);
+  if (SpanLink* l = detail::new_link(live_)) detail::set_link_context(l->context, context);
 }
 
 void Span::set_status(StatusCode code, std::string_view message) {

@@ -40,6 +40,13 @@ struct IdState {
     while (word == 0) [[unlikely]] word = next();
     return word;
   }
+  // A trace id's low word and a span id are never zero, so neither id is
+  // ever invalid.
+  TraceId trace_id() {
+    const std::uint64_t high = next();
+    return TraceId::from_words(high, nonzero());
+  }
+  SpanId span_id() { return SpanId::from_word(nonzero()); }
 };
 
 // Bumped in every forked child (a pthread_atfork handler), so that each
@@ -58,15 +65,11 @@ inline IdState& thread_ids() {
 }
 
 // Sets context.span_id to a new id, and context.trace_id too when
-// new_trace (a root span). Neither is ever invalid: a trace id's low word
-// and a span id are never zero.
+// new_trace (a root span): one fork check for both.
 inline void new_span_ids(SpanContext& context, bool new_trace) {
   IdState& ids = thread_ids();
-  if (new_trace) {
-    const std::uint64_t high = ids.next();
-    context.trace_id = TraceId::from_words(high, ids.nonzero());
-  }
-  context.span_id = SpanId::from_word(ids.nonzero());
+  if (new_trace) context.trace_id = ids.trace_id();
+  context.span_id = ids.span_id();
 }
 
 }  // namespace lens::detail

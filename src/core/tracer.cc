@@ -29,8 +29,8 @@ const SpanContext* current_parent() {
 
 // A span's start. Inline in both entry points: the one without options
 // (most spans) is compiled with options null, its branches gone.
-[[gnu::always_inline]] inline LiveSpan* start(detail::TelemetryCore* core_,
-                                              const InstrumentationScope* scope_, SpanGroup group,
+[[gnu::always_inline]] inline LiveSpan* start(detail::TelemetryCore* core,
+                                              const InstrumentationScope* scope, SpanGroup group,
                                               std::string_view name, const StartOptions* options,
                                               StepFigure figure) {
   LiveSpan* s = detail::acquire_record();
@@ -38,7 +38,7 @@ const SpanContext* current_parent() {
   // call site's spans reuse the records it released): compared, not copied.
   if (!detail::same_bytes(s->name, name)) s->name.assign(name);
   s->group = group;
-  s->scope = scope_;
+  s->scope = scope;
   s->kind = options ? options->kind : SpanKind::kInternal;
   s->figure = figure != StepFigure::kNone && detail::g_step_figures.load(std::memory_order_relaxed)
                   ? figure
@@ -52,7 +52,7 @@ const SpanContext* current_parent() {
   } else if (!(options->root || options->parent || options->context)) {
     parent = current_parent();
   }
-  const Sampler& sampler = core_->sampler;
+  const Sampler& sampler = core->sampler;
   if (parent != nullptr) {
     s->context.trace_id = parent->trace_id;
     s->context.trace_flags = parent->trace_flags;
@@ -88,18 +88,18 @@ const SpanContext* current_parent() {
   if (options && !options->links.empty()) {
     for (const auto& link : options->links) {
       if (!link.context.valid()) continue;
-      if (s->links.size() >= core_->limits.link_count) {
+      if (s->links.size() >= core->limits.link_count) {
         ++s->dropped_links_count;
         continue;
       }
       s->links.push_back(link);
-      detail::limit_attributes(s->links.back().attributes, core_->limits.attribute_per_link_count,
+      detail::limit_attributes(s->links.back().attributes, core->limits.attribute_per_link_count,
                                s->links.back().dropped_attributes_count);
     }
   }
 
   const std::int64_t now_steady = detail::steady_now_ns();
-  const detail::ClockSkew& skew = core_->clock_skew;
+  const detail::ClockSkew& skew = core->clock_skew;
   s->clock_drift = skew.drift;
   s->start_steady_ns = now_steady;
   s->start_time_unix_ns = skew.unix_ns(now_steady);
@@ -109,9 +109,9 @@ const SpanContext* current_parent() {
     s->start_time_unix_ns = *options->start_time_unix_ns;
   }
   // Timed on a device: only a sampled span, whose times are exported.
-  if (options && options->device_stream && core_->device != nullptr && s->context.sampled())
-    core_->device->begin(s, *options->device_stream);
-  core_->register_open(s);
+  if (options && options->device_stream && core->device != nullptr && s->context.sampled())
+    core->device->begin(s, *options->device_stream);
+  core->register_open(s);
   return s;
 }
 
