@@ -50,8 +50,15 @@ ClockOffsetReading read_clock_offset();
 // Both clocks advance at one rate (NTP slews them alike), so their
 // difference moves only when the system clock is stepped. A reading that
 // differs from the current one by no more than this plus both readings'
-// noise is the same offset read again.
-inline constexpr std::int64_t kClockStepNs = 1'000'000;
+// noise is the same offset read again. Each process follows a step at its
+// own next refresh, so the ranks of one host disagree by the step until
+// the last has: worth it for the steps NTP makes (ntpd steps only offsets
+// beyond 128 ms, chrony's makestep is set in seconds; smaller corrections
+// are slewed), not for the steps of a millisecond or two some virtual
+// machines' time agents make every few seconds, which would put a host's
+// ranks a step apart again and again. Those are left out: the span clock
+// stays continuous, within this of the system clock.
+inline constexpr std::int64_t kClockStepNs = 100'000'000;
 bool clock_was_stepped(const ClockOffsetReading& current, const ClockOffsetReading& next);
 
 // Re-reads both clocks and follows a step of the system clock; called off

@@ -32,11 +32,13 @@ TEST(SpanClock, OnlyAStepBeyondBothReadingsNoiseCountsAsAStep) {
       {{base, 100}, {base, 100}, false},                      // the same reading
       {{base, 100}, {base + 400'000, 900'000}, false},        // a preempted read
       {{base, 2'000'000}, {base - 1'900'000, 100}, false},    // a preempted first read
+      {{base, 100}, {base + 1'500'000, 100}, false},          // a VM agent's 1.5 ms step
+      {{base, 100}, {base - 5'000'000, 200}, false},          // stepped back 5 ms
       {{base, 100}, {base + kClockStepNs, 0}, false},         // at the threshold
       {{base, 100}, {base + kClockStepNs + 101, 100}, true},  // just past it
-      {{base, 100}, {base - 5'000'000, 200}, true},           // stepped back 5 ms
+      {{base, 100}, {base - 130'000'000, 200}, true},         // ntpd's step back, 130 ms
       {{base, 100}, {base + 3'600'000'000'000, 50}, true},    // an hour forward
-      {{base, 6'000'000}, {base + 4'000'000, 100}, false},    // within a wide bracket
+      {{base, 6'000'000}, {base + kClockStepNs + 2'000'000, 100}, false},  // a wide bracket
   };
   for (std::size_t i = 0; i < cases.size(); ++i)
     EXPECT_EQ(clock_was_stepped(cases[i].current, cases[i].next), cases[i].stepped) << "case " << i;
