@@ -114,9 +114,7 @@ def breakdown(case, build, n):
     runs = []
     for k in (n, 2 * n):
         with tempfile.TemporaryDirectory(prefix="lens-callgrind-") as out:
-            subprocess.run(["valgrind", "--tool=callgrind", "--fair-sched=yes",
-                            "--separate-threads=yes", f"--callgrind-out-file={out}/out"]
-                           + command + [str(k)], env=env, capture_output=True, check=True)
+            callgrind(command, env, k, out)
             runs.append(per_function(f"{out}/out-01"))
     (one, one_files), (two, two_files) = runs
     rows = []
@@ -143,16 +141,22 @@ def breakdown(case, build, n):
             print(f"  {v:5.0f}  {f.split('(')[0]} <- {file}")
 
 
+def callgrind(command, env, n, out):
+    """Runs the driver for n spans under callgrind: a file per thread in out
+    (out/out-01 the calling thread's)."""
+    r = subprocess.run(["valgrind", "--tool=callgrind", "--fair-sched=yes",
+                        "--separate-threads=yes",
+                        f"--callgrind-out-file={out}/out"] + command + [str(n)],
+                       env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} {n} failed:\n{r.stdout}\n{r.stderr[-3000:]}")
+    if "dropped 0" not in r.stdout and "dropped" in r.stdout:
+        raise SystemExit(f"{command[-1]}: spans were dropped ({r.stdout.strip()}): unfair count")
+
+
 def count(command, env, n):
     with tempfile.TemporaryDirectory(prefix="lens-callgrind-") as out:
-        r = subprocess.run(["valgrind", "--tool=callgrind", "--fair-sched=yes",
-                            "--separate-threads=yes",
-                            f"--callgrind-out-file={out}/out"] + command + [str(n)],
-                           env=env, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"{' '.join(command)} {n} failed:\n{r.stdout}\n{r.stderr[-3000:]}")
-        if "dropped 0" not in r.stdout and "dropped" in r.stdout:
-            raise SystemExit(f"{command[-1]}: spans were dropped ({r.stdout.strip()}): unfair count")
+        callgrind(command, env, n, out)
         return totals(out)
 
 

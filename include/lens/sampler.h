@@ -24,11 +24,17 @@ struct Sampler {
   bool parent_based = true;
   double ratio = 1.0;
 
-  /// The decision for a span without a (valid) parent in trace `trace_id`.
-  bool should_sample_root(const TraceId& trace_id) const;
+  /// The decision for a span without a (valid) parent in trace `trace_id`
+  /// (the default, always on, without a call: the span start asks it).
+  bool should_sample_root(const TraceId& trace_id) const {
+    return kind == Kind::kAlwaysOn || decide_root(trace_id);
+  }
 
   /// "parentbased_always_on", "traceidratio{0.25}", ...
   std::string describe() const;
+
+ private:
+  bool decide_root(const TraceId& trace_id) const;
 };
 
 }  // namespace lens

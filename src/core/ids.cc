@@ -54,7 +54,14 @@ void register_fork_handler() {
   (void)registered;
 }
 
-void seed(detail::IdState& st) {
+}  // namespace
+
+namespace detail {
+
+constinit std::atomic<std::uint64_t> g_fork_generation{1};
+constinit thread_local IdState t_ids;
+
+void seed_thread_ids() {
   register_fork_handler();
   std::uint64_t word = 0;
   std::size_t filled = 0;
@@ -70,21 +77,12 @@ void seed(detail::IdState& st) {
     std::uint64_t x = static_cast<std::uint64_t>(
         std::chrono::high_resolution_clock::now().time_since_epoch().count());
     x ^= static_cast<std::uint64_t>(getpid()) << 32;
-    x ^= reinterpret_cast<std::uintptr_t>(&st);
-    word ^= detail::splitmix64(x);
+    x ^= reinterpret_cast<std::uintptr_t>(&t_ids);
+    word ^= splitmix64(x);
   }
-  st.state = word;
-  st.generation = detail::g_fork_generation.load(std::memory_order_relaxed);
+  t_ids.state = word;
+  t_ids.generation = g_fork_generation.load(std::memory_order_relaxed);
 }
-
-}  // namespace
-
-namespace detail {
-
-constinit std::atomic<std::uint64_t> g_fork_generation{1};
-constinit thread_local IdState t_ids;
-
-void seed_thread_ids() { seed(t_ids); }
 
 }  // namespace detail
 

@@ -5,7 +5,7 @@
 
 namespace lens {
 
-bool Sampler::should_sample_root(const TraceId& trace_id) const {
+bool Sampler::decide_root(const TraceId& trace_id) const {
   switch (kind) {
     case Kind::kAlwaysOn:
       return true;

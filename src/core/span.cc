@@ -43,7 +43,7 @@ template <typename T, typename V>
   const std::uint32_t used = s->attributes_used;
   Attribute* const next = slots + used;
   bool done = false;
-  if (next != s->attributes.data() + s->attributes.size() && same_bytes(next->key, key)) {
+  if (next != slots + s->attributes.size() && same_bytes(next->key, key)) {
     T* held = std::get_if<T>(&next->value);
     bool fresh = held != nullptr && s->core != nullptr && used < s->core->limits.attribute_count;
     for (const Attribute* a = slots; fresh && a != next; ++a) fresh = a->key.size() != key.size();

@@ -15,11 +15,6 @@ using detail::LiveSpan;
 
 namespace {
 
-// A root span's sampling decision; the default sampler's without a call.
-bool sample_root(const Sampler& sampler, const TraceId& trace_id) {
-  return sampler.kind == Sampler::Kind::kAlwaysOn || sampler.should_sample_root(trace_id);
-}
-
 // The parent a span without options nests under: the thread's current
 // span, if any.
 const SpanContext* current_parent() {
@@ -66,7 +61,7 @@ const SpanContext* current_parent() {
     // child deciding again would be exported under a parent that is not, or
     // dropped under one that is.
     if (!sampler.parent_based && parent->remote) {
-      s->context.trace_flags = sample_root(sampler, s->context.trace_id)
+      s->context.trace_flags = sampler.should_sample_root(s->context.trace_id)
                                    ? (parent->trace_flags | TraceFlags::kSampled)
                                    : (parent->trace_flags & ~TraceFlags::kSampled);
     }
@@ -82,7 +77,8 @@ const SpanContext* current_parent() {
     const bool root = parent == nullptr && !(options && options->context);
     detail::new_span_ids(s->context, root);
     if (root)
-      s->context.trace_flags = sample_root(sampler, s->context.trace_id) ? TraceFlags::kSampled : 0;
+      s->context.trace_flags =
+          sampler.should_sample_root(s->context.trace_id) ? TraceFlags::kSampled : 0;
   }
 
   if (options && !options->links.empty()) {
