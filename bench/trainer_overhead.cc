@@ -100,9 +100,9 @@ int main(int argc, char** argv) {
        "--step-context derived"},
       // Live metrics (docs/metrics.md) on, each rank's endpoint on a port of
       // its own choosing, nobody scraping: the per-step recording alone.
-      {"untraced, metrics", "MEGATRON_OTEL_ENABLED=0", "--metrics-port 0"},
+      {"untraced, metrics", "MEGATRON_OTEL_ENABLED=0", "--metrics-port 0 --metrics-linger 0"},
       {"derived, default, metrics", "MEGATRON_OTEL_ENABLED=1 MEGATRON_OTEL_SPAN_GROUPS=default",
-       "--step-context derived --metrics-port 0"},
+       "--step-context derived --metrics-port 0 --metrics-linger 0"},
   };
   constexpr int kModes = sizeof(modes) / sizeof(modes[0]);
   for (int r = 0; r < rounds; ++r) {

@@ -2,7 +2,7 @@
 //
 //   lens check RUN_DIR                 correlation invariants; exit 0 ok, 1 violated, 2 bad input
 //   lens summary RUN_DIR [--json]      time per step and stage, bubble, slowest stage
-//   lens analyze RUN_DIR [--json]      critical path, waits, idle by cause, stragglers
+//   lens analyze RUN_DIR [--json | --per-step]  critical path, waits, idle by cause, stragglers
 //   lens diff RUN_A RUN_B              per stage, what changed between two runs
 //   lens timeline RUN_DIR -o wave.html [--steps A-B]
 //   lens report RUN_DIR [-o report.html]    the run on one page (charts, waves, analysis)
@@ -117,6 +117,10 @@ int run_lens(int argc, char** argv) {
       "analyze", "critical path, wait states, idle by cause and stragglers, per stage");
   analyze->add_option("RUN_DIR", dir, kRunHelp)->required();
   analyze->add_flag("--json", as_json, "machine-readable output");
+  bool per_step = false;
+  analyze->add_flag("--per-step", per_step,
+                    "a row per step and stage: the columns that add up to its step span")
+      ->excludes("--json");
   std::string other_dir;
   auto* diff = app.add_subcommand("diff", "per stage, what changed from run A to run B");
   diff->add_option("RUN_A", dir, "the first run's directory")->required();
@@ -290,7 +294,11 @@ int run_lens(int argc, char** argv) {
       std::vector<std::string> warnings;
       const Analysis a = analyze_run(dir, analyze_options(), &warnings);
       print_warnings(warnings);
-      std::fputs((as_json ? format_json(a) : format_table(a)).c_str(), stdout);
+      std::fputs((as_json    ? format_json(a)
+                  : per_step ? format_per_step(a)
+                             : format_table(a))
+                     .c_str(),
+                 stdout);
       return kOk;
     }
     if (diff->parsed()) {

@@ -88,7 +88,7 @@ double ScheduleContext::jitter(std::int64_t step, int microbatch) const {
 }
 
 bool ScheduleContext::slowed(std::int64_t step) const {
-  if (slow_factor <= 1) return false;
+  if (slow_factor <= 1 && slow_delay_ms <= 0) return false;
   if (!slow_steps.empty())
     return std::find(slow_steps.begin(), slow_steps.end(), step) != slow_steps.end();
   return step >= slow_from_step;
@@ -113,7 +113,10 @@ void ScheduleContext::end_compute(Span& span, std::chrono::steady_clock::time_po
   double& typical = typical_ns[backward ? 1 : 0];
   typical = typical == 0 ? took : 0.8 * typical + 0.2 * took;
   double wait = 0;
-  if (slowed(step) && tp == nullptr) wait += (slow_factor - 1) * took;
+  if (slowed(step)) {
+    if (tp == nullptr) wait += (slow_factor - 1) * took;
+    wait += slow_delay_ms * 1e6;
+  }
   wait += (jitter(step, microbatch) - 1) * typical;
   if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(std::llround(wait)));
   if (device != nullptr) device->launch(start);

@@ -37,18 +37,22 @@
 namespace lens::train {
 
 struct ScheduleContext {
-  StageModel model;  // chunk 0 (the stage's whole model when V = 1)
-  const SyntheticData* data;
-  P2PCommunicator* p2p;
-  const StepTrace* step_trace;
+  StageModel model{nullptr};  // chunk 0 (the stage's whole model when V = 1)
+  const SyntheticData* data = nullptr;
+  P2PCommunicator* p2p = nullptr;
+  const StepTrace* step_trace = nullptr;
   Tracer tracer;
-  int microbatches;
-  int replica;  // data-parallel rank
+  int microbatches = 0;
+  int replica = 0;  // data-parallel rank
   // Fault injection (--slow-stage, --slow-factor): this stage's forward and
   // backward take `slow_factor` times as long (the compute, then a wait of
   // (factor - 1) times what it took), from step `slow_from_step` on. 1:
   // not slowed.
   double slow_factor = 1;
+  // Fault injection (--slow-ms): a fixed wait after each of its forwards
+  // and backwards, whatever the compute took (a small model's passes are
+  // too short for a factor to stand out of the run's noise). 0: none.
+  double slow_delay_ms = 0;
   std::int64_t slow_from_step = 0;
   // Slow only at these steps (--slow-steps); empty: from slow_from_step on.
   std::vector<std::int64_t> slow_steps;

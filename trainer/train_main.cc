@@ -293,18 +293,21 @@ int run_rank(const TrainOptions& o) {
   const bool slowed =
       o.slow_rank >= 0 ? rank == o.slow_rank
                        : stage == o.slow_stage && (o.slow_replica < 0 || o.slow_replica == replica);
-  ScheduleContext ctx{model,
-                      &data,
-                      &p2p,
-                      &step_trace,
-                      tracer,
-                      o.microbatches,
-                      replica,
-                      slowed ? o.slow_factor : 1.0,
-                      o.slow_from_step,
-                      {}};
-  if (V > 1) ctx.chunks = chunks;
+  ScheduleContext ctx;
+  ctx.model = model;
+  ctx.data = &data;
+  ctx.p2p = &p2p;
+  ctx.step_trace = &step_trace;
+  ctx.tracer = tracer;
+  ctx.microbatches = o.microbatches;
+  ctx.replica = replica;
+  if (slowed) {
+    ctx.slow_factor = o.slow_factor;
+    ctx.slow_delay_ms = o.slow_ms;
+  }
+  ctx.slow_from_step = o.slow_from_step;
   ctx.slow_steps = o.slow_steps;
+  if (V > 1) ctx.chunks = chunks;
   ctx.microbatch_jitter = o.microbatch_jitter;
   ctx.seed = o.seed;
   ctx.tp = tp.get();
@@ -667,6 +670,21 @@ int run_rank(const TrainOptions& o) {
     std::fprintf(stderr, "lens-train: rank %d: steps done; metrics served %g s more\n", rank,
                  o.metrics_linger_s);
     std::this_thread::sleep_for(std::chrono::duration<double>(o.metrics_linger_s));
+  } else if (endpoint && o.metrics_linger_s < 0) {
+    // Until the final figures were scraped once: they were set at the last
+    // meeting, before the barrier above, so the next answer holds them.
+    const std::uint64_t before = endpoint->stats().scrapes;
+    std::fprintf(stderr,
+                 "lens-train: rank %d: steps done; metrics served until the next scrape (at most "
+                 "%g s; --metrics-linger 0 stops at once)\n",
+                 rank, kFinalScrapeWaitS);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(kFinalScrapeWaitS);
+    while (endpoint->stats().scrapes == before && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (endpoint->stats().scrapes == before)
+      std::fprintf(stderr, "lens-train: rank %d: the final metrics were not scraped in %g s\n",
+                   rank, kFinalScrapeWaitS);
   }
   return 0;
 }

@@ -61,6 +61,11 @@ TrainOptions parse_train_options(int argc, char** argv) {
   app.add_option("--slow-factor", o.slow_factor,
                  "how much slower --slow-stage or --slow-rank computes")
       ->check(CLI::Range(1.0, 100.0));
+  app.add_option("--slow-ms", o.slow_ms,
+                 "fault injection: --slow-stage or --slow-rank waits this many milliseconds more "
+                 "after each forward and backward (a fixed delay: a small model's passes are too "
+                 "short for --slow-factor to stand out of the run's noise)")
+      ->check(CLI::Range(0.0, 10000.0));
   app.add_option("--slow-replica", o.slow_replica,
                  "fault injection: slow --slow-stage only in this data-parallel replica (one "
                  "slow rank); default: in every replica")
@@ -85,7 +90,8 @@ TrainOptions parse_train_options(int argc, char** argv) {
   app.add_option("--metrics-host", o.metrics_host,
                  "the IPv4 address the metrics endpoints listen on; default 127.0.0.1");
   app.add_option("--metrics-linger", o.metrics_linger_s,
-                 "seconds each rank keeps serving its metrics after its last step; default 0")
+                 "seconds each rank keeps serving its metrics after its last step; default: "
+                 "until the final figures are scraped once, at most 30 s (0: stop at once)")
       ->check(CLI::Range(0.0, 3600.0));
   app.add_flag("--metrics-job", o.metrics_job,
                "with --metrics-port: rank 0 alone serves the job's metrics, every rank's step "
@@ -174,6 +180,20 @@ TrainOptions parse_train_options(int argc, char** argv) {
     std::fprintf(stderr,
                  "lens-train: --slow-rank names one rank; accepted: it, or --slow-stage (with "
                  "--slow-replica), not both\n");
+    std::exit(2);
+  }
+  const bool slow_target = o.slow_stage >= 0 || o.slow_rank >= 0;
+  if (slow_target && o.slow_factor <= 1 && o.slow_ms <= 0) {
+    std::fprintf(stderr,
+                 "lens-train: --slow-stage or --slow-rank is set but nothing slows it; accepted: "
+                 "--slow-factor above 1, or --slow-ms above 0\n");
+    std::exit(2);
+  }
+  if (!slow_target && (o.slow_factor > 1 || o.slow_ms > 0 || !o.slow_steps.empty() ||
+                       o.slow_replica >= 0)) {
+    std::fprintf(stderr,
+                 "lens-train: --slow-factor, --slow-ms, --slow-steps and --slow-replica need "
+                 "what to slow; accepted: with --slow-stage S or --slow-rank R\n");
     std::exit(2);
   }
   if (o.slow_replica >= o.dp) {

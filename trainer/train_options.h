@@ -11,6 +11,11 @@
 
 namespace lens::train {
 
+// The longest a metrics endpoint waits after the last step for a scrape of
+// the final figures when --metrics-linger is not given (Prometheus's
+// default scrape interval is 15 s).
+inline constexpr double kFinalScrapeWaitS = 30;
+
 struct TrainOptions {
   int pp = 2;            // pipeline-parallel stages
   int dp = 1;            // data-parallel replicas
@@ -43,6 +48,7 @@ struct TrainOptions {
   // times as slowly, on every replica.
   int slow_stage = -1;
   double slow_factor = 1;
+  double slow_ms = 0;  // a fixed wait after each of its forwards and backwards
   int slow_replica = -1;  // -1: every replica; else only this one (one slow rank)
   // Fault injection: this one global rank (-1: none) computes slow_factor
   // times as slowly: one TP peer, or one replica's stage.
@@ -58,10 +64,13 @@ struct TrainOptions {
   double test_simulated_device = 0;
   // Live metrics (docs/metrics.md): rank r serves its OpenMetrics text on
   // metrics_host:metrics_port + r (-1: off; 0: a port each rank picks,
-  // printed), and keeps serving metrics_linger_s seconds after its last step.
+  // printed), and keeps serving metrics_linger_s seconds after its last step
+  // (-1: until the final figures are scraped once, at most
+  // kFinalScrapeWaitS: a run shorter than the scrape interval is otherwise
+  // never seen, nor its last steps' exemplars).
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
-  double metrics_linger_s = 0;
+  double metrics_linger_s = -1;
   // Rank 0 alone serves the job's metrics on metrics_port: every rank's,
   // gathered at the meetings (every live_every steps, else every 10).
   bool metrics_job = false;

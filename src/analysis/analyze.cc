@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "stats.h"
 #include "step_replay.h"
@@ -484,6 +485,37 @@ std::string format_table(const Analysis& a) {
   return out;
 }
 
+std::vector<StageStepFigures> by_step(const Analysis& a) {
+  std::vector<StageStepFigures> rows = a.stage_steps;
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) {
+    return std::tie(x.step, x.replica, x.tensor, x.stage) <
+           std::tie(y.step, y.replica, y.tensor, y.stage);
+  });
+  return rows;
+}
+
+std::string format_per_step(const Analysis& a) {
+  const bool tp = a.tensors > 1;
+  const auto tp_column = [&](const std::string& text) { return tp ? text : std::string(); };
+  std::string out = fmt::format(
+      "{:>6} {:>5} {:>4} {:>5} | {:>9} = {:>9} {:>9} {:>9} {:>9} {}{:>9} {:>9}\n", "step",
+      "stage", "rank", tp ? "dp.tp" : "dp", "step", "compute", "late-snd", "late-rcv", "transfer",
+      tp_column(fmt::format("{:>9} ", "tp-wait")), "sync", "rest");
+  for (const auto& w : by_step(a))
+    out += fmt::format(
+        "{:>6} {:>5} {:>4} {:>5} | {:>9.3f} = {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {}{:>9.3f} "
+        "{:>9.3f}\n",
+        w.step, w.stage, w.rank,
+        tp ? fmt::format("{}.{}", w.replica, w.tensor) : std::to_string(w.replica), w.stage_step_ms,
+        w.compute_ms, w.late_sender_ms, w.late_receiver_ms, w.transfer_ms,
+        tp_column(fmt::format("{:>9.3f} ", w.collective_wait_ms)), w.sync_wait_ms, w.rest_ms);
+  out += tp ? "(ms; each row's step span = compute + late-snd + late-rcv + transfer + tp-wait + "
+              "sync + rest, to rounding)\n"
+            : "(ms; each row's step span = compute + late-snd + late-rcv + transfer + sync + "
+              "rest, to rounding)\n";
+  return out;
+}
+
 std::string format_json(const Analysis& a) { return to_json(a).dump(1) + "\n"; }
 
 nlohmann::json to_json(const Analysis& a) {
@@ -514,6 +546,23 @@ nlohmann::json to_json(const Analysis& a) {
                        {"rest_ms", w.rest_ms},
                        {"idle_ms", w.idle_ms},
                        {"critical_share", w.critical_share}});
+  // The same figures a row per step and stage, in step order: the columns
+  // that add up to the stage's step span.
+  nlohmann::json per_step = nlohmann::json::array();
+  for (const auto& w : by_step(a))
+    per_step.push_back({{"step", w.step},
+                        {"replica", w.replica},
+                        {"tensor", w.tensor},
+                        {"stage", w.stage},
+                        {"rank", w.rank},
+                        {"stage_step_ms", w.stage_step_ms},
+                        {"compute_ms", w.compute_ms},
+                        {"late_sender_ms", w.late_sender_ms},
+                        {"late_receiver_ms", w.late_receiver_ms},
+                        {"transfer_ms", w.transfer_ms},
+                        {"collective_wait_ms", w.collective_wait_ms},
+                        {"sync_wait_ms", w.sync_wait_ms},
+                        {"rest_ms", w.rest_ms}});
   nlohmann::json spreads = nlohmann::json::array();
   for (const auto& s : a.variability.stages)
     spreads.push_back({{"stage", s.stage},
@@ -621,6 +670,7 @@ nlohmann::json to_json(const Analysis& a) {
       {"clock", clock},
       {"left_out", a.left_out.to_json()},
       {"what_if", what_if},
+      {"per_step", per_step},
       {"replicas", a.replicas},
       {"tensor_parallel", a.tensors},
       {"variability", variability},

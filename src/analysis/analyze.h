@@ -189,6 +189,11 @@ struct AnalyzeOptions {
 Analysis analyze_run(const std::filesystem::path& dir, const AnalyzeOptions& options,
                      std::vector<std::string>* warnings);
 std::string format_table(const Analysis& a);
+// `lens analyze --per-step`: a row per step and stage with the columns that
+// add up to its step span (the table's are medians, which need not).
+std::string format_per_step(const Analysis& a);
+// The same rows in step order (stage_steps is by stage, then step).
+std::vector<StageStepFigures> by_step(const Analysis& a);
 // The verdict lines of the table: stragglers, imbalance, variable work.
 std::string format_verdicts(const Analysis& a);
 // `lens analyze --json`: the document, and it written out.

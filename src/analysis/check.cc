@@ -568,7 +568,7 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
     result.violations.push_back(
         {d.step, d.rank,
          d.path.filename().string() + " line " + std::to_string(d.line) +
-             " repeats a span of this step read before (a batch delivered twice)",
+             " repeats a span read before (a batch delivered twice)",
          d.name + " " + d.span_id});
   if (result.late.duplicates > result.late.duplicate_list.size())
     result.violations.push_back(

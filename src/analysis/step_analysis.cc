@@ -248,8 +248,11 @@ StepAnalysis analyze_step(const StepView& step, int stages,
     f.transfer_ms += f.collective_ms - f.collective_wait_ms;
   }
   // Waits at the gradient sync: the replicas of a stage and tensor rank
-  // meet there; each waits from its own arrival to the last one's (never
-  // more than its sync took).
+  // meet there; each waits from its own arrival (its first sync span's
+  // start) to the last one's. An asynchronous collective (NCCL's, or an
+  // overlapped grad reduce) returns at once and the wait surfaces in
+  // whatever synchronises next (the optimizer, the loss's read), so the
+  // wait is bounded by the end of the rank's step, not of its sync span.
   std::map<std::pair<int, int>, std::pair<std::int64_t, int>> last_arrival;
   // (stage, tensor) -> (time, replica)
   for (const auto& [pipeline, rg] : out.graphs)
@@ -265,7 +268,11 @@ StepAnalysis analyze_step(const StepView& step, int stages,
     const auto own = rg->second.sync.find(f.stage);
     if (own == rg->second.sync.end()) continue;
     const auto [arrived, left] = own->second;
-    f.sync_wait_ms = ms(std::clamp<std::int64_t>(last->second.first - arrived, 0, left - arrived));
+    const auto step_end = rg->second.step_end.find(f.stage);
+    const std::int64_t bound =
+        step_end == rg->second.step_end.end() ? left : std::max(left, step_end->second);
+    f.sync_wait_ms =
+        ms(std::clamp<std::int64_t>(last->second.first - arrived, 0, bound - arrived));
     f.sync_last_replica = last->second.second;
     f.rest_ms -= f.sync_wait_ms;
   }

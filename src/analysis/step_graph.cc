@@ -52,6 +52,7 @@ StepGraph build_step_graph(const std::vector<const StepOnRank*>& ranks, int stag
     if (sr->step_span) {
       g.step_ms[sr->stage] =
           static_cast<double>(sr->step_span->end_ns - sr->step_span->start_ns) / 1e6;
+      g.step_end[sr->stage] = sr->step_span->end_ns;
       if (fb_start == std::numeric_limits<std::int64_t>::max()) {
         fb_start = sr->step_span->start_ns;
         fb_end = sr->step_span->end_ns;

@@ -62,6 +62,7 @@ struct StepGraph {
   // the rank arrived (the first one's start) and when it left (the last
   // one's end); stages without one are absent.
   std::map<int, std::pair<std::int64_t, std::int64_t>> sync;
+  std::map<int, std::int64_t> step_end;  // stage -> when its step span ended
   int chunks = 1;  // model chunks per stage
   // Computes that began before the neighbour's compute they need had ended
   // (clocks disagree beyond what alignment corrected): counted, not hidden.

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "clock_alignment.h"
 #include "pipeline_view.h"
@@ -58,12 +59,18 @@ struct Cursor {
   // span ids.
   Recent<std::int64_t> handed_trace{LateSpans::kRememberedTraces};
   Recent<bool> handed_ids{LateSpans::kRememberedIds};
+  // The span ids of the spans held above (open or complete, not yet handed
+  // over): a batch delivered twice before its step was handed over repeats
+  // one of them.
+  std::unordered_set<std::string> held_ids;
 };
 
-// A span of a step already handed over: a duplicate or late.
-void count_late(const Cursor& c, const SpanRow& row, std::int64_t step, LateSpans* late) {
+// A span left out of the step windows: a repeat of a span read before (of
+// a step held or handed over), or late.
+void count_left_out(const Cursor& c, const SpanRow& row, std::int64_t step, bool repeat,
+                    LateSpans* late) {
   if (late == nullptr) return;
-  const bool duplicate = c.handed_ids.find(row.span_id) != nullptr;
+  const bool duplicate = repeat || c.handed_ids.find(row.span_id) != nullptr;
   (duplicate ? late->duplicates : late->late) += 1;
   auto& list = duplicate ? late->duplicate_list : late->late_list;
   if (list.size() < LateSpans::kKept)
@@ -75,10 +82,18 @@ void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
   std::vector<SpanRow> rows = std::move(c.reader->file().spans);
   c.reader->file().spans.clear();
   for (auto& row : rows) {
+    if (!row.span_id.empty() && !c.held_ids.insert(row.span_id).second) {
+      // The same span again while its first copy is held: left out.
+      const auto done = c.complete_trace.find(row.trace_id);
+      count_left_out(c, row, done != c.complete_trace.end() ? done->second : -1, true, late);
+      c.late.push_back(std::move(row));
+      continue;
+    }
     if (is_step_span(row)) {
       const std::int64_t step = row.int_attr("dl.step");
       if (step <= handed_over) {
-        count_late(c, row, step, late);
+        c.held_ids.erase(row.span_id);
+        count_left_out(c, row, step, false, late);
         c.late.push_back(std::move(row));
         continue;
       }
@@ -97,7 +112,8 @@ void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
     if (done != c.complete_trace.end()) {
       c.complete[done->second].push_back(std::move(row));  // ended after its step span
     } else if (const std::int64_t* gone = c.handed_trace.find(row.trace_id)) {
-      count_late(c, row, *gone, late);  // its step was handed over
+      c.held_ids.erase(row.span_id);
+      count_left_out(c, row, *gone, false, late);  // its step was handed over
       c.late.push_back(std::move(row));
     } else {
       c.open[row.trace_id].push_back(std::move(row));
@@ -165,9 +181,10 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
             if (options.late) c.handed_trace.remember(kv.first, step, options.late->forgot);
             return true;
           });
-          if (options.late)
-            for (const auto& s : f.spans)
-              c.handed_ids.remember(s.span_id, true, options.late->forgot);
+          for (const auto& s : f.spans) {
+            c.held_ids.erase(s.span_id);
+            if (options.late) c.handed_ids.remember(s.span_id, true, options.late->forgot);
+          }
         }
         window.run.files.push_back(std::move(f));
       }

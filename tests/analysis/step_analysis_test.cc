@@ -512,6 +512,47 @@ TEST(StepAnalysis, ThePathRunsThroughTheReplicaLastAtTheSyncAndTheOthersWaitTher
     }
 }
 
+// The same two replicas, with the gradient sync an asynchronous collective
+// (NCCL's, or a grad reduce overlapped with the backward): each rank's sync
+// span is a 0.1 ms launch, and the wait for the last replica surfaces in
+// the optimizer, which ends 0.5 ms after the last replica's rank of its
+// stage arrived. Replica 1's stage 1 takes 20 ms a pass instead of 1, as a
+// slowed replica's workers would.
+TEST(StepAnalysis, AnAsynchronousSyncsWaitIsMeasuredToTheLastReplicasArrivalNotToItsLaunch) {
+  analysis::Run run;
+  const double slow = 20;
+  const double last_stage0 = 2 + 2 * slow, last_stage1 = 1 + 2 * slow;  // replica 1's arrivals
+  for (int replica = 0; replica < 2; ++replica) {
+    const double pass = replica == 1 ? slow : 1;
+    const double end0 = 2 + 2 * pass;
+    analysis::Run r = make_step(2, {{0, last_stage0 + 1}, {0, last_stage1 + 1}},
+                                {{0, F, 0, 0, 1},
+                                 {1, F, 0, 1, 1 + pass},
+                                 {1, B, 0, 1 + pass, 1 + 2 * pass},
+                                 {0, B, 0, 1 + 2 * pass, end0}},
+                                7, replica);
+    add_span(r, 0, "megatron.grads.all_reduce", end0, end0 + 0.1);
+    add_span(r, 0, "megatron.optimizer.step", end0 + 0.1, last_stage0 + 0.5);
+    add_span(r, 1, "megatron.grads.all_reduce", 1 + 2 * pass, 1 + 2 * pass + 0.1);
+    add_span(r, 1, "megatron.optimizer.step", 1 + 2 * pass + 0.1, last_stage1 + 0.5);
+    for (auto& f : r.files) run.files.push_back(std::move(f));
+  }
+  const StepAnalysis a = analyze(run, 2);
+  ASSERT_TRUE(a.complete);
+  EXPECT_EQ(a.critical_replica, 1);
+  for (const auto& f : a.stages_figures) {
+    // Replica 0 arrived at 4 (stage 0) and 3 (stage 1); replica 1 at 42
+    // and 41: 38 ms each, what its step span's length says it waited.
+    EXPECT_DOUBLE_EQ(f.sync_wait_ms, f.replica == 0 ? 38 : 0)
+        << "replica " << f.replica << " stage " << f.stage;
+    EXPECT_EQ(f.sync_last_replica, 1);
+    EXPECT_NEAR(f.compute_ms + f.late_sender_ms + f.late_receiver_ms + f.transfer_ms +
+                    f.sync_wait_ms + f.rest_ms,
+                f.step_ms, 1e-9);
+    EXPECT_GE(f.rest_ms, 0) << "replica " << f.replica << " stage " << f.stage;
+  }
+}
+
 TEST(MicrobatchVariability, WorkSharedByEveryStageIsVariableNoiseOnOneRankIsNot) {
   // Two stages, four microbatches a step, six steps. Shared: microbatch m
   // costs (1, 2, 3, 4)[m] ms on both stages (a long sequence is long

@@ -9,6 +9,9 @@ exemplars it stored on the step-time histogram name, by trace id and span
 id, each rank's own
 megatron.train_step span in the run's trace files (which `lens check`
 passes). The OTLP/JSON metrics lines beside the traces say the same.
+Then a run of 60 steps, shorter than a scrape interval, with one endpoint for
+the job (--metrics-job) and no --metrics-linger: its exemplars reach
+Prometheus too, each naming a step trace of the run's files.
 
     prometheus_test.py LENS_TRAIN_BIN LENS_BIN
 """
@@ -62,6 +65,50 @@ def fail(message):
     sys.exit(1)
 
 
+def step_traces(run_dir):
+    """The trace ids of every megatron.train_step span in a run's files."""
+    traces = set()
+    for name in os.listdir(run_dir):
+        if not name.endswith(".otlp.jsonl"):
+            continue
+        with open(os.path.join(run_dir, name)) as f:
+            for line in f:
+                for rs in json.loads(line)["resourceSpans"]:
+                    for ss in rs["scopeSpans"]:
+                        for s in ss["spans"]:
+                            if s["name"] == "megatron.train_step":
+                                traces.add(s["traceId"])
+    return traces
+
+
+def job_run(prom_port, port, train_bin, work):
+    """A run shorter than a scrape interval, as a user starts it: rank 0
+    serves the job's metrics (--metrics-job), tracing on from the
+    environment, no --metrics-linger. Prometheus stores exemplars whose
+    trace ids are step traces of the run's files."""
+    trace_dir = os.path.join(work, "job-traces")
+    env = dict(os.environ, MEGATRON_OTEL_ENABLED="1", MEGATRON_OTEL_SPAN_GROUPS="per_step")
+    started = time.time()
+    run = subprocess.run([train_bin, "--pp", "2", "--microbatches", "8", "--steps", "60",
+                          "--metrics-port", str(port), "--metrics-job", "--trace-dir", trace_dir],
+                         env=env, capture_output=True, text=True, timeout=240)
+    if run.returncode != 0:
+        fail(f"lens-train --metrics-job failed: {run.stderr[-3000:]}")
+    ended = time.time()
+    (run_id,) = os.listdir(trace_dir)
+    traces = step_traces(os.path.join(trace_dir, run_id))
+    data = api(prom_port, "query_exemplars", query=f'lens_step_duration_seconds_bucket{{run="{run_id}"}}',
+               start=started - 60, end=ended + 60)
+    found = [e["labels"].get("trace_id") for series in data for e in series["exemplars"]]
+    if not found:
+        fail(f"the --metrics-job run: prometheus stored no exemplar ({run.stderr[-1500:]})")
+    strangers = [t for t in found if t not in traces]
+    if strangers:
+        fail(f"the --metrics-job run: {len(strangers)} of {len(found)} exemplars name no step "
+             f"trace of the run: {strangers[:3]}")
+    print(f"prometheus_test: the --metrics-job run: {len(found)} exemplars, each a step trace")
+
+
 def main():
     train_bin, lens_bin = sys.argv[1], sys.argv[2]
     prometheus = shutil.which("prometheus")
@@ -89,6 +136,15 @@ def main():
                 time.sleep(0.1)
         else:
             fail("prometheus did not become ready: " + open(prom_log.name).read()[-2000:])
+        # Prometheus hands new targets to its scrapers in batches every 5 s:
+        # the run starts once they are there, so that every second of it is
+        # scraped.
+        for _ in range(300):
+            if len(api(prom_port, "targets")["activeTargets"]) == 2:
+                break
+            time.sleep(0.1)
+        else:
+            fail("prometheus never took its two targets")
         trace_dir = os.path.join(work, "traces")
         started = time.time()
         run = subprocess.run([train_bin, "--pp", "2", "--steps", "150", "--microbatches", "4",
@@ -172,6 +228,7 @@ def main():
                     fail(f"rank {rank}'s OTLP exemplar names no step span: {e}")
         print(f"prometheus_test: {len(exemplars)} exemplars, each a step span of its rank; "
               f"points per rank {counts}")
+        job_run(prom_port, base, train_bin, work)
     finally:
         prom.terminate()
         try:
