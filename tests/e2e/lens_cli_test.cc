@@ -1220,7 +1220,12 @@ class AnalyzeCli : public TrainerRuns<AnalyzeCli> {
                {"mid", three_stages + " --slow-stage 1 --slow-factor 3 --slow-from-step 4"},
                {"replica",
                 " --pp 2 --dp 2 --layers 4 --microbatches 4 --steps 6 --hidden 256 "
-                "--microbatch-size 32 --slow-stage 1 --slow-replica 1 --slow-factor 3"}});
+                "--microbatch-size 32 --slow-stage 1 --slow-replica 1 --slow-factor 3"},
+               // The demo's layout, stage 1 held 10 ms after each of its
+               // passes at steps 4 and 7: 80 ms more in those steps.
+               {"slow-ms",
+                " --pp 4 --layers 4 --microbatches 4 --steps 10 --hidden 64 --microbatch-size 8 "
+                "--slow-stage 1 --slow-ms 10 --slow-steps 4,7"}});
   }
 };
 
@@ -1590,7 +1595,7 @@ TEST(TailSelectionCli, EverySlowStepIsKeptWholeOnEveryRankWithinTheBudget) {
   const std::set<std::int64_t> slow = {17, 23, 38, 61, 99, 120, 151, 188};
   Result r = run("env LENS_TAIL_SELECTION=1 LENS_TAIL_KEEP=1 " + std::string(LENS_TRAIN_BIN) +
                  " --pp 2 --layers 4 --microbatches 4 --steps 200 --hidden 128 --microbatch-size 32"
-                 " --otel-enabled=true --otel-span-groups per_step --slow-stage 1 --slow-factor 8"
+                 " --otel-enabled=true --otel-span-groups per_step --slow-stage 1 --slow-ms 5"
                  " --slow-steps 17,23,38,61,99,120,151,188 --trace-dir " +
                  (base / "traces").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -1636,7 +1641,7 @@ TEST(TailSelectionCli, DerivedContextsPipelineScopeAndSkewedClocksKeepTheSameSte
                  " --microbatch-size 32 --step-context derived --live-every 10"
                  " --test-clock-offsets-us 0,25000,-40000,90000"
                  " --otel-enabled=true --otel-span-groups per_step --slow-stage 1 --slow-replica 1"
-                 " --slow-factor 8 --slow-steps 14,27 --trace-dir " +
+                 " --slow-ms 5 --slow-steps 14,27 --trace-dir " +
                  (base / "traces").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   fs::path run_dir;
@@ -1772,6 +1777,64 @@ TEST_F(AnalyzeCli, EveryRanksColumnsAddUpToItsStep) {
       EXPECT_GT(st["transfer_p50_ms"].get<double>(), 0) << name << ": " << st.dump();
     }
   }
+}
+
+// Per step the columns add up to each stage's step span: in --per-step
+// (printed to 3 decimals, so to 7 halves of the last digit) and in the
+// --json per_step rows (exactly).
+TEST_F(AnalyzeCli, PerStepEveryStagesColumnsAddUpToItsStepSpan) {
+  const json a = analysis("slow-ms");
+  ASSERT_EQ(a["per_step"].size(), 10u * 4u) << a.dump(1);
+  std::int64_t previous = -1;
+  for (const auto& row : a["per_step"]) {
+    double sum = 0;
+    for (const char* column : {"compute_ms", "late_sender_ms", "late_receiver_ms", "transfer_ms",
+                               "collective_wait_ms", "sync_wait_ms", "rest_ms"})
+      sum += row[column].get<double>();
+    EXPECT_NEAR(sum, row["stage_step_ms"].get<double>(), 1e-6) << row.dump();
+    EXPECT_GE(row["step"].get<std::int64_t>(), previous) << "in step order";
+    previous = row["step"];
+  }
+  Result r = run(lens("analyze --per-step " + dirs_.at("slow-ms").string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream text(r.output);
+  std::string line;
+  int rows = 0;
+  while (std::getline(text, line)) {
+    // "  step stage rank dp | step = compute late-snd late-rcv transfer sync rest"
+    const auto bar = line.find(" | ");
+    if (bar == std::string::npos || line.find("compute") != std::string::npos) continue;
+    std::istringstream numbers(line.substr(bar + 3));
+    double step = 0, part = 0, sum = 0;
+    std::string equals;
+    numbers >> step >> equals;
+    ASSERT_EQ(equals, "=") << line;
+    int parts = 0;
+    while (numbers >> part) {
+      sum += part;
+      ++parts;
+    }
+    EXPECT_EQ(parts, 6) << line;
+    EXPECT_NEAR(sum, step, 7 * 0.0005 + 1e-9) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 40) << r.output;
+}
+
+// --slow-ms adds a fixed delay the run's noise cannot hide: the slowed
+// steps are longer than the run's other steps by most of the 80 ms held.
+TEST_F(AnalyzeCli, SlowMsMakesTheChosenStepsUnmistakablySlow) {
+  const json a = analysis("slow-ms");
+  std::map<std::int64_t, double> step_ms;
+  for (const auto& row : a["set_by"]) step_ms[row["step"]] = row["step_ms"];
+  ASSERT_EQ(step_ms.size(), 10u) << a.dump(1);
+  std::vector<double> others;
+  for (const auto& [step, ms] : step_ms)
+    if (step != 0 && step != 4 && step != 7) others.push_back(ms);
+  std::sort(others.begin(), others.end());
+  const double median = others[others.size() / 2];
+  for (std::int64_t slow : {4, 7})
+    EXPECT_GT(step_ms.at(slow), median + 60) << "step " << slow << ", median " << median;
 }
 
 // A `lens report` page rendered in headless Chromium: what its script
