@@ -11,6 +11,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -163,6 +164,14 @@ class PySpan {
   void end() {
     scope_.reset();
     span_.end();
+  }
+  // Ends it at a time on the span clock (OpenTelemetry's end(end_time)).
+  void end_at(std::int64_t end_unix_ns) {
+    scope_.reset();
+    span_.end_at(end_unix_ns);
+  }
+  void update_name(const std::string& name) {
+    if (span_.recording()) span_.update_name(name);
   }
 
  private:
@@ -458,6 +467,50 @@ std::unique_ptr<PySpan> start_span(std::string_view name, std::string_view group
   return std::make_unique<PySpan>(std::move(span));
 }
 
+// A span of the OpenTelemetry API provider (lens.otel): its parent given
+// (the API's context decides it, not this thread's current lens span), or
+// none for a root; its kind, links and start time as the API passes them.
+// Group off or no telemetry: a span that is not recorded.
+std::unique_ptr<PySpan> start_otel_span(std::string_view name, std::string_view group,
+                                        const py::handle& parent, int kind,
+                                        const py::dict& attributes, const py::handle& links,
+                                        const py::handle& start_time_unix_ns,
+                                        const py::handle& join_arg) {
+  const lens::SpanGroup g = group_from_name(group);
+  PerTelemetry& state = per_telemetry();
+  lens::Tracer& tracer = state.tracer;
+  if (!tracer.enabled(g)) return std::make_unique<PySpan>(lens::Span());
+  lens::StartOptions start;
+  if (kind < static_cast<int>(lens::SpanKind::kInternal) ||
+      kind > static_cast<int>(lens::SpanKind::kConsumer))
+    throw py::value_error("lens: span kind " + std::to_string(kind) + " is not an OTLP kind (1-5)");
+  start.kind = static_cast<lens::SpanKind>(kind);
+  if (parent.is_none())
+    start.root = true;
+  else
+    start.parent = parent.cast<const lens::SpanContext&>();
+  if (!join_arg.is_none()) {
+    const PyCarrier& join = join_arg.cast<const PyCarrier&>();
+    start.context = lens::step_span_context(join.carrier, join.reserved_here);
+    start.parent.reset();
+  }
+  if (!links.is_none())
+    for (const auto& item : links.cast<py::list>()) {
+      const auto pair = item.cast<py::tuple>();
+      start.links.push_back({pair[0].cast<const lens::SpanContext&>(),
+                             pair[1].is_none() ? lens::Attributes{}
+                                               : to_attributes(pair[1].cast<py::dict>())});
+    }
+  if (!start_time_unix_ns.is_none()) start.start_time_unix_ns = start_time_unix_ns.cast<std::int64_t>();
+  lens::Span span = tracer.start_span(g, name, start);
+  if (span.recording()) {
+    PyObject *key = nullptr, *value = nullptr;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(attributes.ptr(), &at, &key, &value)) set_py_attribute(span, key, value);
+  }
+  return std::make_unique<PySpan>(std::move(span));
+}
+
 std::optional<lens::StepCarrier> unwrap(const std::optional<PyCarrier>& c) {
   if (!c) return std::nullopt;
   return c->carrier;
@@ -488,6 +541,39 @@ PYBIND11_MODULE(_lens, m) {
       .def_property_readonly("is_remote", [](const lens::SpanContext& c) { return c.remote; })
       .def_property_readonly("tracestate", [](const lens::SpanContext& c) { return c.tracestate; })
       .def("traceparent", [](const lens::SpanContext& c) { return lens::format_traceparent(c); })
+      // As ints, OpenTelemetry Python's own SpanContext takes them.
+      .def_property_readonly("trace_id_int",
+                             [](const lens::SpanContext& c) {
+                               const auto& b = c.trace_id.bytes();
+                               py::int_ v = py::reinterpret_steal<py::int_>(
+                                   _PyLong_FromByteArray(b.data(), b.size(), 0, 0));
+                               return v;
+                             })
+      .def_property_readonly("span_id_int",
+                             [](const lens::SpanContext& c) {
+                               const auto& b = c.span_id.bytes();
+                               std::uint64_t w = 0;
+                               for (std::uint8_t x : b) w = (w << 8) | x;
+                               return w;
+                             })
+      .def_static(
+          "from_ints",
+          [](const py::int_& trace_id, std::uint64_t span_id, std::uint8_t trace_flags,
+             bool remote, const std::string& tracestate) {
+            std::array<std::uint8_t, lens::TraceId::kSize> t{};
+            if (_PyLong_AsByteArray(reinterpret_cast<PyLongObject*>(trace_id.ptr()), t.data(),
+                                    t.size(), 0, 0) < 0)
+              throw py::error_already_set();
+            lens::SpanContext c;
+            c.trace_id = lens::TraceId(t);
+            c.span_id = lens::SpanId::from_word(span_id);
+            c.trace_flags = trace_flags;
+            c.remote = remote;
+            c.tracestate = tracestate;
+            return c;
+          },
+          py::arg("trace_id"), py::arg("span_id"), py::arg("trace_flags"),
+          py::arg("remote") = false, py::arg("tracestate") = "")
       .def_static(
           "from_traceparent",
           [](const std::string& traceparent, const std::string& tracestate) {
@@ -710,6 +796,8 @@ PYBIND11_MODULE(_lens, m) {
       .def("add_event", &PySpan::add_event, py::arg("name"), py::arg("attributes") = py::dict())
       .def("add_link", &PySpan::add_link, py::arg("context"), py::arg("attributes") = py::dict())
       .def("set_status", &PySpan::set_status, py::arg("code"), py::arg("message") = "")
+      .def("update_name", &PySpan::update_name, py::arg("name"))
+      .def("end_at", &PySpan::end_at, py::arg("end_unix_ns"))
       .def("end", &PySpan::end);
   add_context_manager_methods(m.attr("Span"));
 
@@ -845,11 +933,15 @@ PYBIND11_MODULE(_lens, m) {
     d["tail_keep"] = c.tail_keep;
     d["tail_baseline_percent"] = c.tail_baseline_percent;
     d["run_key"] = c.run_key;
+    d["trace_scope"] = std::string(lens::trace_scope_name(c.trace_scope));
     d["rank"] = c.rank ? py::int_(*c.rank) : py::object(py::none());
     d["world_size"] = c.world_size ? py::int_(*c.world_size) : py::object(py::none());
     return d;
   });
 
+  m.def("start_otel_span", &start_otel_span, py::arg("name"), py::arg("group"),
+        py::arg("parent"), py::arg("kind"), py::arg("attributes"), py::arg("links"),
+        py::arg("start_time_unix_ns"), py::arg("join"));
   m.def("start_span", &start_span, py::arg("name"), py::arg("group"),
         py::arg("attributes") = py::dict(), py::arg("join") = py::none(),
         py::arg("stream") = py::none(), py::arg("figure") = py::none());

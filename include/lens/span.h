@@ -136,6 +136,12 @@ class Span {
   void set_status(StatusCode code, std::string_view message = {});
   void update_name(std::string_view name);
 
+  /// Ends the span at `end_unix_ns`, a time on the span clock
+  /// (Telemetry::now_unix_ns) no earlier than its start (an earlier one
+  /// ends it at its start). Not for device-timed spans (their end is where
+  /// the device got to). Further calls are no-ops.
+  void end_at(std::int64_t end_unix_ns);
+
   /// Ends the span now. Further calls are no-ops.
   void end() {
     if (live_)

@@ -71,6 +71,35 @@ def _metadata(project):
     return "\n".join(lines) + "\n"
 
 
+def _entry_points(project):
+    """entry_points.txt from pyproject's [project.entry-points] (lens.otel's
+    TracerProvider for OTEL_PYTHON_TRACER_PROVIDER=lens)."""
+    lines = []
+    for group, entries in project.get("entry-points", {}).items():
+        lines.append(f"[{group}]")
+        lines += [f"{key} = {value}" for key, value in entries.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _dist_info(project):
+    """The package's metadata files, by name."""
+    return {"METADATA": _metadata(project).encode(),
+            "entry_points.txt": _entry_points(project).encode(),
+            "top_level.txt": b"lens\n"}
+
+
+def write_dist_info(directory):
+    """The metadata beside the package in the build tree, so that the
+    package imported from there is found as installed (its entry points
+    included)."""
+    project = _project()
+    info = pathlib.Path(directory) / f"{_dist_name(project)}-{project['version']}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    for n, data in _dist_info(project).items():
+        (info / n).write_bytes(data)
+
+
 def _cmake_build():
     build = pathlib.Path(os.environ.get("LENS_WHEEL_BUILD_DIR") or ROOT / "build-wheel")
     jobs = os.environ.get("LENS_WHEEL_JOBS") or str(os.cpu_count() or 2)
@@ -132,10 +161,10 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
     name, version, tag = _dist_name(project), project["version"], _tag()
     info = f"{name}-{version}.dist-info"
-    files[f"{info}/METADATA"] = _metadata(project).encode()
+    for n, data in _dist_info(project).items():
+        files[f"{info}/{n}"] = data
     files[f"{info}/WHEEL"] = ("Wheel-Version: 1.0\nGenerator: lens_build\n"
                               f"Root-Is-Purelib: false\nTag: {tag}\n").encode()
-    files[f"{info}/top_level.txt"] = b"lens\n"
     record = io.StringIO()
     writer = csv.writer(record, lineterminator="\n")
     for n, data in files.items():
@@ -154,3 +183,10 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             whl.writestr(entry, data)
     print(f"lens_build: wrote {wheel_name}", file=sys.stderr)
     return wheel_name
+
+
+if __name__ == "__main__":
+    # python3 lens_build.py dist-info DIRECTORY (the build tree's, from CMake)
+    if len(sys.argv) != 3 or sys.argv[1] != "dist-info":
+        sys.exit("usage: lens_build.py dist-info DIRECTORY")
+    write_dist_info(sys.argv[2])

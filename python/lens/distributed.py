@@ -17,6 +17,22 @@ from . import _lens
 _package = importlib.import_module(__package__)
 _broadcast_count = itertools.count()
 _count_lock = threading.Lock()
+# This rank's place as init was told it (lens.otel reads it): rank,
+# world_size, pp_size, pp, dp, tp, pipeline_source; None before init.
+_layout = None
+
+
+def _layout_of(rank, world_size, pp_size, coordinates):
+    """The layout init records: with coordinates (pp, dp, tp) as given, else
+    pipeline stages as the slowest dimension (Megatron's default order)."""
+    per_stage = world_size // pp_size
+    if coordinates is None:
+        pp, rest = divmod(rank, per_stage)
+        dp, tp = rest, 0
+    else:
+        pp, dp, tp = coordinates
+    return {"rank": rank, "world_size": world_size, "pp_size": pp_size, "pp": pp, "dp": dp,
+            "tp": tp, "pipeline_source": rank - pp * per_stage}
 
 
 def _frame_device(group):
@@ -79,6 +95,9 @@ def init(group=None, pipeline_parallel_size=None, **options):
     if failure is not None:
         raise failure
     _lens.compare_telemetry_start(dist.get_rank(group), started)
+    global _layout
+    _layout = _layout_of(options["rank"], options["world_size"], pp_size,
+                         options.get("coordinates"))
     return telemetry
 
 

@@ -6,8 +6,11 @@ namespace lens::analysis {
 
 SpanKind kind_of(const SpanRow& s) {
   const std::string& n = s.name;
-  if (n == "megatron.train_step") return SpanKind::kStep;
-  if (n == "megatron.forward_backward") return SpanKind::kForwardBackward;
+  // lens's names and Megatron-LM upstream's (train.iteration, its
+  // forward_backward child), as lens.otel records them.
+  if (n == "megatron.train_step" || n == "train.iteration") return SpanKind::kStep;
+  if (n == "megatron.forward_backward" || n == "train.iteration.forward_backward")
+    return SpanKind::kForwardBackward;
   if (n.ends_with(".linked")) return SpanKind::kLinked;
   if (n.starts_with("megatron.p2p.")) return SpanKind::kP2p;
   if (n.starts_with("megatron.tp.")) return SpanKind::kCollective;

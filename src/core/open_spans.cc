@@ -13,8 +13,9 @@ namespace lens::detail {
 
 constinit SpinLock g_open_spans_lock;
 
-void finish_span(LiveSpan* s) {
-  const std::int64_t end_steady = steady_now_ns();
+void finish_span(LiveSpan* s) { finish_span_at(s, steady_now_ns()); }
+
+void finish_span_at(LiveSpan* s, const std::int64_t end_steady) {
   if (s->figure != StepFigure::kNone) add_step_figure(s->figure, end_steady - s->start_steady_ns);
   // A device-timed span's end is recorded on its stream first: what the
   // device does after this moment is not the span's.

@@ -2,6 +2,8 @@
 // and its end.
 #include "lens/span.h"
 
+#include <algorithm>
+
 #include "live_span.h"
 #include "open_span_access.h"
 #include "same_bytes.h"
@@ -174,5 +176,12 @@ void Span::update_name(std::string_view name) {
 }
 
 void Span::end_recording() { detail::finish_span(std::exchange(live_, nullptr)); }
+
+void Span::end_at(std::int64_t end_unix_ns) {
+  if (live_ == nullptr) return end();
+  detail::LiveSpan* s = std::exchange(live_, nullptr);
+  const std::int64_t elapsed = std::max<std::int64_t>(0, end_unix_ns - s->start_time_unix_ns);
+  detail::finish_span_at(s, s->start_steady_ns + elapsed);
+}
 
 }  // namespace lens

@@ -73,5 +73,9 @@ class TelemetryCore {
 // Ends a span's recording: timestamps it and queues it (or frees it if its
 // telemetry already ended it).
 void finish_span(LiveSpan* s);
+// The same, ended at `end_steady_ns` on the monotonic clock rather than now
+// (Span::end_at: a span whose end the caller gives, as OpenTelemetry's
+// end(end_time) does).
+void finish_span_at(LiveSpan* s, std::int64_t end_steady_ns);
 
 }  // namespace lens::detail

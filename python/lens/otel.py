@@ -1,0 +1,578 @@
+"""lens as an OpenTelemetry Python API provider (docs/opentelemetry-python.md).
+
+Code instrumented with the OpenTelemetry API (``opentelemetry.trace``), as
+Megatron-LM's is, records its spans through lens's C++ core, unchanged:
+
+    OTEL_PYTHON_TRACER_PROVIDER=lens python train.py     # the entry point
+    # or, in code, before the first tracer is taken:
+    import lens.otel; lens.otel.install()
+
+Spans are current through ``opentelemetry.context``, so ``get_current_span``,
+``use_span`` and the W3C propagator work with them; a span that is not
+recorded (telemetry off, its group off, sampled out) is the API's own
+``NonRecordingSpan`` with its context.
+
+In a pipeline-parallel job the provider correlates the stages with no change
+at the call sites: the step span (``train.iteration``, with
+``megatron.iteration``; ``megatron.train_step``; or LENS_STEP_SPAN) opens in
+the step's shared trace on every rank, its context derived from the step
+number and a run key every rank holds (no collective); the warmup and
+pre-1F1B receives of a later stage (its first P - s
+``megatron.p2p.recv_forward`` of a step, or LENS_RECV_FORWARD_SPAN) link to
+the source's step span, each wrapped in a ``megatron.pp.recv_forward.linked``
+span as lens's own receives are; microbatch and p2p spans get the microbatch
+ids and peers the schedule implies (1F1B is FIFO per direction).
+
+The layout comes from ``lens.distributed.init`` when it was called, else from
+Megatron's resource attributes (``dl.rank``, ``dl.world_size``,
+``dl.{tensor,context,expert,data,pipeline}_parallel.size``, from
+``OTEL_RESOURCE_ATTRIBUTES`` or ``TracerProvider(resource=...)``) in
+Megatron's default rank order tp-cp-ep-dp-pp (tp fastest). The run key is the
+one ``lens.distributed.init`` agreed, else one derived from a run id every
+rank is given (MEGATRON_OTEL_RUN_ID, NEMO_LENS_RUN_ID, SLURM_JOB_ID).
+
+Thread safety: spans may be started and ended from any thread; the per-step
+counters of one rank's schedule assume its schedule runs on one thread at a
+time, as Megatron's does.
+"""
+
+import functools
+import hashlib
+import inspect
+import logging
+import os
+import threading
+
+from opentelemetry import context as _context
+from opentelemetry import trace as _trace
+from opentelemetry.trace import (INVALID_SPAN_CONTEXT, NonRecordingSpan, SpanKind, Status,
+                                 StatusCode, TraceFlags, TraceState)
+from opentelemetry.trace import SpanContext as OtelSpanContext
+
+import lens as _package
+from . import _lens
+from . import distributed as _distributed
+
+__all__ = ["Span", "Tracer", "TracerProvider", "install", "layout_from_attributes"]
+
+_logger = logging.getLogger("lens.otel")
+
+# The span names the provider knows, as Megatron-LM upstream and the seed
+# write them; the step and receive names can be set (LENS_STEP_SPAN,
+# LENS_RECV_FORWARD_SPAN).
+_STEP_NAMES = frozenset(filter(None, ("train.iteration", "megatron.train_step",
+                                      os.environ.get("LENS_STEP_SPAN"))))
+_RECV_FORWARD = os.environ.get("LENS_RECV_FORWARD_SPAN") or "megatron.p2p.recv_forward"
+_LINKED_NAME = "megatron.pp.recv_forward.linked"
+_ITERATION_KEYS = ("megatron.iteration", "dl.step")
+_FORWARD = "megatron.microbatch.forward"
+_BACKWARD = "megatron.microbatch.backward"
+# p2p spans: (direction, counter, attribute, peer offset from this stage)
+_P2P = {
+    _RECV_FORWARD: ("forward", "recv_forward", "dl.microbatch_id.received", -1),
+    "megatron.p2p.send_forward": ("forward", "send_forward", "dl.microbatch_id.sent", +1),
+    "megatron.p2p.recv_backward": ("backward", "recv_backward", "dl.microbatch_id.received", +1),
+    "megatron.p2p.send_backward": ("backward", "send_backward", "dl.microbatch_id.sent", -1),
+}
+
+
+def _group_of(name):
+    """The lens span group a name belongs to (its on/off switch)."""
+    if name in _STEP_NAMES:
+        return "step"
+    if name.endswith("forward_backward"):
+        return "forward_backward"
+    if name.startswith("megatron.microbatch."):
+        return "microbatch"
+    if name.startswith(("megatron.p2p.", "megatron.pp.", "megatron.grads.", "megatron.tp.")):
+        return "communication"
+    if "optimizer" in name:
+        return "optimizer"
+    return "job"
+
+
+_groups = {}  # name -> group, filled as names are met
+
+
+# ---------------------------------------------------------------- the layout
+
+
+def _int_attribute(attributes, key):
+    value = attributes.get(key)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise _lens.ConfigError(f"lens.otel: resource attribute {key}={value!r} is not an integer")
+
+
+def layout_from_attributes(attributes, order="tp-cp-ep-dp-pp"):
+    """A rank's place from Megatron's resource attributes: a dict with rank,
+    world_size, pp/dp/tp sizes and this rank's pp/dp/tp coordinates, or None
+    when ``dl.rank`` is absent. ``order`` lists the dimensions fastest first
+    (Megatron's default tp-cp-ep-dp-pp). Sizes that do not multiply to the
+    world size raise lens.ConfigError naming them."""
+    rank = _int_attribute(attributes, "dl.rank")
+    if rank is None:
+        return None
+    sizes = {}
+    for dim, key in (("tp", "dl.tensor_parallel.size"), ("cp", "dl.context_parallel.size"),
+                     ("ep", "dl.expert_parallel.size"), ("dp", "dl.data_parallel.size"),
+                     ("pp", "dl.pipeline_parallel.size")):
+        size = _int_attribute(attributes, key)
+        sizes[dim] = 1 if size is None else size
+        if sizes[dim] < 1:
+            raise _lens.ConfigError(f"lens.otel: {key}={size} must be at least 1")
+    world = _int_attribute(attributes, "dl.world_size")
+    product = 1
+    for size in sizes.values():
+        product *= size
+    if world is None:
+        world = product
+    dims = order.split("-")
+    if sorted(dims) != sorted(sizes):
+        raise _lens.ConfigError(f"lens.otel: rank order {order!r} must name tp, cp, ep, dp and pp once")
+    if product != world or not 0 <= rank < world:
+        raise _lens.ConfigError(
+            f"lens.otel: dl.rank={rank} and dl.world_size={world} do not fit the sizes "
+            + ", ".join(f"{d}={sizes[d]}" for d in dims) + f" (their product is {product})")
+    coordinates, stride = {}, 1
+    for dim in dims:
+        coordinates[dim] = (rank // stride) % sizes[dim]
+        stride *= sizes[dim]
+    # The global rank of this rank's pipeline's first stage: the same
+    # coordinates with pp = 0.
+    pipeline_source, stride = 0, 1
+    for dim in dims:
+        pipeline_source += (0 if dim == "pp" else coordinates[dim]) * stride
+        stride *= sizes[dim]
+    return {"rank": rank, "world_size": world, "pp_size": sizes["pp"], "dp_size": sizes["dp"],
+            "tp_size": sizes["tp"], "pp": coordinates["pp"], "dp": coordinates["dp"],
+            "tp": coordinates["tp"], "pipeline_source": pipeline_source}
+
+
+def _resource_attributes(resource):
+    """OTEL_RESOURCE_ATTRIBUTES, then a resource the caller gave (an SDK
+    Resource or a dict), the latter winning."""
+    attributes = {}
+    for item in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip():
+            attributes[key.strip()] = value.strip()
+    if resource is not None:
+        attributes.update(dict(getattr(resource, "attributes", resource)))
+    return attributes
+
+
+_RUN_ID_VARIABLES = ("MEGATRON_OTEL_RUN_ID", "NEMO_LENS_RUN_ID", "SLURM_JOB_ID")
+
+
+class _Rank:
+    """This process's place and its step state, set up with the telemetry."""
+
+    def __init__(self, layout, correlated):
+        self.layout = layout
+        self.correlated = correlated
+        self.stage = layout["pp"] if layout else 0
+        self.stages = layout["pp_size"] if layout else 1
+        scope = _lens.config().get("trace_scope", "world")
+        self.pipeline_source = layout["pipeline_source"] if layout else 0
+        source = self.pipeline_source if scope == "pipeline" else 0
+        self.is_source = layout is not None and layout["rank"] == source
+        self.steps_started = 0
+        self.step = None  # the current step's state
+
+
+class _StepState:
+    __slots__ = ("carrier", "counters", "linked", "source_context")
+
+    def __init__(self, carrier):
+        self.carrier = carrier
+        self.source_context = carrier.context if carrier is not None else None
+        self.counters = dict.fromkeys(("forward", "backward", "recv_forward", "send_forward",
+                                       "recv_backward", "send_backward"), 0)
+        self.linked = 0
+
+
+_setup_lock = threading.Lock()
+_rank = None
+_resource = None
+
+
+def _setup():
+    """The telemetry and this rank's place, made at the first span (or by
+    install); lens.init / lens.distributed.init called before are kept."""
+    global _rank
+    with _setup_lock:
+        if _rank is not None and _lens.is_initialized():
+            return _rank
+        attributes = _resource_attributes(_resource)
+        layout = layout_from_attributes(attributes, os.environ.get("LENS_RANK_ORDER", "tp-cp-ep-dp-pp"))
+        correlated = True
+        if not _lens.is_initialized():
+            options = {}
+            # The provider was chosen: tracing is on unless the kill switch
+            # says otherwise, and every group the code instruments is
+            # recorded unless the spec narrows them.
+            if not any(os.environ.get(v) for v in ("MEGATRON_OTEL_ENABLED", "NEMO_LENS_ENABLED")):
+                options["enabled"] = True
+            if not any(os.environ.get(v) for v in ("MEGATRON_OTEL_SPAN_GROUPS", "NEMO_LENS_SPAN_GROUPS")):
+                options["span_groups"] = "all"
+            # Every rank derives each step's context (no collective): the
+            # run's resource says so, and lens check does not expect the
+            # source's step span to open first.
+            options["step_context"] = "derived"
+            if layout is not None:
+                options.update(rank=layout["rank"], world_size=layout["world_size"],
+                               coordinates=(layout["pp"], layout["dp"], layout["tp"]))
+            run_id = next((os.environ[v] for v in _RUN_ID_VARIABLES if os.environ.get(v)), None)
+            if run_id is not None:
+                digest = hashlib.blake2b(run_id.encode(), digest_size=8, person=b"lens.otel").digest()
+                options.update(run_id=run_id, run_key=int.from_bytes(digest, "big") or 1)
+            else:
+                correlated = False
+            _package.init(**options)
+        if _distributed._layout is not None:
+            layout = _distributed._layout  # with the run key lens.distributed.init agreed
+            correlated = True
+        if layout is not None and layout["pp_size"] > 1 and not correlated:
+            _logger.warning(
+                "lens.otel: no run id is shared by every rank (%s) and lens.distributed.init was "
+                "not called: each rank's steps stay in traces of their own",
+                ", ".join(_RUN_ID_VARIABLES))
+        _rank = _Rank(layout, correlated)
+        return _rank
+
+
+# ---------------------------------------------------------------- spans
+
+
+def _otel_context(native, remote=False):
+    """The API's SpanContext for a lens.SpanContext."""
+    state = native.tracestate
+    return OtelSpanContext(
+        native.trace_id_int, native.span_id_int, remote,
+        TraceFlags(native.trace_flags),
+        TraceState.from_header([state]) if state else TraceState())
+
+
+def _native_context(context):
+    """A lens.SpanContext for the API's SpanContext."""
+    state = context.trace_state.to_header() if context.trace_state else ""
+    return _lens.SpanContext.from_ints(context.trace_id, context.span_id, int(context.trace_flags),
+                                       context.is_remote, state)
+
+
+_STATUS = {StatusCode.UNSET: "unset", StatusCode.OK: "ok", StatusCode.ERROR: "error"}
+
+
+class Span(_trace.Span):
+    """A recorded span of lens's core, as the API's Span.
+
+    Its context is the core's; attributes, events, links, status and name
+    go to the core's record, which is exported when the span ends."""
+
+    __slots__ = ("_native", "_context_cache", "_native_context", "_ended", "_status_set",
+                 "_kind", "_on_end")
+
+    def __init__(self, native, kind=SpanKind.INTERNAL, on_end=None):
+        self._native = native
+        self._native_context = native.context
+        self._context_cache = None
+        self._ended = False
+        self._status_set = False
+        self._kind = kind
+        self._on_end = on_end
+
+    @property
+    def kind(self):
+        return self._kind
+
+    def get_span_context(self):
+        if self._context_cache is None:
+            self._context_cache = _otel_context(self._native_context)
+        return self._context_cache
+
+    def is_recording(self):
+        return not self._ended
+
+    def set_attribute(self, key, value):
+        if not self._ended and value is not None:
+            self._native.set_attribute(key, value)
+
+    def set_attributes(self, attributes):
+        if not self._ended:
+            for key, value in attributes.items():
+                if value is not None:
+                    self._native.set_attribute(key, value)
+
+    def add_event(self, name, attributes=None, timestamp=None):
+        # The core stamps an event when it is added (a given timestamp is
+        # not kept: docs/opentelemetry-python.md).
+        if not self._ended:
+            self._native.add_event(name, dict(attributes) if attributes else {})
+
+    def add_link(self, context, attributes=None):
+        if not self._ended and context is not None and context.is_valid:
+            self._native.add_link(_native_context(context), dict(attributes) if attributes else {})
+
+    def update_name(self, name):
+        if not self._ended:
+            self._native.update_name(name)
+
+    def set_status(self, status, description=None):
+        if self._ended:
+            return
+        if isinstance(status, Status):
+            code, description = status.status_code, status.description
+        else:
+            code = status
+        # As the SDK: OK is final; UNSET changes nothing.
+        if code is StatusCode.UNSET or self._status_set:
+            return
+        self._native.set_status(_STATUS[code],
+                                (description or "") if code is StatusCode.ERROR else "")
+        self._status_set = code is StatusCode.OK
+
+    def record_exception(self, exception, attributes=None, timestamp=None, escaped=False):
+        if self._ended:
+            return
+        import traceback
+
+        event = {
+            "exception.type": type(exception).__qualname__,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(
+                traceback.format_exception(type(exception), exception, exception.__traceback__)),
+            "exception.escaped": str(escaped),
+        }
+        if attributes:
+            event.update(attributes)
+        self._native.add_event("exception", event)
+
+    def end(self, end_time=None):
+        if self._ended:
+            return
+        self._ended = True
+        if end_time is None:
+            self._native.end()
+        else:
+            self._native.end_at(int(end_time))
+        if self._on_end is not None:
+            self._on_end()
+
+    def __repr__(self):
+        c = self._native_context
+        return f"lens.otel.Span(trace_id=0x{c.trace_id}, span_id=0x{c.span_id})"
+
+
+def _parent_of(context):
+    """(the parent's lens.SpanContext or None, the parent span) for a start."""
+    parent = _trace.get_current_span(context)
+    if type(parent) is Span:
+        return parent._native_context, parent
+    sc = parent.get_span_context()
+    if not sc.is_valid:
+        return None, parent
+    return _native_context(sc), parent
+
+
+class Tracer(_trace.Tracer):
+    """Starts spans in lens's core. Thread safety: any thread."""
+
+    def __init__(self, name, version=None, schema_url=None, attributes=None):
+        self.name, self.version, self.schema_url = name, version, schema_url
+        self.attributes = attributes
+
+    def start_span(self, name, context=None, kind=SpanKind.INTERNAL, attributes=None, links=None,
+                   start_time=None, record_exception=True, set_status_on_exception=True):
+        rank = _rank if _rank is not None else _setup()
+        group = _groups.get(name)
+        if group is None:
+            group = _groups[name] = _group_of(name)
+        parent, parent_span = _parent_of(context)
+        attrs = dict(attributes) if attributes else {}
+        join = None
+        on_end = None
+        native_links = None
+        if links:
+            native_links = [(_native_context(l.context), dict(l.attributes) if l.attributes else None)
+                            for l in links if l.context.is_valid]
+        if group == "step":
+            step = next((attrs[k] for k in _ITERATION_KEYS if k in attrs), None)
+            step = rank.steps_started if step is None else int(step)
+            rank.steps_started += 1
+            carrier = None
+            if rank.correlated and _lens.is_initialized():
+                carrier = _lens.derive_step_carrier(step, reserved_here=rank.is_source,
+                                                    pipeline_source=rank.pipeline_source)
+            rank.step = _StepState(carrier)
+            join, parent = carrier, None
+            attrs.setdefault("dl.step", step)
+            if rank.layout is not None:
+                attrs.setdefault("dl.rank", rank.layout["rank"])
+                attrs.setdefault("dl.pipeline_parallel.rank", rank.stage)
+        elif rank.step is not None:
+            on_end = self._schedule_attributes(name, group, attrs, rank, parent)
+        native = _lens.start_otel_span(name, group, parent, kind.value + 1, attrs, native_links,
+                                       start_time, join)
+        context_ = native.context
+        if not native.recording or context_ is None or not context_.sampled:
+            if native.recording:
+                native.end()  # sampled out: not exported, its context still passed on
+            if on_end is not None:
+                on_end()
+            if context_ is not None:
+                return NonRecordingSpan(_otel_context(context_))
+            return NonRecordingSpan(parent_span.get_span_context())
+        return Span(native, kind, on_end)
+
+    def _schedule_attributes(self, name, group, attrs, rank, parent):
+        """The microbatch ids and peers the schedule implies; a later stage's
+        warmup and pre-1F1B receives wrapped in a linked span. Returns what
+        to run when the span ends, or None."""
+        step = rank.step
+        counters = step.counters
+        if name == _FORWARD or name == _BACKWARD:
+            which = "forward" if name == _FORWARD else "backward"
+            attrs.setdefault("dl.microbatch_id", counters[which])
+            counters[which] += 1
+            return None
+        p2p = _P2P.get(name)
+        if p2p is None:
+            return None
+        direction, counter, key, offset = p2p
+        microbatch = counters[counter]
+        counters[counter] += 1
+        attrs.setdefault("dl.p2p.direction", direction)
+        attrs.setdefault("dl.pipeline_parallel.peer_rank", rank.stage + offset)
+        attrs.setdefault(key, microbatch)
+        attrs.setdefault("dl.microbatch_id", microbatch)
+        if (name == _RECV_FORWARD and rank.stage > 0 and step.source_context is not None
+                and step.linked < rank.stages - rank.stage):
+            step.linked += 1
+            linked = _lens.start_otel_span(
+                _LINKED_NAME, "communication", parent, 1,
+                {"dl.pipeline_parallel.rank": rank.stage, "dl.microbatch_id": microbatch},
+                [(step.source_context, None)], None, None)
+            attrs.setdefault("lens.linked_to", step.source_context.span_id)
+            return linked.end
+        return None
+
+    def start_as_current_span(self, name, context=None, kind=SpanKind.INTERNAL, attributes=None,
+                              links=None, start_time=None, record_exception=True,
+                              set_status_on_exception=True, end_on_exit=True):
+        return _CurrentSpan(self, name, context, kind, attributes, links, start_time,
+                            record_exception, set_status_on_exception, end_on_exit)
+
+
+class _CurrentSpan:
+    """start_as_current_span's result: a context manager (the span current
+    inside the block) and a decorator of sync and async functions (a span
+    per call). The span starts at __enter__, not before."""
+
+    __slots__ = ("_tracer", "_args", "_end_on_exit", "_record", "_set_status", "_span", "_token")
+
+    def __init__(self, tracer, name, context, kind, attributes, links, start_time,
+                 record_exception, set_status_on_exception, end_on_exit):
+        self._tracer = tracer
+        self._args = (name, context, kind, attributes, links, start_time)
+        self._record = record_exception
+        self._set_status = set_status_on_exception
+        self._end_on_exit = end_on_exit
+        self._span = None
+        self._token = None
+
+    def __enter__(self):
+        name, context, kind, attributes, links, start_time = self._args
+        span = self._span = self._tracer.start_span(name, context, kind, attributes, links,
+                                                    start_time)
+        self._token = _context.attach(_trace.set_span_in_context(span))
+        return span
+
+    def __exit__(self, exc_type, exc, tb):
+        span = self._span
+        _context.detach(self._token)
+        if exc is not None and isinstance(exc, Exception) and span.is_recording():
+            if self._record:
+                span.record_exception(exc, escaped=True)
+            if self._set_status:
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        if self._end_on_exit:
+            span.end()
+        return False
+
+    def _again(self):
+        name, context, kind, attributes, links, start_time = self._args
+        return _CurrentSpan(self._tracer, name, context, kind, attributes, links, start_time,
+                            self._record, self._set_status, self._end_on_exit)
+
+    def __call__(self, function):
+        if inspect.iscoroutinefunction(function):
+            @functools.wraps(function)
+            async def traced_async(*args, **kwargs):
+                with self._again():
+                    return await function(*args, **kwargs)
+            return traced_async
+
+        @functools.wraps(function)
+        def traced(*args, **kwargs):
+            with self._again():
+                return function(*args, **kwargs)
+        return traced
+
+
+class TracerProvider(_trace.TracerProvider):
+    """lens's TracerProvider: what ``OTEL_PYTHON_TRACER_PROVIDER=lens`` loads.
+
+    ``resource`` (an SDK Resource or a dict) adds Megatron's layout
+    attributes to those of OTEL_RESOURCE_ATTRIBUTES. The telemetry starts
+    at the first span, from the environment (docs/opentelemetry-python.md)."""
+
+    def __init__(self, resource=None):
+        global _resource
+        if resource is not None:
+            _resource = resource
+        self._tracers = {}
+        self._lock = threading.Lock()
+
+    def get_tracer(self, instrumenting_module_name, instrumenting_library_version=None,
+                   schema_url=None, attributes=None):
+        key = (instrumenting_module_name, instrumenting_library_version, schema_url)
+        tracer = self._tracers.get(key)
+        if tracer is None:
+            with self._lock:
+                tracer = self._tracers.setdefault(
+                    key, Tracer(instrumenting_module_name, instrumenting_library_version,
+                                schema_url, attributes))
+        return tracer
+
+    def force_flush(self, timeout_millis=30000):
+        return _package.flush(timeout_millis / 1000.0)
+
+    def shutdown(self):
+        _package.shutdown()
+
+
+def install(resource=None):
+    """Makes lens the global tracer provider (trace.set_tracer_provider) and
+    returns it. If another provider was set first, raises RuntimeError
+    naming it: the API allows one, and spans would go there instead."""
+    current = _trace._TRACER_PROVIDER
+    if isinstance(current, TracerProvider):
+        if resource is not None:
+            TracerProvider(resource)
+        return current
+    if current is not None:
+        raise RuntimeError(
+            f"lens.otel.install: a tracer provider was set before lens's: "
+            f"{type(current).__module__}.{type(current).__qualname__}; the OpenTelemetry API "
+            f"keeps the first one set. Install lens before anything calls "
+            f"trace.set_tracer_provider, or set OTEL_PYTHON_TRACER_PROVIDER=lens instead")
+    provider = TracerProvider(resource)
+    _trace.set_tracer_provider(provider)
+    if _trace._TRACER_PROVIDER is not provider:
+        raise RuntimeError("lens.otel.install: another tracer provider was set meanwhile: "
+                           f"{type(_trace._TRACER_PROVIDER).__qualname__}")
+    return provider
