@@ -1,0 +1,411 @@
+"""lens.otel, the OpenTelemetry Python API provider, and lens.nemo, against
+the real opentelemetry-api (the project's venv, python/requirements.txt).
+
+The contract: what the API's users and its own helpers (get_current_span,
+use_span, the W3C propagator, NonRecordingSpan) rely on, each span read
+back from the file lens exported. Then Megatron-LM's upstream
+instrumentation, unchanged, in a 4-process Gloo 1F1B pipeline: correlated
+under OTEL_PYTHON_TRACER_PROVIDER=lens (lens check passes, lens analyze
+names the slowed stage), separate traces per rank under the OTel SDK.
+
+Run with the venv's python; LENS_BIN names the lens command.
+"""
+
+import asyncio
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from opentelemetry import context, propagate, trace
+from opentelemetry.trace import (Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode,
+                                 TraceFlags)
+
+import lens
+import lens.otel
+from lens import nemo
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PIPELINE = os.path.join(HERE, "otel_pipeline.py")
+
+
+def read_spans(path):
+    """name -> [span dicts] of an OTLP/JSON lines file, attributes as a dict."""
+    spans = {}
+    with open(path) as f:
+        for line in f:
+            for rs in json.loads(line)["resourceSpans"]:
+                for ss in rs["scopeSpans"]:
+                    for s in ss["spans"]:
+                        s["attrs"] = {a["key"]: next(iter(a["value"].values()))
+                                      for a in s.get("attributes", [])}
+                        spans.setdefault(s["name"], []).append(s)
+    return spans
+
+
+class Contract(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="lens-otel-")
+        lens.init(enabled=True, span_groups="all", exporter="file", trace_dir=cls.tmp.name,
+                  trace_file="spans.jsonl", run_id="contract", step_context="derived")
+        cls.file = os.path.join(cls.tmp.name, "contract", "spans.jsonl")
+        cls.provider = lens.otel.install()
+        cls.tracer = trace.get_tracer("contract", "1.0")
+
+    @classmethod
+    def tearDownClass(cls):
+        lens.shutdown()
+        cls.tmp.cleanup()
+
+    def exported(self):
+        lens.flush()
+        return read_spans(self.file)
+
+    def test_the_global_provider_is_lens_and_get_tracer_takes_positional_and_keyword_arguments(self):
+        self.assertIs(trace.get_tracer_provider(), self.provider)
+        self.assertIsInstance(self.provider, trace.TracerProvider)
+        a = self.provider.get_tracer("m", "1.2", "https://schema", {"k": "v"})
+        b = self.provider.get_tracer(instrumenting_module_name="m",
+                                     instrumenting_library_version="1.2", schema_url="https://schema")
+        self.assertIsInstance(a, trace.Tracer)
+        self.assertIs(a, b)
+        self.assertIs(lens.otel.install(), self.provider, "installing twice keeps the one")
+
+    def test_spans_are_api_spans_current_through_the_api_context(self):
+        with self.tracer.start_as_current_span("contract.outer") as outer:
+            self.assertIsInstance(outer, trace.Span)
+            self.assertIs(trace.get_current_span(), outer)
+            ctx = outer.get_span_context()
+            self.assertIs(type(ctx), SpanContext, "the API's own SpanContext")
+            self.assertTrue(ctx.is_valid and ctx.trace_flags.sampled and not ctx.is_remote)
+            with self.tracer.start_as_current_span("contract.inner") as inner:
+                self.assertIs(trace.get_current_span(), inner)
+                self.assertEqual(inner.get_span_context().trace_id, ctx.trace_id)
+            self.assertIs(trace.get_current_span(), outer)
+            self.assertTrue(outer.is_recording())
+        self.assertFalse(outer.is_recording())
+        self.assertFalse(trace.get_current_span().get_span_context().is_valid)
+        spans = self.exported()
+        inner_row = spans["contract.inner"][-1]
+        self.assertEqual(inner_row["parentSpanId"], format(ctx.span_id, "016x"))
+        self.assertEqual(inner_row["traceId"], format(ctx.trace_id, "032x"))
+
+    def test_start_span_with_a_context_kind_links_and_times(self):
+        parent = self.tracer.start_span("contract.parent")
+        linked_to = self.tracer.start_span("contract.link_target")
+        span = self.tracer.start_span(
+            "contract.child", context=trace.set_span_in_context(parent), kind=SpanKind.CLIENT,
+            attributes={"a": 1}, links=[Link(linked_to.get_span_context(), {"why": "test"})],
+            start_time=1_700_000_000_000_000_000)
+        self.assertIsNot(trace.get_current_span(), span, "start_span does not make it current")
+        span.end(end_time=1_700_000_000_250_000_000)
+        for s in (parent, linked_to):
+            s.end()
+        row = self.exported()["contract.child"][-1]
+        self.assertEqual(row["parentSpanId"], format(parent.get_span_context().span_id, "016x"))
+        self.assertEqual(row["kind"], 3)  # OTLP CLIENT
+        self.assertEqual(row["startTimeUnixNano"], "1700000000000000000")
+        self.assertEqual(row["endTimeUnixNano"], "1700000000250000000")
+        self.assertEqual(row["links"][0]["spanId"], format(linked_to.get_span_context().span_id, "016x"))
+        self.assertEqual(row["links"][0]["attributes"][0]["key"], "why")
+
+    def test_every_attribute_type_events_links_name_and_status_reach_the_record(self):
+        other = self.tracer.start_span("contract.other")
+        with self.tracer.start_as_current_span("contract.before") as span:
+            span.set_attribute("s", "text")
+            span.set_attribute("b", True)
+            span.set_attribute("i", 42)
+            span.set_attribute("f", 2.5)
+            span.set_attributes({"ls": ["x", "y"], "lb": [True, False], "li": [1, 2],
+                                 "lf": [0.5, 1.5]})
+            span.add_event("checkpoint", {"n": 3})
+            span.add_link(other.get_span_context(), {"kind": "later"})
+            span.update_name("contract.after")
+            span.set_status(Status(StatusCode.ERROR, "bad"))
+        other.end()
+        row = self.exported()["contract.after"][-1]
+        attrs = {a["key"]: a["value"] for a in row["attributes"]}
+        self.assertEqual(attrs["s"], {"stringValue": "text"})
+        self.assertEqual(attrs["b"], {"boolValue": True})
+        self.assertEqual(attrs["i"], {"intValue": "42"})
+        self.assertEqual(attrs["f"], {"doubleValue": 2.5})
+        self.assertEqual([v["stringValue"] for v in attrs["ls"]["arrayValue"]["values"]], ["x", "y"])
+        self.assertEqual([v["boolValue"] for v in attrs["lb"]["arrayValue"]["values"]], [True, False])
+        self.assertEqual([v["intValue"] for v in attrs["li"]["arrayValue"]["values"]], ["1", "2"])
+        self.assertEqual([v["doubleValue"] for v in attrs["lf"]["arrayValue"]["values"]], [0.5, 1.5])
+        self.assertEqual(row["events"][0]["name"], "checkpoint")
+        self.assertEqual(row["links"][0]["spanId"], format(other.get_span_context().span_id, "016x"))
+        self.assertEqual(row["status"], {"code": 2, "message": "bad"})
+
+    def test_an_escaping_exception_is_recorded_and_sets_the_status(self):
+        with self.assertRaises(KeyError):
+            with self.tracer.start_as_current_span("contract.fails"):
+                raise KeyError("missing")
+        row = self.exported()["contract.fails"][-1]
+        self.assertEqual(row["status"]["code"], 2)
+        event = row["events"][0]
+        self.assertEqual(event["name"], "exception")
+        keys = {a["key"]: a["value"] for a in event["attributes"]}
+        self.assertEqual(keys["exception.type"], {"stringValue": "KeyError"})
+        self.assertIn("raise KeyError", keys["exception.stacktrace"]["stringValue"])
+        # record_exception=False, set_status_on_exception=False: neither.
+        with self.assertRaises(ValueError):
+            with self.tracer.start_as_current_span("contract.quiet", record_exception=False,
+                                                   set_status_on_exception=False):
+                raise ValueError("x")
+        quiet = self.exported()["contract.quiet"][-1]
+        self.assertEqual(quiet["events"], [])
+        self.assertEqual(quiet["status"]["code"], 0)
+
+    def test_start_as_current_span_decorates_sync_and_async_functions_a_span_per_call(self):
+        @self.tracer.start_as_current_span("contract.sync_call")
+        def sync_call(x):
+            return trace.get_current_span().get_span_context().span_id, x
+
+        @self.tracer.start_as_current_span("contract.async_call")
+        async def async_call(x):
+            await asyncio.sleep(0)
+            return trace.get_current_span().get_span_context().span_id, x
+
+        first, second = sync_call(1), sync_call(2)
+        self.assertNotEqual(first[0], second[0], "a span per call")
+        self.assertEqual(second[1], 2)
+        a = asyncio.run(async_call(3))
+        self.assertEqual(a[1], 3)
+        spans = self.exported()
+        self.assertEqual(len(spans["contract.sync_call"]), 2)
+        self.assertEqual(len(spans["contract.async_call"]), 1)
+        self.assertEqual(spans["contract.async_call"][0]["spanId"], format(a[0], "016x"))
+
+    def test_end_on_exit_false_leaves_the_span_open(self):
+        with self.tracer.start_as_current_span("contract.open", end_on_exit=False) as span:
+            pass
+        self.assertTrue(span.is_recording())
+        span.end()
+        self.assertFalse(span.is_recording())
+
+    def test_use_span_and_the_w3c_propagator_carry_lens_spans(self):
+        span = self.tracer.start_span("contract.used")
+        with trace.use_span(span, end_on_exit=True):
+            self.assertIs(trace.get_current_span(), span)
+            headers = {}
+            propagate.inject(headers)
+        ctx = span.get_span_context()
+        self.assertEqual(headers["traceparent"],
+                         f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-01")
+        # And back: a span under the extracted context continues that trace.
+        remote = propagate.extract(headers)
+        self.assertTrue(trace.get_current_span(remote).get_span_context().is_remote)
+        child = self.tracer.start_span("contract.remote_child", context=remote)
+        child.end()
+        row = self.exported()["contract.remote_child"][-1]
+        self.assertEqual(row["traceId"], f"{ctx.trace_id:032x}")
+        self.assertEqual(row["parentSpanId"], f"{ctx.span_id:016x}")
+
+    def test_a_span_not_recorded_is_a_non_recording_span_with_its_context(self):
+        lens.set_span_groups("default")  # "microbatch" off, "job" on
+        try:
+            with self.tracer.start_as_current_span("contract.parent_on") as parent:
+                off = self.tracer.start_span("megatron.microbatch.forward")
+                self.assertIsInstance(off, NonRecordingSpan)
+                self.assertFalse(off.is_recording())
+                self.assertEqual(off.get_span_context(), parent.get_span_context(),
+                                 "the parent's context passes through")
+        finally:
+            lens.set_span_groups("all")
+        # Sampled out: a remote parent that says so.
+        unsampled = SpanContext(0x1234, 0x5678, True, TraceFlags(0))
+        dropped = self.tracer.start_span(
+            "contract.sampled_out", context=trace.set_span_in_context(NonRecordingSpan(unsampled)))
+        self.assertIsInstance(dropped, NonRecordingSpan)
+        self.assertEqual(dropped.get_span_context().trace_id, 0x1234)
+        self.assertFalse(dropped.get_span_context().trace_flags.sampled)
+        self.assertNotIn("contract.sampled_out", self.exported())
+
+    def test_the_step_span_carries_the_step_and_microbatch_spans_their_ids(self):
+        with self.tracer.start_as_current_span("train.iteration", attributes={"megatron.iteration": 41}):
+            for _ in range(3):
+                with self.tracer.start_as_current_span("megatron.microbatch.forward"):
+                    pass
+            with self.tracer.start_as_current_span("megatron.microbatch.backward"):
+                pass
+        spans = self.exported()
+        step = spans["train.iteration"][-1]
+        self.assertEqual(step["attrs"]["dl.step"], "41")
+        self.assertEqual(step.get("parentSpanId", ""), "", "a root of the step's shared trace")
+        self.assertEqual([s["attrs"]["dl.microbatch_id"] for s in spans["megatron.microbatch.forward"][-3:]],
+                         ["0", "1", "2"])
+        self.assertEqual(spans["megatron.microbatch.backward"][-1]["attrs"]["dl.microbatch_id"], "0")
+
+    def test_nemo_helpers_have_nemo_lens_call_shapes(self):
+        self.assertTrue(nemo.is_span_group_enabled("step"))
+        with self.assertRaises(ValueError):
+            nemo.is_span_group_enabled("nonsense")
+        with nemo.managed_span("job", "nemo.managed", None, flavour="x") as span:
+            nemo.safe_set_span_attributes(span, {"a": 1}, b=2)
+            nemo.safe_set_span_attributes(None, {"a": 1})  # never raises
+        with nemo.span_cm("nemo.cm", record_exception=True, c=3):
+            pass
+
+        @nemo.trace_fn("job", "nemo.fn")
+        def work():
+            return trace.get_current_span()
+
+        self.assertTrue(work().get_span_context().is_valid)
+        with nemo.managed_span("job", "nemo.source") as source:
+            carrier = {}
+            propagate.inject(carrier)
+        linked = nemo.create_linked_span(trace.get_tracer("nemo.lens"), "nemo.linked",
+                                         remote_carrier=carrier, **{"dl.microbatch_id": 0})
+        linked.end()
+        by_context = nemo.create_linked_span(None, "nemo.linked_ctx",
+                                             remote_context=source.get_span_context())
+        by_context.end()
+        lens.set_span_groups("default")
+        try:
+            with nemo.managed_span("step", "nemo.off") as off:
+                self.assertFalse(off.is_recording())
+        finally:
+            lens.set_span_groups("all")
+        spans = self.exported()
+        self.assertEqual(spans["nemo.managed"][-1]["attrs"], {"flavour": "x", "a": "1", "b": "2"})
+        self.assertEqual(spans["nemo.cm"][-1]["attrs"], {"c": "3"})
+        self.assertIn("nemo.fn", spans)
+        self.assertNotIn("nemo.off", spans)
+        source_id = format(source.get_span_context().span_id, "016x")
+        for name in ("nemo.linked", "nemo.linked_ctx"):
+            self.assertEqual([l["spanId"] for l in spans[name][-1]["links"]], [source_id], name)
+
+
+class Layout(unittest.TestCase):
+    def test_megatron_default_order_puts_tp_fastest_and_pp_slowest(self):
+        attrs = {"dl.rank": 13, "dl.world_size": 16, "dl.tensor_parallel.size": 2,
+                 "dl.pipeline_parallel.size": 4, "dl.data_parallel.size": 2}
+        got = lens.otel.layout_from_attributes(attrs)
+        # 13 = tp 1 + 2 * (dp 0) + 4 * (pp 3)
+        self.assertEqual((got["tp"], got["dp"], got["pp"]), (1, 0, 3))
+        self.assertEqual(got["pipeline_source"], 1, "the same tp and dp at pp 0")
+        other = lens.otel.layout_from_attributes(attrs, order="tp-cp-ep-pp-dp")
+        # 13 = tp 1 + 2 * (pp 2) + 8 * (dp 1)
+        self.assertEqual((other["tp"], other["pp"], other["dp"]), (1, 2, 1))
+        self.assertIsNone(lens.otel.layout_from_attributes({"dl.world_size": 4}))
+
+    def test_sizes_that_do_not_fit_the_world_are_refused_naming_them(self):
+        for attrs, words in (
+                ({"dl.rank": 0, "dl.world_size": 8, "dl.pipeline_parallel.size": 3}, "product is 3"),
+                ({"dl.rank": 9, "dl.world_size": 4, "dl.pipeline_parallel.size": 4}, "dl.rank=9"),
+                ({"dl.rank": "x"}, "not an integer"),
+                ({"dl.rank": 0, "dl.pipeline_parallel.size": 0}, "at least 1")):
+            with self.assertRaises(lens.ConfigError) as caught:
+                lens.otel.layout_from_attributes(attrs)
+            self.assertIn(words, str(caught.exception))
+
+
+def run_python(code, env_extra):
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+class Selection(unittest.TestCase):
+    def test_the_environment_variable_selects_lens_through_its_entry_point(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = run_python("from opentelemetry import trace\n"
+                           "p = trace.get_tracer_provider()\n"
+                           "print(type(p).__module__ + '.' + type(p).__name__)\n"
+                           "with trace.get_tracer('t').start_as_current_span('selected') as s:\n"
+                           "    print(s.get_span_context().is_valid)\n",
+                           {"OTEL_PYTHON_TRACER_PROVIDER": "lens", "LENS_TRACE_DIR": d})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.split(), ["lens.otel.TracerProvider", "True"])
+
+    def test_the_kill_switch_leaves_every_span_non_recording(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = run_python("from opentelemetry import trace\n"
+                           "from opentelemetry.trace import NonRecordingSpan\n"
+                           "s = trace.get_tracer('t').start_span('x')\n"
+                           "print(isinstance(s, NonRecordingSpan))\n",
+                           {"OTEL_PYTHON_TRACER_PROVIDER": "lens", "MEGATRON_OTEL_ENABLED": "0",
+                            "LENS_TRACE_DIR": d})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.split(), ["True"])
+
+    def test_installing_after_another_provider_names_it(self):
+        r = run_python("from opentelemetry import trace\n"
+                       "from opentelemetry.sdk.trace import TracerProvider\n"
+                       "trace.set_tracer_provider(TracerProvider())\n"
+                       "import lens.otel\n"
+                       "lens.otel.install()\n", {})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("a tracer provider was set before lens's: "
+                      "opentelemetry.sdk.trace.TracerProvider", r.stderr)
+
+
+class UpstreamPipeline(unittest.TestCase):
+    """Megatron-LM's upstream instrumentation in 4 processes, unchanged."""
+
+    def run_pipeline(self, out, env_extra, *args):
+        env = {k: v for k, v in os.environ.items() if k != "OTEL_PYTHON_TRACER_PROVIDER"}
+        env.update(env_extra)
+        r = subprocess.run([sys.executable, PIPELINE, "--world", "4", "--steps", "6",
+                            "--microbatches", "4", "--out", out, *args],
+                           env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_under_lens_every_step_is_one_trace_with_links_and_the_slow_stage_is_named(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.run_pipeline(d, {"OTEL_PYTHON_TRACER_PROVIDER": "lens", "LENS_TRACE_DIR": d,
+                                  "MEGATRON_OTEL_RUN_ID": "upstream-lens"}, "--slow-stage", "2")
+            run = os.path.join(d, "upstream-lens")
+            check = subprocess.run([os.environ["LENS_BIN"], "check", run], capture_output=True,
+                                   text=True)
+            self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+            self.assertIn("4 ranks, 6 steps", check.stdout)
+            self.assertIn("every step is one trace; every link resolves", check.stdout)
+            # The links: stage s's first P - s receives of a step (warmup
+            # and pre-1F1B), each to rank 0's step span.
+            traces_by_step, sources = {}, {}
+            for rank in range(4):
+                spans = read_spans(os.path.join(run, f"rank-{rank}.otlp.jsonl"))
+                for s in spans["train.iteration"]:
+                    traces_by_step.setdefault(s["attrs"]["dl.step"], set()).add(s["traceId"])
+                    if rank == 0:
+                        sources[s["traceId"]] = s["spanId"]
+                linked = spans.get("megatron.pp.recv_forward.linked", [])
+                self.assertEqual(len(linked), 0 if rank == 0 else 6 * min(4 - rank, 4), rank)
+                for l in linked:
+                    self.assertEqual(l["links"][0]["spanId"], sources[l["traceId"]])
+            self.assertEqual(len(traces_by_step), 6)
+            self.assertTrue(all(len(t) == 1 for t in traces_by_step.values()), traces_by_step)
+            analyze = subprocess.run([os.environ["LENS_BIN"], "analyze", "--json", run],
+                                     capture_output=True, text=True)
+            self.assertEqual(analyze.returncode, 0, analyze.stderr)
+            a = json.loads(analyze.stdout)
+            self.assertEqual((a["steps"], a["pipeline_stages"], a["microbatches"]), (6, 4, 4))
+            self.assertEqual(a["slowest_stage"], 2, a["stages"])
+
+    def test_under_the_sdk_each_rank_has_traces_of_its_own(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.run_pipeline(d, {}, "--sdk")
+            traces = {}  # iteration -> {rank: trace id}
+            for rank in range(4):
+                with open(os.path.join(d, f"sdk-rank-{rank}.jsonl")) as f:
+                    for line in f:
+                        s = json.loads(line)
+                        if s["name"] == "train.iteration":
+                            it = s["attributes"]["megatron.iteration"]
+                            traces.setdefault(it, {})[rank] = s["context"]["trace_id"]
+                            self.assertEqual(s["links"], [])
+            self.assertEqual(len(traces), 6)
+            for it, by_rank in traces.items():
+                self.assertEqual(len(by_rank), 4)
+                self.assertEqual(len(set(by_rank.values())), 4,
+                                 f"iteration {it}: a trace per rank under the SDK")
+
+
+if __name__ == "__main__":
+    unittest.main()
