@@ -124,6 +124,7 @@ class PySpan {
   }
 
   bool recording() const { return span_.recording(); }
+  bool sampled() const { return context_ && context_->sampled(); }
   // Kept after the span ends, so it can be read after its with block.
   const std::optional<lens::SpanContext>& context() const { return context_; }
   void set_attribute(const std::string& key, const py::handle& value) {
@@ -791,6 +792,8 @@ PYBIND11_MODULE(_lens, m) {
 
   py::class_<PySpan>(m, "Span")
       .def_property_readonly("recording", &PySpan::recording)
+      // Recorded and to be exported (the sampled flag of its context).
+      .def_property_readonly("sampled", &PySpan::sampled)
       .def_property_readonly("context", &PySpan::context)
       .def("set_attribute", &PySpan::set_attribute, py::arg("key"), py::arg("value"))
       .def("add_event", &PySpan::add_event, py::arg("name"), py::arg("attributes") = py::dict())

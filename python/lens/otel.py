@@ -45,9 +45,12 @@ import threading
 
 from opentelemetry import context as _context
 from opentelemetry import trace as _trace
-from opentelemetry.trace import (INVALID_SPAN_CONTEXT, NonRecordingSpan, SpanKind, Status,
-                                 StatusCode, TraceFlags, TraceState)
+from opentelemetry.context import Context as _Context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+from opentelemetry.trace import (INVALID_SPAN, NonRecordingSpan, SpanKind, Status, StatusCode,
+                                 TraceFlags, TraceState)
 from opentelemetry.trace import SpanContext as OtelSpanContext
+from opentelemetry.trace.propagation import _SPAN_KEY
 
 import lens as _package
 from . import _lens
@@ -245,6 +248,44 @@ def _setup():
         return _rank
 
 
+# ---------------------------------------------------------------- context
+
+# The API's current context is a ContextVar holding an immutable Context
+# (unless OTEL_PYTHON_CONTEXT chose another runtime): read and set it
+# directly, as its own attach and detach do, a few calls fewer per span.
+_runtime = _context._RUNTIME_CONTEXT
+_var = _runtime._current_context if type(_runtime) is ContextVarsRuntimeContext else None
+
+
+def _current_span(context=None):
+    """trace.get_current_span."""
+    if context is None:
+        context = _var.get() if _var is not None else _context.get_current()
+    span = context.get(_SPAN_KEY)
+    if type(span) is Span or isinstance(span, _trace.Span):
+        return span
+    return INVALID_SPAN
+
+
+def _attach(span):
+    """context.attach(trace.set_span_in_context(span))."""
+    if _var is None:
+        return _context.attach(_trace.set_span_in_context(span))
+    current = _var.get()
+    values = dict(current)
+    values[_SPAN_KEY] = span
+    return _var.set(_Context(values))
+
+
+def _detach(token):
+    if _var is None:
+        return _context.detach(token)
+    try:
+        _var.reset(token)
+    except Exception:  # another context's token: as the API, logged, never raised
+        _context.detach(token)
+
+
 # ---------------------------------------------------------------- spans
 
 
@@ -273,21 +314,26 @@ class Span(_trace.Span):
     Its context is the core's; attributes, events, links, status and name
     go to the core's record, which is exported when the span ends."""
 
-    __slots__ = ("_native", "_context_cache", "_native_context", "_ended", "_status_set",
-                 "_kind", "_on_end")
+    # Defaults on the class: a span starts with two attributes set.
+    _context_cache = None
+    _native_cache = None
+    _ended = False
+    _status_set = False
+    _on_end = None
+    kind = SpanKind.INTERNAL
 
     def __init__(self, native, kind=SpanKind.INTERNAL, on_end=None):
         self._native = native
-        self._native_context = native.context
-        self._context_cache = None
-        self._ended = False
-        self._status_set = False
-        self._kind = kind
-        self._on_end = on_end
+        if kind is not SpanKind.INTERNAL:
+            self.kind = kind
+        if on_end is not None:
+            self._on_end = on_end
 
     @property
-    def kind(self):
-        return self._kind
+    def _native_context(self):
+        if self._native_cache is None:
+            self._native_cache = self._native.context
+        return self._native_cache
 
     def get_span_context(self):
         if self._context_cache is None:
@@ -367,17 +413,6 @@ class Span(_trace.Span):
         return f"lens.otel.Span(trace_id=0x{c.trace_id}, span_id=0x{c.span_id})"
 
 
-def _parent_of(context):
-    """(the parent's lens.SpanContext or None, the parent span) for a start."""
-    parent = _trace.get_current_span(context)
-    if type(parent) is Span:
-        return parent._native_context, parent
-    sc = parent.get_span_context()
-    if not sc.is_valid:
-        return None, parent
-    return _native_context(sc), parent
-
-
 class Tracer(_trace.Tracer):
     """Starts spans in lens's core. Thread safety: any thread."""
 
@@ -391,14 +426,21 @@ class Tracer(_trace.Tracer):
         group = _groups.get(name)
         if group is None:
             group = _groups[name] = _group_of(name)
-        parent, parent_span = _parent_of(context)
-        attrs = dict(attributes) if attributes else {}
+        parent_span = _current_span(context)
+        if type(parent_span) is Span:
+            parent = parent_span._native_context
+        else:
+            sc = parent_span.get_span_context()
+            parent = _native_context(sc) if sc.is_valid else None
+        attrs = attributes if attributes else _EMPTY
         join = None
         on_end = None
         native_links = None
         if links:
             native_links = [(_native_context(l.context), dict(l.attributes) if l.attributes else None)
                             for l in links if l.context.is_valid]
+        if group == "step" or rank.step is not None:
+            attrs = dict(attrs)  # the provider's attributes added to a copy
         if group == "step":
             step = next((attrs[k] for k in _ITERATION_KEYS if k in attrs), None)
             step = rank.steps_started if step is None else int(step)
@@ -415,10 +457,10 @@ class Tracer(_trace.Tracer):
                 attrs.setdefault("dl.pipeline_parallel.rank", rank.stage)
         elif rank.step is not None:
             on_end = self._schedule_attributes(name, group, attrs, rank, parent)
-        native = _lens.start_otel_span(name, group, parent, kind.value + 1, attrs, native_links,
-                                       start_time, join)
-        context_ = native.context
-        if not native.recording or context_ is None or not context_.sampled:
+        native = _start(name, group, parent, 1 if kind is _INTERNAL else _KINDS[kind], attrs,
+                        native_links, start_time, join)
+        if not native.sampled:
+            context_ = native.context
             if native.recording:
                 native.end()  # sampled out: not exported, its context still passed on
             if on_end is not None:
@@ -463,8 +505,14 @@ class Tracer(_trace.Tracer):
     def start_as_current_span(self, name, context=None, kind=SpanKind.INTERNAL, attributes=None,
                               links=None, start_time=None, record_exception=True,
                               set_status_on_exception=True, end_on_exit=True):
-        return _CurrentSpan(self, name, context, kind, attributes, links, start_time,
-                            record_exception, set_status_on_exception, end_on_exit)
+        return _CurrentSpan(self, (name, context, kind, attributes, links, start_time),
+                            (record_exception, set_status_on_exception, end_on_exit))
+
+
+_EMPTY = {}
+_start = _lens.start_otel_span
+_KINDS = {kind: kind.value + 1 for kind in SpanKind}  # the API's kinds as OTLP's
+_INTERNAL = SpanKind.INTERNAL
 
 
 class _CurrentSpan:
@@ -472,41 +520,33 @@ class _CurrentSpan:
     inside the block) and a decorator of sync and async functions (a span
     per call). The span starts at __enter__, not before."""
 
-    __slots__ = ("_tracer", "_args", "_end_on_exit", "_record", "_set_status", "_span", "_token")
+    __slots__ = ("_tracer", "_args", "_flags", "_span", "_token")
 
-    def __init__(self, tracer, name, context, kind, attributes, links, start_time,
-                 record_exception, set_status_on_exception, end_on_exit):
+    def __init__(self, tracer, args, flags):
         self._tracer = tracer
-        self._args = (name, context, kind, attributes, links, start_time)
-        self._record = record_exception
-        self._set_status = set_status_on_exception
-        self._end_on_exit = end_on_exit
-        self._span = None
-        self._token = None
+        self._args = args  # start_span's (name, context, kind, attributes, links, start_time)
+        self._flags = flags  # (record_exception, set_status_on_exception, end_on_exit)
 
     def __enter__(self):
-        name, context, kind, attributes, links, start_time = self._args
-        span = self._span = self._tracer.start_span(name, context, kind, attributes, links,
-                                                    start_time)
-        self._token = _context.attach(_trace.set_span_in_context(span))
+        span = self._span = self._tracer.start_span(*self._args)
+        self._token = _attach(span)
         return span
 
     def __exit__(self, exc_type, exc, tb):
         span = self._span
-        _context.detach(self._token)
+        _detach(self._token)
+        record, set_status, end_on_exit = self._flags
         if exc is not None and isinstance(exc, Exception) and span.is_recording():
-            if self._record:
+            if record:
                 span.record_exception(exc, escaped=True)
-            if self._set_status:
+            if set_status:
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        if self._end_on_exit:
+        if end_on_exit:
             span.end()
         return False
 
     def _again(self):
-        name, context, kind, attributes, links, start_time = self._args
-        return _CurrentSpan(self._tracer, name, context, kind, attributes, links, start_time,
-                            self._record, self._set_status, self._end_on_exit)
+        return _CurrentSpan(self._tracer, self._args, self._flags)
 
     def __call__(self, function):
         if inspect.iscoroutinefunction(function):
