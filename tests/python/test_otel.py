@@ -206,6 +206,35 @@ class Contract(unittest.TestCase):
         self.assertEqual(row["traceId"], f"{ctx.trace_id:032x}")
         self.assertEqual(row["parentSpanId"], f"{ctx.span_id:016x}")
 
+    def test_the_traps_a_duck_typed_span_or_a_foreign_context_would_fall_into(self):
+        # What lens.otel avoids, shown on the API itself: a span that is not
+        # an opentelemetry.trace.Span is not current, and a context that is
+        # not the API's SpanContext is not propagated.
+        class DuckSpan:
+            def get_span_context(self):
+                return trace.SpanContext(1, 2, False, TraceFlags(1))
+
+        token = context.attach(trace.set_span_in_context(DuckSpan()))
+        try:
+            self.assertFalse(trace.get_current_span().get_span_context().is_valid)
+        finally:
+            context.detach(token)
+
+        # lens's own context (hex ids), where the API's is expected.
+        foreign = NonRecordingSpan(lens.SpanContext.from_traceparent(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"))
+        headers = {}
+        try:
+            propagate.inject(headers, context=trace.set_span_in_context(foreign))
+        except Exception:
+            pass
+        self.assertNotIn("traceparent", headers)
+        # lens's spans pass both.
+        with self.tracer.start_as_current_span("contract.not_a_trap") as span:
+            self.assertIs(trace.get_current_span(), span)
+            propagate.inject(headers)
+        self.assertIn(f"{span.get_span_context().span_id:016x}", headers["traceparent"])
+
     def test_a_span_not_recorded_is_a_non_recording_span_with_its_context(self):
         lens.set_span_groups("default")  # "microbatch" off, "job" on
         try:
