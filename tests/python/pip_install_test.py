@@ -62,6 +62,13 @@ with tempfile.TemporaryDirectory(prefix="lens-pip-") as tmp:
     cmake_version = next(l for l in (root / "CMakeLists.txt").read_text().splitlines()
                          if l.startswith("project(lens VERSION")).split()[2]
     check(version == cmake_version, f"the installed version is the project's ({version})")
+    # OTEL_PYTHON_TRACER_PROVIDER=lens finds lens.otel through the installed
+    # entry point (the API itself is not needed to see it).
+    r = run([vpy, "-c", "import importlib.metadata as m; "
+             "print([e.value for e in m.entry_points(group='opentelemetry_tracer_provider', "
+             "name='lens')])"], cwd=tmp)
+    check(r.returncode == 0 and r.stdout.strip() == "['lens.otel:TracerProvider']",
+          f"the opentelemetry_tracer_provider entry point 'lens' ({r.stdout.strip()} {r.stderr[-300:]})")
 
     traces = tmp / "traces"
     r = run([vpy, root / "python" / "examples" / "pp_train.py", "--world", "2", "--steps", "3",
