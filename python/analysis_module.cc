@@ -5,10 +5,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
 #include "analyze.h"
+#include "rank_order.h"
 #include "run_reader.h"
 #include "span_table.h"
 
@@ -29,6 +31,32 @@ PYBIND11_MODULE(_analysis, m) {
   m.doc() = "lens's run reader and step analysis (the lens command's), for lens.analysis";
   py::register_exception<lens::analysis::ReadError>(m, "ReadError", PyExc_ValueError);
 
+  // A rank's place from the layout's sizes (rank_order.h), as lens.otel
+  // reads Megatron's resource attributes; ValueError for what does not fit.
+  m.def(
+      "place_rank",
+      [](int rank, int world_size, const std::array<int, lens::analysis::kParallelDims>& sizes,
+         const std::string& order) {
+        lens::analysis::RankPlace p;
+        try {
+          p = lens::analysis::place_rank(rank, world_size, sizes, order);
+        } catch (const std::invalid_argument& e) {
+          throw py::value_error(std::string("lens: ") + e.what());
+        }
+        py::dict d;
+        d["rank"] = p.rank;
+        d["world_size"] = p.world_size;
+        d["pp_size"] = p.size(lens::analysis::ParallelDim::kPp);
+        d["dp_size"] = p.size(lens::analysis::ParallelDim::kDp);
+        d["tp_size"] = p.size(lens::analysis::ParallelDim::kTp);
+        d["pp"] = p.coord(lens::analysis::ParallelDim::kPp);
+        d["dp"] = p.coord(lens::analysis::ParallelDim::kDp);
+        d["tp"] = p.coord(lens::analysis::ParallelDim::kTp);
+        d["pipeline_source"] = p.pipeline_source;
+        return d;
+      },
+      py::arg("rank"), py::arg("world_size"), py::arg("sizes"),
+      py::arg("order") = std::string(lens::analysis::kMegatronRankOrder));
   m.def(
       "read_span_table",
       [](const std::string& dir, bool raw_clock) {

@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "analyze.h"
+#include "rank_order.h"
 #include "check.h"
 #include "lens/config.h"
 #include "lens/error.h"
@@ -156,6 +157,25 @@ int run_lens(int argc, char** argv) {
                       "each rank's timestamps as recorded, not aligned to rank 0's clock by the "
                       "run's lens.clock_sync samples");
 
+  // Megatron-LM's own traces (docs/megatron-traces.md): the order in which
+  // ranks vary over the parallel dimensions, for runs that give sizes only.
+  std::string rank_order;
+  for (auto* command : {check, summary, analyze, diff, timeline, report, exp})
+    command
+        ->add_option("--rank-order", rank_order,
+                     "for Megatron-LM's own traces: the parallel dimensions fastest first "
+                     "(default tp-cp-ep-dp-pp, Megatron's; e.g. tp-cp-ep-pp-dp); "
+                     "LENS_RANK_ORDER too")
+        ->check([](const std::string& order) {
+          try {
+            place_rank(0, -1, {1, 1, 1, 1, 1}, order);
+            return std::string();
+          } catch (const std::invalid_argument& e) {
+            return std::string(e.what());
+          }
+        })
+        ->each([](const std::string& order) { ::setenv("LENS_RANK_ORDER", order.c_str(), 1); });
+
   std::vector<std::string> upload_paths;
   std::string endpoint;
   std::size_t batch_spans = 2048;
@@ -263,15 +283,20 @@ int run_lens(int argc, char** argv) {
             "note: the run was stopped by %s: %zu spans ended by it; %zu steps a rank was in "
             "then are not held to every rank or to the schedule's counts\n",
             r.stopped_by.c_str(), r.stopped_spans, r.interrupted_steps);
+      if (!r.inferred.empty())
+        std::printf("inferred: %s; each rank's step stays in a trace of its own (no links)\n",
+                    r.inferred.c_str());
       std::printf("%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), r.files, r.steps,
                   r.spans,
                   late_fails ? (std::to_string(r.violations.size()) + " violations, " +
                                 std::to_string(r.late.late) + " spans not checked")
                                    .c_str()
                   : r.violations.empty()
-                      ? (r.pipeline_scope ? "every replica's step is one trace, linked to rank "
-                                            "0's; every link resolves"
-                                          : "every step is one trace; every link resolves")
+                      ? (!r.inferred.empty()
+                             ? "every rank's steps matched by step number (inferred: see above)"
+                         : r.pipeline_scope ? "every replica's step is one trace, linked to rank "
+                                              "0's; every link resolves"
+                                            : "every step is one trace; every link resolves")
                       : (std::to_string(r.violations.size()) + " violations").c_str());
       return r.violations.empty() && !late_fails ? kOk : kViolations;
     }

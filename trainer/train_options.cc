@@ -182,6 +182,12 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  "--slow-replica), not both\n");
     std::exit(2);
   }
+  if (o.slow_replica >= o.dp) {
+    std::fprintf(stderr,
+                 "lens-train: --slow-replica %d is not a replica of --dp %d; accepted: 0 to %d\n",
+                 o.slow_replica, o.dp, o.dp - 1);
+    std::exit(2);
+  }
   const bool slow_target = o.slow_stage >= 0 || o.slow_rank >= 0;
   if (slow_target && o.slow_factor <= 1 && o.slow_ms <= 0) {
     std::fprintf(stderr,
@@ -194,12 +200,6 @@ TrainOptions parse_train_options(int argc, char** argv) {
     std::fprintf(stderr,
                  "lens-train: --slow-factor, --slow-ms, --slow-steps and --slow-replica need "
                  "what to slow; accepted: with --slow-stage S or --slow-rank R\n");
-    std::exit(2);
-  }
-  if (o.slow_replica >= o.dp) {
-    std::fprintf(stderr,
-                 "lens-train: --slow-replica %d is not a replica of --dp %d; accepted: 0 to %d\n",
-                 o.slow_replica, o.dp, o.dp - 1);
     std::exit(2);
   }
   if (o.test_step_skew_rank >= o.world()) {

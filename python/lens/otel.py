@@ -112,47 +112,26 @@ def _int_attribute(attributes, key):
 
 def layout_from_attributes(attributes, order="tp-cp-ep-dp-pp"):
     """A rank's place from Megatron's resource attributes: a dict with rank,
-    world_size, pp/dp/tp sizes and this rank's pp/dp/tp coordinates, or None
-    when ``dl.rank`` is absent. ``order`` lists the dimensions fastest first
-    (Megatron's default tp-cp-ep-dp-pp). Sizes that do not multiply to the
-    world size raise lens.ConfigError naming them."""
+    world_size, pp/dp/tp sizes, this rank's pp/dp/tp coordinates and its
+    pipeline's first rank, or None when ``dl.rank`` is absent. ``order``
+    lists the dimensions fastest first (Megatron's default tp-cp-ep-dp-pp).
+    What does not fit raises lens.ConfigError naming it (the rule is the
+    core's, lens/rank_order.h, as the importer of upstream traces uses it)."""
     rank = _int_attribute(attributes, "dl.rank")
     if rank is None:
         return None
-    sizes = {}
-    for dim, key in (("tp", "dl.tensor_parallel.size"), ("cp", "dl.context_parallel.size"),
-                     ("ep", "dl.expert_parallel.size"), ("dp", "dl.data_parallel.size"),
-                     ("pp", "dl.pipeline_parallel.size")):
+    sizes = []
+    for key in ("dl.tensor_parallel.size", "dl.context_parallel.size", "dl.expert_parallel.size",
+                "dl.data_parallel.size", "dl.pipeline_parallel.size"):
         size = _int_attribute(attributes, key)
-        sizes[dim] = 1 if size is None else size
-        if sizes[dim] < 1:
-            raise _lens.ConfigError(f"lens.otel: {key}={size} must be at least 1")
+        sizes.append(1 if size is None else size)
     world = _int_attribute(attributes, "dl.world_size")
-    product = 1
-    for size in sizes.values():
-        product *= size
-    if world is None:
-        world = product
-    dims = order.split("-")
-    if sorted(dims) != sorted(sizes):
-        raise _lens.ConfigError(f"lens.otel: rank order {order!r} must name tp, cp, ep, dp and pp once")
-    if product != world or not 0 <= rank < world:
-        raise _lens.ConfigError(
-            f"lens.otel: dl.rank={rank} and dl.world_size={world} do not fit the sizes "
-            + ", ".join(f"{d}={sizes[d]}" for d in dims) + f" (their product is {product})")
-    coordinates, stride = {}, 1
-    for dim in dims:
-        coordinates[dim] = (rank // stride) % sizes[dim]
-        stride *= sizes[dim]
-    # The global rank of this rank's pipeline's first stage: the same
-    # coordinates with pp = 0.
-    pipeline_source, stride = 0, 1
-    for dim in dims:
-        pipeline_source += (0 if dim == "pp" else coordinates[dim]) * stride
-        stride *= sizes[dim]
-    return {"rank": rank, "world_size": world, "pp_size": sizes["pp"], "dp_size": sizes["dp"],
-            "tp_size": sizes["tp"], "pp": coordinates["pp"], "dp": coordinates["dp"],
-            "tp": coordinates["tp"], "pipeline_source": pipeline_source}
+    from . import _analysis  # the rule's owner: the analysis part (rank_order.h)
+
+    try:
+        return _analysis.place_rank(rank, -1 if world is None else world, sizes, order)
+    except ValueError as error:
+        raise _lens.ConfigError(str(error)) from None
 
 
 def _resource_attributes(resource):

@@ -301,7 +301,11 @@ Analysis analyze_dir(const std::filesystem::path& dir, const StreamOptions& opti
   if (warnings)
     for (const auto& f : rest.files)
       warnings->insert(warnings->end(), f.warnings.begin(), f.warnings.end());
-  return builder.finish();
+  Analysis a = builder.finish();
+  for (const auto& f : rest.files)
+    if (auto it = f.resource.find("lens.inferred"); it != f.resource.end() && a.inferred.empty())
+      a.inferred = it->second;
+  return a;
 }
 
 Analysis analyze_run(const std::filesystem::path& dir, const AnalyzeOptions& options,
@@ -403,6 +407,7 @@ std::string format_verdicts(const Analysis& a) {
 
 std::string format_table(const Analysis& a) {
   std::string out;
+  if (!a.inferred.empty()) out += "inferred: " + a.inferred + "\n";
   if (a.virtual_stages > 1)
     out += fmt::format(
         "pipeline: {} stages of {} chunks (interleaved), {} microbatches per step, {} steps "
@@ -671,6 +676,7 @@ nlohmann::json to_json(const Analysis& a) {
       {"left_out", a.left_out.to_json()},
       {"what_if", what_if},
       {"per_step", per_step},
+      {"inferred", a.inferred.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.inferred)},
       {"replicas", a.replicas},
       {"tensor_parallel", a.tensors},
       {"variability", variability},

@@ -134,6 +134,9 @@ struct Analysis {
   int impossible_edges = 0;
   ClockReport clock;
   LateSpans left_out;  // spans the step windows left out (set by the caller)
+  // What the run's correlation inferred (lens.inferred: Megatron-LM's own
+  // traces, upstream_steps.h); "" when its spans say it all.
+  std::string inferred;
 };
 
 class AnalysisBuilder {

@@ -237,7 +237,7 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
     const auto p = pipeline(rank);
     const StepOnRank* src = source.count(p) ? source[p] : nullptr;
     const StepOnRank* ref = reference[p];
-    if (step_span.trace_id != ref->step_span->trace_id)
+    if (step_span.trace_id != ref->step_span->trace_id && !inferred_)
       found_.push_back({sv.step, rank,
                         "trace id " + step_span.trace_id + " differs from rank " +
                             std::to_string(ref->rank) + "'s " + ref->step_span->trace_id +
@@ -387,6 +387,7 @@ void RunChecker::add(const Run& run, const PipelineView& view) {
   for (const auto& f : run.files) {
     pipeline_scope |= f.trace_scope == "pipeline";
     pipeline_of[f.rank] = {f.replica, f.tensor_rank};
+    inferred_ |= f.resource.count("lens.inferred") > 0;
     const auto mode = f.resource.find("lens.step_context");
     const auto prefetch = f.resource.find("lens.step_prefetch");
     ordered &= (mode == f.resource.end() || mode->second == "broadcast") &&
@@ -472,7 +473,7 @@ std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& fin
   const bool any_linked = std::any_of(linked_.begin(), linked_.end(),
                                       [](const LinkedCount& c) { return c.linked > 0; });
   for (const auto& c : linked_) {
-    if (pipeline_stages_ <= 0 || c.stage >= pipeline_stages_) continue;
+    if (pipeline_stages_ <= 0 || c.stage >= pipeline_stages_ || inferred_) continue;
     const std::size_t bound = linked_bound(pipeline_stages_, c.stage, virtual_stages_);
     if (c.linked > bound) {
       found_.push_back({c.step, c.rank,
@@ -553,7 +554,11 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
   if (stream.late != &result.late) result.late = *stream.late;
   result.spans += rest.span_count();
   result.files = rest.files.size();
-  for (const auto& f : rest.files) result.pipeline_scope |= f.trace_scope == "pipeline";
+  for (const auto& f : rest.files) {
+    result.pipeline_scope |= f.trace_scope == "pipeline";
+    if (auto it = f.resource.find("lens.inferred"); it != f.resource.end() && result.inferred.empty())
+      result.inferred = it->second;
+  }
   for (const auto& f : rest.files)
     result.warnings.insert(result.warnings.end(), f.warnings.begin(), f.warnings.end());
   result.violations = checker.finish(rest, [&](std::map<std::string, std::string>& wanted) {

@@ -107,6 +107,10 @@ class RunChecker {
   std::size_t interrupted_steps() const { return interrupted_steps_; }
   // Links that point at ranks an export filter left out (known after finish).
   std::size_t unverifiable_links() const { return unverifiable_; }
+  // Whether the run's correlation was inferred (lens.inferred: Megatron-LM's
+  // own traces, upstream_steps.h): its ranks' steps are matched by number,
+  // each in a trace of its own, with no linked receives to count.
+  bool inferred() const { return inferred_; }
 
  private:
   struct PendingLink {
@@ -149,6 +153,7 @@ class RunChecker {
   StartOrder order_;
   std::size_t stopped_spans_ = 0, interrupted_steps_ = 0;
   std::string stopped_by_;
+  bool inferred_ = false;
   bool unordered_seen_ = false;  // some part's step contexts do not order the steps
   bool ordered_seen_ = false;
   // Each rank's megatron.job span (trace id, span id), and how many of its
@@ -169,6 +174,7 @@ struct CheckResult {
   std::size_t steps = 0, spans = 0, files = 0;
   std::size_t unverifiable_links = 0;  // their targets' ranks were filtered out of the export
   bool pipeline_scope = false;         // some file says lens.trace_scope=pipeline
+  std::string inferred;                // what was inferred (lens.inferred), "" when nothing
   std::string start_order;             // how start times were compared (StartOrder)
   std::size_t stopped_spans = 0;       // ended by the signal that stopped a process
   std::size_t interrupted_steps = 0;   // some rank was in them when it stopped

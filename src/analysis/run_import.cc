@@ -1,5 +1,8 @@
 #include "run_import.h"
 
+#include "console_spans.h"
+#include "upstream_steps.h"
+
 #include <unistd.h>
 #include <zstd.h>
 
@@ -12,7 +15,9 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <cstdlib>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 #include "json_depth.h"
@@ -476,6 +481,9 @@ class Importer {
   }
 
   ImportStats finish() {
+    const char* order_env = std::getenv("LENS_RANK_ORDER");
+    const std::string order = order_env && *order_env ? order_env : "tp-cp-ep-dp-pp";
+    std::size_t p2p = 0, microbatch = 0;
     for (auto& [rank, spill] : spills_) {
       spill.out.close();
       if (!spill.out) throw ReadError((dir_ / spill_name(rank)).string() + ": cannot write");
@@ -484,17 +492,35 @@ class Importer {
       std::ifstream in(dir_ / spill_name(rank), std::ios::binary);
       std::ofstream out(dir_ / ("rank-" + std::to_string(rank) + ".otlp.jsonl"), std::ios::binary);
       std::string line;
+      // Megatron-LM's own traces: correlated as they are written.
+      std::optional<UpstreamSteps> upstream;
+      if (upstream_ranks_.count(rank)) upstream.emplace(order);
+      std::vector<std::string> lines;
       for (const Batch& b : spill.batches) {
         line.resize(b.size);
         in.seekg(static_cast<std::streamoff>(b.offset));
         in.read(line.data(), b.size);
-        out << line << '\n';
+        if (!upstream) {
+          out << line << '\n';
+          continue;
+        }
+        upstream->add(json::parse(line), lines);
+        for (const auto& l : lines) out << l << '\n';
+        lines.clear();
+      }
+      if (upstream) {
+        upstream->finish(lines);
+        for (const auto& l : lines) out << l << '\n';
+        for (const auto& note : upstream->notes()) stats_.warnings.push_back(note);
+        p2p += upstream->p2p_spans();
+        microbatch += upstream->microbatch_spans();
       }
       if (!in || !out)
         throw ReadError(dir_.string() + ": cannot write rank " + std::to_string(rank));
       in.close();
       std::filesystem::remove(dir_ / spill_name(rank));
     }
+    if (!upstream_ranks_.empty()) upstream_warnings(p2p, microbatch);
     if (stats_.foreign_spans > 0)
       stats_.warnings.push_back(std::to_string(stats_.foreign_spans) +
                                 " spans of resources without dl.rank (not a lens rank: another "
@@ -505,6 +531,39 @@ class Importer {
  private:
   static std::string spill_name(int rank) { return "rank-" + std::to_string(rank) + ".batches"; }
 
+  // What an upstream run lacks, and the setting that would give it.
+  void upstream_warnings(std::size_t p2p, std::size_t microbatch) {
+    stats_.upstream_ranks = upstream_ranks_.size();
+    stats_.warnings.push_back(
+        "inferred: Megatron-LM upstream traces (each rank's iterations in traces of their own): "
+        "ranks from dl.rank and the parallel sizes (" +
+        std::string(std::getenv("LENS_RANK_ORDER") ? std::getenv("LENS_RANK_ORDER")
+                                                   : "tp-cp-ep-dp-pp") +
+        "), steps matched by megatron.iteration, microbatches and transfers by their order");
+    if (upstream_world_ > 0 && static_cast<int>(upstream_ranks_.size()) < upstream_world_) {
+      std::string which;
+      for (int r : upstream_ranks_) which += (which.empty() ? "" : ", ") + std::to_string(r);
+      stats_.warnings.push_back(
+          "missing: " + std::to_string(upstream_world_ - static_cast<int>(upstream_ranks_.size())) +
+          " of " + std::to_string(upstream_world_) + " ranks (only rank " + which +
+          " exported; Megatron's default export strategy exports the last rank): set "
+          "MEGATRON_OTEL_EXPORT_STRATEGY=all_ranks for the whole pipeline");
+    }
+    if (p2p == 0)
+      stats_.warnings.push_back(
+          "missing: no megatron.p2p spans, so waits and transfers cannot be told from compute: "
+          "enable the communication span group (MEGATRON_OTEL_SPAN_GROUPS=per_step,microbatch,"
+          "communication)");
+    if (microbatch == 0)
+      stats_.warnings.push_back(
+          "missing: no megatron.microbatch spans, so no step can be explained: enable the "
+          "microbatch span group (MEGATRON_OTEL_SPAN_GROUPS=per_step,microbatch)");
+    if (log_lines_ > 0)
+      stats_.warnings.push_back(std::to_string(log_lines_) +
+                                " lines that are not spans (the process's own output) were passed "
+                                "over");
+  }
+
   // A file's plain content: JSON (lines or one document) or length-prefixed
   // records. Errors name `shown` (the file as the user named it).
   void contents(const std::filesystem::path& path, const std::filesystem::path& shown) {
@@ -514,27 +573,60 @@ class Importer {
     }
     if (!in) return;  // empty
     in.seekg(0);
-    if (first == '{' || first == '[')
-      json_file(in, path, shown);
+    const auto byte = static_cast<unsigned char>(first);
+    if (shown.extension() == ".log")
+      json_file(in, path, shown, true, true);  // a process's output: its spans, if any
+    else if (first == '{' || first == '[')
+      json_file(in, path, shown, false, false);
+    else if (byte >= 0x20 && byte < 0x7f)
+      json_file(in, path, shown, true, false);  // text: a console exporter's spans among log lines
     else
       records(in, path, shown);
   }
 
+  // JSON lines or one document; `mixed`: text whose first line is not JSON,
+  // where lines that are not JSON are another program's output (passed
+  // over), as are they once a console exporter's span was seen.
   void json_file(std::ifstream& in, const std::filesystem::path& path,
-                 const std::filesystem::path& shown) {
+                 const std::filesystem::path& shown, bool mixed, bool may_hold_none) {
     LineReader lines(in);
     std::string line;
     std::size_t number = 0;
+    bool console = false;
+    std::size_t spans_before = stats_.spans;
     for (;;) {
       const LineReader::Status status = lines.next(line);
-      if (status == LineReader::Status::kEnd) return;
+      if (status == LineReader::Status::kEnd) {
+        if (mixed && !may_hold_none && stats_.spans == spans_before)
+          throw ReadError(shown.string() +
+                          ": neither OTLP data nor the OpenTelemetry console exporter's spans "
+                          "(one JSON object a line)");
+        return;
+      }
       ++number;
       if (status == LineReader::Status::kTooLong)
         throw ReadError(shown.string() + ":" + std::to_string(number) +
                         ": the line is longer than " + std::to_string(kMaxLineBytes) +
                         " bytes (the reader's limit)");
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      std::optional<json> doc = parse(line);
+      const auto brace = line.find_first_not_of(" \t\r");
+      std::optional<json> doc = line[brace] == '{' || line[brace] == '[' ? parse(line) : std::nullopt;
+      if (!doc && (mixed || console)) {
+        ++log_lines_;
+        continue;
+      }
+      if (doc && is_console_span(*doc)) {
+        const std::string where = shown.string() + ":" + std::to_string(number);
+        json request;
+        try {
+          request = request_of_console_span(*doc);
+        } catch (const std::exception& e) {
+          throw ReadError(where + ": a console exporter span that does not read: " + e.what());
+        }
+        console = true;
+        take(request, where);
+        continue;
+      }
       if (!doc && number == 1) {
         document(path, shown);  // a document over several lines (pretty-printed)
         return;
@@ -691,6 +783,13 @@ class Importer {
       stats_.foreign_spans += read.spans.size();
       return;
     }
+    for (const SpanRow& row : read.spans)
+      if ((row.name == "train.iteration" || row.name == "megatron.train_step") &&
+          !row.has("dl.step")) {
+        upstream_ranks_.insert(rank);
+        upstream_world_ = std::max(upstream_world_, read.world_size);
+        break;
+      }
     ++stats_.batches;
     std::int64_t first_end = 0;
     for (std::size_t i = 0; i < read.spans.size(); ++i)
@@ -707,10 +806,15 @@ class Importer {
   std::map<int, RankSpill> spills_;
   ImportStats stats_;
   int scratch_ = 0;
+  std::set<int> upstream_ranks_;  // ranks whose spans are Megatron-LM upstream's
+  int upstream_world_ = -1;
+  std::size_t log_lines_ = 0;
 };
 
 bool passed_over(const std::filesystem::path& p) {
-  static const char* kNotTraces[] = {".html", ".txt", ".md", ".png", ".log", ".csv"};
+  // (.log files are read for console-exporter spans, and passed over
+  // without them: Importer::contents.)
+  static const char* kNotTraces[] = {".html", ".txt", ".md", ".png", ".csv"};
   const std::string ext = p.extension().string();
   return std::any_of(std::begin(kNotTraces), std::end(kNotTraces),
                      [&](const char* e) { return ext == e; });

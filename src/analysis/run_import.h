@@ -7,8 +7,9 @@
 // directory removed at exit.
 //
 // What is imported: every regular file under the input (a file, or a
-// directory walked recursively; names ending .html, .txt, .md, .png, .log
-// or .csv are passed over), each format detected from its content:
+// directory walked recursively; names ending .html, .txt, .md, .png or .csv
+// are passed over, and .log files read only for the console exporter's
+// spans among their lines), each format detected from its content:
 //  - OTLP JSON lines (lens's files, the collector file exporter's `json`);
 //  - JSON documents, one per file or per line: an ExportTraceServiceRequest
 //    ({"resourceSpans": ...}), a Jaeger query api_v3 response ({"result":
@@ -19,7 +20,12 @@
 //    endian, then the message): protobuf ExportTraceServiceRequests or
 //    JSON, each record plain or a zstd frame (`compression: zstd`);
 //  - a whole file compressed as one zstd stream (the exporter's native
-//    compression), holding either of the above.
+//    compression), holding either of the above;
+//  - the OpenTelemetry Python SDK's console exporter: a span a line
+//    (console_spans.h), among other output, which is passed over.
+// Megatron-LM's own traces (a step span without dl.step) are correlated
+// after the fact as they are written (upstream_steps.h), and the import's
+// warnings say what was inferred and what is missing.
 // Rotated sets are many files of these. Each resource's batch goes to its
 // rank (dl.rank; batches of resources without one, other services sharing
 // the collector, are counted and left out); a rank's batches are then
@@ -45,6 +51,7 @@ namespace lens::analysis {
 struct ImportStats {
   std::size_t files = 0, records = 0, batches = 0, spans = 0;
   std::size_t foreign_spans = 0;  // of resources without dl.rank
+  std::size_t upstream_ranks = 0;  // ranks of Megatron-LM upstream traces (upstream_steps.h)
   std::vector<std::string> warnings;
 };
 

@@ -117,6 +117,27 @@ TEST(Span, StatusOkIsFinalAndUnsetIgnored) {
   EXPECT_EQ(spans[0].status_message, "");
 }
 
+TEST(Span, EndAtEndsAtTheTimeGivenNeverBeforeItsStart) {
+  MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  StartOptions at;
+  at.start_time_unix_ns = 1'700'000'000'000'000'000;
+  {
+    Span s = tracer.start_span(SpanGroup::kJob, "given", at);
+    s.end_at(1'700'000'000'250'000'000);
+    s.end_at(1'800'000'000'000'000'000);  // ended: no-op
+  }
+  {
+    Span early = tracer.start_span(SpanGroup::kJob, "before its start", at);
+    early.end_at(1'600'000'000'000'000'000);
+  }
+  auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[0].start_time_unix_ns, 1'700'000'000'000'000'000);
+  EXPECT_EQ(spans[0].end_time_unix_ns, 1'700'000'000'250'000'000);
+  EXPECT_EQ(spans[1].end_time_unix_ns, spans[1].start_time_unix_ns);
+}
+
 TEST(Span, ScopeMakesChildrenAndNests) {
   MemoryTelemetry mt;
   Tracer tracer = mt.telemetry->tracer();

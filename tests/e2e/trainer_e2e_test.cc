@@ -271,7 +271,10 @@ TEST(TrainerErrors, TestAidAndFaultInjectionFlagsOutOfRangeAreRefusedNamingTheFl
       {"--metrics-job", "--metrics-job is set without --metrics-port"},
       {"--slow-stage 0 --slow-steps 3,x", "--slow-steps"},
       {"--slow-stage 0 --slow-steps -1", "--slow-steps"},
-      {"--test-simulated-device 0.5", "--test-simulated-device"}};
+      {"--test-simulated-device 0.5", "--test-simulated-device"},
+      {"--slow-stage 0", "--slow-stage or --slow-rank is set but nothing slows it"},
+      {"--slow-ms 5", "need what to slow; accepted: with --slow-stage S or --slow-rank R"},
+      {"--slow-stage 0 --slow-ms -1", "--slow-ms"}};
   int i = 0;
   for (const auto& [flags, message] : cases) {
     TrainerRun r;

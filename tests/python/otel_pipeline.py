@@ -11,7 +11,9 @@ imported: the tracer provider is whatever the environment selects.
 launches --world ranks as torchrun does (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT), one pipeline stage each, over torch.distributed with Gloo.
 With --sdk each rank sets the OpenTelemetry SDK's provider with a
-ConsoleSpanExporter writing one JSON span per line to DIR/sdk-rank-R.jsonl.
+ConsoleSpanExporter writing one JSON span per line to DIR/sdk-rank-R.log,
+among lines of its own output (upstream Megatron's shape: every rank's
+iteration in a trace of its own).
 --slow-stage S holds stage S's forward and backward 4 ms longer each.
 """
 
@@ -69,12 +71,12 @@ def run_rank(args):
     if args.sdk:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-        out = open(os.path.join(args.out, f"sdk-rank-{rank}.jsonl"), "w")
+        log = open(os.path.join(args.out, f"sdk-rank-{rank}.log"), "w", buffering=1)
         provider = TracerProvider(resource=Resource.create({"dl.rank": rank}))
-        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(
-            out=out, formatter=lambda span: span.to_json(indent=None) + "\n")))
+        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(
+            out=log, formatter=lambda span: span.to_json(indent=None) + "\n")))
         trace.set_tracer_provider(provider)
     tracer = trace.get_tracer("megatron.training")
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -91,6 +93,8 @@ def run_rank(args):
             time.sleep(0.004)
 
     for iteration in range(args.steps):
+        if args.sdk:  # the process's own output, between the spans
+            log.write(f"[rank {rank}] iteration {iteration} starts\n")
         with tracer.start_as_current_span("train.iteration",
                                           attributes={"megatron.iteration": iteration}):
             optimizer.zero_grad()

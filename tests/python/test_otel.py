@@ -321,12 +321,15 @@ class Layout(unittest.TestCase):
         other = lens.otel.layout_from_attributes(attrs, order="tp-cp-ep-pp-dp")
         # 13 = tp 1 + 2 * (pp 2) + 8 * (dp 1)
         self.assertEqual((other["tp"], other["pp"], other["dp"]), (1, 2, 1))
+        with self.assertRaises(lens.ConfigError) as caught:
+            lens.otel.layout_from_attributes(attrs, order="tp-pp-dp")
+        self.assertIn("must name tp, cp, ep, dp and pp once each", str(caught.exception))
         self.assertIsNone(lens.otel.layout_from_attributes({"dl.world_size": 4}))
 
     def test_sizes_that_do_not_fit_the_world_are_refused_naming_them(self):
         for attrs, words in (
                 ({"dl.rank": 0, "dl.world_size": 8, "dl.pipeline_parallel.size": 3}, "product is 3"),
-                ({"dl.rank": 9, "dl.world_size": 4, "dl.pipeline_parallel.size": 4}, "dl.rank=9"),
+                ({"dl.rank": 9, "dl.world_size": 4, "dl.pipeline_parallel.size": 4}, "rank 9 of world size 4"),
                 ({"dl.rank": "x"}, "not an integer"),
                 ({"dl.rank": 0, "dl.pipeline_parallel.size": 0}, "at least 1")):
             with self.assertRaises(lens.ConfigError) as caught:
@@ -422,8 +425,10 @@ class UpstreamPipeline(unittest.TestCase):
             self.run_pipeline(d, {}, "--sdk")
             traces = {}  # iteration -> {rank: trace id}
             for rank in range(4):
-                with open(os.path.join(d, f"sdk-rank-{rank}.jsonl")) as f:
+                with open(os.path.join(d, f"sdk-rank-{rank}.log")) as f:
                     for line in f:
+                        if not line.startswith("{"):
+                            continue  # the rank's own output
                         s = json.loads(line)
                         if s["name"] == "train.iteration":
                             it = s["attributes"]["megatron.iteration"]
@@ -434,6 +439,49 @@ class UpstreamPipeline(unittest.TestCase):
                 self.assertEqual(len(by_rank), 4)
                 self.assertEqual(len(set(by_rank.values())), 4,
                                  f"iteration {it}: a trace per rank under the SDK")
+
+
+class UpstreamTraces(unittest.TestCase):
+    """The same job's upstream traces (the OTel SDK's console exporter, a
+    span a line among the ranks' own output, every iteration in a trace per
+    rank) read by lens after the fact, against the job traced by lens."""
+
+    def run_pipeline(self, out, env_extra, *args):
+        env = {k: v for k, v in os.environ.items() if k != "OTEL_PYTHON_TRACER_PROVIDER"}
+        env.update(env_extra)
+        r = subprocess.run([sys.executable, PIPELINE, "--world", "4", "--steps", "8",
+                            "--microbatches", "4", "--slow-stage", "2", "--out", out, *args],
+                           env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def lens(self, *args):
+        return subprocess.run([os.environ["LENS_BIN"], *args], capture_output=True, text=True)
+
+    def test_the_views_read_them_inferred_and_name_the_slowed_stage_as_on_lenss_own_trace(self):
+        with tempfile.TemporaryDirectory() as d:
+            upstream = os.path.join(d, "upstream")
+            os.makedirs(upstream)
+            self.run_pipeline(upstream, {}, "--sdk")
+            self.run_pipeline(d, {"OTEL_PYTHON_TRACER_PROVIDER": "lens", "LENS_TRACE_DIR": d,
+                                  "MEGATRON_OTEL_RUN_ID": "traced"})
+            check = self.lens("check", upstream)
+            self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+            self.assertIn("inferred: Megatron-LM upstream traces", check.stdout)
+            self.assertIn("4 ranks, 8 steps", check.stdout)
+            self.assertIn("lines that are not spans", check.stderr)
+            inferred = json.loads(self.lens("analyze", "--json", upstream).stdout)
+            traced = json.loads(self.lens("analyze", "--json", os.path.join(d, "traced")).stdout)
+            self.assertIn("steps by megatron.iteration", inferred["inferred"])
+            self.assertIsNone(traced["inferred"])
+            self.assertEqual(inferred["steps"], traced["steps"])
+            self.assertEqual(inferred["steps"], 8)
+            self.assertEqual(inferred["slowest_stage"], 2, inferred["stages"])
+            self.assertEqual(traced["slowest_stage"], 2, traced["stages"])
+            share = {name: {s["stage"]: s["critical_share_p50"] for s in a["stages"]}
+                     for name, a in (("inferred", inferred), ("traced", traced))}
+            self.assertLess(abs(share["inferred"][2] - share["traced"][2]), 0.10, share)
+            table = self.lens("analyze", upstream)
+            self.assertTrue(table.stdout.startswith("inferred: "), table.stdout[:200])
 
 
 if __name__ == "__main__":

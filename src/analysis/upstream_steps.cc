@@ -1,0 +1,223 @@
+// Megatron-LM's own traces, correlated after the fact (upstream_steps.h).
+#include "upstream_steps.h"
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+
+#include "rank_order.h"
+
+namespace lens::analysis {
+namespace {
+
+using json = nlohmann::json;
+
+std::string name_of(const json& span) {
+  const auto n = span.find("name");
+  return n != span.end() && n->is_string() ? n->get<std::string>() : std::string();
+}
+
+bool is_step_name(const std::string& n) { return n == "train.iteration" || n == "megatron.train_step"; }
+
+json* attribute(json& span, const std::string& key) {
+  auto attrs = span.find("attributes");
+  if (attrs == span.end() || !attrs->is_array()) return nullptr;
+  for (auto& a : *attrs)
+    if (a.is_object() && a.value("key", "") == key && a.contains("value")) return &a["value"];
+  return nullptr;
+}
+
+// An attribute's value as an integer (intValue as text or number, or a
+// string of digits); nullopt otherwise.
+std::optional<std::int64_t> int_value(const json* v) {
+  if (v == nullptr || !v->is_object()) return std::nullopt;
+  for (const char* k : {"intValue", "stringValue"})
+    if (auto it = v->find(k); it != v->end()) {
+      try {
+        if (it->is_number_integer()) return it->get<std::int64_t>();
+        if (it->is_string()) {
+          std::size_t used = 0;
+          const std::string s = it->get<std::string>();
+          const long long x = std::stoll(s, &used);
+          if (used == s.size()) return x;
+        }
+      } catch (const std::exception&) {
+      }
+    }
+  if (auto it = v->find("doubleValue"); it != v->end() && it->is_number()) {
+    const double d = it->get<double>();
+    if (d == static_cast<double>(static_cast<std::int64_t>(d))) return static_cast<std::int64_t>(d);
+  }
+  return std::nullopt;
+}
+
+// Sets an attribute the span does not have (what the span says wins).
+void set_default(json& span, const std::string& key, const json& value) {
+  if (attribute(span, key) != nullptr) return;
+  if (!span.contains("attributes") || !span["attributes"].is_array())
+    span["attributes"] = json::array();
+  span["attributes"].push_back({{"key", key}, {"value", value}});
+}
+
+json int_attr(std::int64_t v) { return {{"intValue", std::to_string(v)}}; }
+json str_attr(const std::string& v) { return {{"stringValue", v}}; }
+
+std::int64_t start_of(const json& span) {
+  try {
+    const auto& v = span.at("startTimeUnixNano");
+    return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<std::int64_t>();
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// p2p spans: (direction, counter index, the attribute of the microbatch it
+// carries, the peer's stage from this one)
+struct P2p {
+  const char* name;
+  const char* direction;
+  int counter;
+  const char* carries;
+  int peer;
+};
+constexpr std::array<P2p, 4> kP2p = {{
+    {"megatron.p2p.recv_forward", "forward", 0, "dl.microbatch_id.received", -1},
+    {"megatron.p2p.send_forward", "forward", 1, "dl.microbatch_id.sent", +1},
+    {"megatron.p2p.recv_backward", "backward", 2, "dl.microbatch_id.received", +1},
+    {"megatron.p2p.send_backward", "backward", 3, "dl.microbatch_id.sent", -1},
+}};
+
+}  // namespace
+
+bool is_upstream_step_span(const json& span) {
+  if (!span.is_object() || !is_step_name(name_of(span))) return false;
+  json copy = span;
+  return attribute(copy, "dl.step") == nullptr;
+}
+
+UpstreamSteps::UpstreamSteps(std::string rank_order) : order_(std::move(rank_order)) {}
+
+void UpstreamSteps::place(const json& resource) {
+  resource_ = resource.is_object() ? resource : json::object();
+  if (!resource_.contains("attributes") || !resource_["attributes"].is_array())
+    resource_["attributes"] = json::array();
+  json& r = resource_;
+  const auto get = [&](const char* key) { return int_value(attribute(r, key)); };
+  const auto rank = get("dl.rank");
+  if (!rank) return;
+  rank_ = static_cast<int>(*rank);
+  std::array<int, kParallelDims> sizes{};
+  const char* keys[kParallelDims] = {"dl.tensor_parallel.size", "dl.context_parallel.size",
+                                     "dl.expert_parallel.size", "dl.data_parallel.size",
+                                     "dl.pipeline_parallel.size"};
+  for (std::size_t d = 0; d < kParallelDims; ++d)
+    sizes[d] = static_cast<int>(get(keys[d]).value_or(1));
+  const auto world = get("dl.world_size");
+  try {
+    const RankPlace p = place_rank(rank_, world ? static_cast<int>(*world) : -1, sizes, order_);
+    stage_ = p.coord(ParallelDim::kPp);
+    set_default(r, "dl.pipeline_parallel.rank", int_attr(stage_));
+    set_default(r, "dl.data_parallel.rank", int_attr(p.coord(ParallelDim::kDp)));
+    set_default(r, "dl.tensor_parallel.rank", int_attr(p.coord(ParallelDim::kTp)));
+    if (!world) set_default(r, "dl.world_size", int_attr(p.world_size));
+  } catch (const std::invalid_argument& e) {
+    if (notes_.empty())
+      notes_.push_back("rank " + std::to_string(rank_) + ": its place is not known (" + e.what() +
+                       "); read as stage 0 of one pipeline");
+  }
+  set_default(r, kInferredAttribute, str_attr(kInferredWhat));
+  // Every rank's step contexts were its own: no rank's step orders another's.
+  set_default(r, "lens.step_context", str_attr("inferred"));
+  placed_ = true;
+}
+
+void UpstreamSteps::add(json request, std::vector<std::string>& out) {
+  auto rss = request.find("resourceSpans");
+  if (rss == request.end() || !rss->is_array()) return;
+  for (auto& rs : *rss) {
+    if (!rs.is_object()) continue;
+    if (!placed_ && rs.contains("resource")) place(rs["resource"]);
+    auto scopes = rs.find("scopeSpans");
+    if (scopes == rs.end() || !scopes->is_array()) continue;
+    for (auto& ss : *scopes) {
+      auto spans = ss.find("spans");
+      if (!ss.is_object() || spans == ss.end() || !spans->is_array()) continue;
+      for (auto& span : *spans) {
+        if (!span.is_object()) continue;
+        const std::string trace = span.value("traceId", "");
+        const std::string name = name_of(span);
+        if (is_step_name(name)) {
+          close_step(trace, span, out);
+          continue;
+        }
+        auto [it, fresh] = by_trace_.try_emplace(trace);
+        if (fresh) trace_order_.push_back(trace);
+        it->second.spans.push_back(std::move(span));
+      }
+    }
+  }
+}
+
+void UpstreamSteps::close_step(const std::string& trace, json& step_span,
+                               std::vector<std::string>& out) {
+  std::vector<json> spans;
+  if (auto it = by_trace_.find(trace); it != by_trace_.end()) {
+    spans = std::move(it->second.spans);
+    by_trace_.erase(it);
+    std::erase(trace_order_, trace);
+  }
+  const auto iteration = int_value(attribute(step_span, "megatron.iteration"));
+  const std::int64_t step = iteration.value_or(counted_steps_);
+  ++counted_steps_;
+  ++steps_;
+  set_default(step_span, "dl.step", int_attr(step));
+  if (rank_ >= 0) set_default(step_span, "dl.rank", int_attr(rank_));
+  set_default(step_span, "dl.pipeline_parallel.rank", int_attr(stage_));
+  std::stable_sort(spans.begin(), spans.end(),
+                   [](const json& a, const json& b) { return start_of(a) < start_of(b); });
+  std::int64_t forwards = 0, backwards = 0;
+  std::array<std::int64_t, 4> transfers{};
+  for (json& s : spans) {
+    const std::string n = name_of(s);
+    if (n == "megatron.microbatch.forward" || n == "megatron.microbatch.backward") {
+      ++microbatch_;
+      set_default(s, "dl.microbatch_id",
+                  int_attr(n.ends_with("forward") ? forwards++ : backwards++));
+      continue;
+    }
+    for (const P2p& p : kP2p)
+      if (n == p.name) {
+        ++p2p_;
+        const std::int64_t mb = transfers[static_cast<std::size_t>(p.counter)]++;
+        set_default(s, "dl.p2p.direction", str_attr(p.direction));
+        set_default(s, "dl.pipeline_parallel.peer_rank", int_attr(stage_ + p.peer));
+        set_default(s, p.carries, int_attr(mb));
+        set_default(s, "dl.microbatch_id", int_attr(mb));
+      }
+  }
+  spans.push_back(std::move(step_span));
+  out.push_back(line_of(std::move(spans)));
+}
+
+void UpstreamSteps::finish(std::vector<std::string>& out) {
+  for (const std::string& trace : trace_order_) {
+    auto it = by_trace_.find(trace);
+    if (it == by_trace_.end() || it->second.spans.empty()) continue;
+    out.push_back(line_of(std::move(it->second.spans)));
+  }
+  by_trace_.clear();
+  trace_order_.clear();
+}
+
+std::string UpstreamSteps::line_of(std::vector<json> spans) const {
+  json list = json::array();
+  for (auto& s : spans) list.push_back(std::move(s));
+  const json request = {
+      {"resourceSpans",
+       json::array({{{"resource", resource_.is_null() ? json::object() : resource_},
+                     {"scopeSpans", json::array({{{"scope", {{"name", "megatron"}}},
+                                                  {"spans", std::move(list)}}})}}})}};
+  return request.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace lens::analysis

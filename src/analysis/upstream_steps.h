@@ -1,0 +1,86 @@
+// Megatron-LM's own traces, correlated after the fact (docs/megatron-traces.md).
+//
+// Upstream Megatron-LM traces each rank's iteration in a trace of its own:
+// `train.iteration` (attribute `megatron.iteration`) >
+// `train.iteration.forward_backward` > `megatron.microbatch.forward` /
+// `.backward` and `megatron.p2p.{recv,send}_{forward,backward}`, with no
+// attributes on the microbatch and p2p spans, and the layout in the resource
+// (`dl.rank`, `dl.world_size`, `dl.*_parallel.size`). UpstreamSteps takes one
+// rank's spans, in the order they ended, and writes them in lens's layout
+// with what lens's readers need, inferred and marked so:
+//  - the rank's place from the resource (lens/rank_order.h, Megatron's
+//    default order unless LENS_RANK_ORDER names another) as
+//    dl.{pipeline,data,tensor}_parallel.rank on the resource;
+//  - the step: `megatron.iteration` as dl.step on the step span (else the
+//    steps counted), with dl.rank and dl.pipeline_parallel.rank;
+//  - microbatch ids by start order within the step (1F1B runs forwards and
+//    backwards in microbatch order), and on each p2p span its direction,
+//    peer stage and the microbatch it carries, by order per direction;
+//  - the resource says `lens.inferred` (what was inferred), which every
+//    view reports; a step's ranks are then matched by step number, not by a
+//    shared trace.
+// One step's spans are held until its step span ends; spans of no step are
+// written at the end.
+//
+// Thread safety: one object per rank, on one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace lens::analysis {
+
+// The resource attribute every view reads to say the run's correlation is
+// inferred, and its value.
+inline constexpr const char* kInferredAttribute = "lens.inferred";
+inline constexpr const char* kInferredWhat =
+    "Megatron-LM upstream traces: ranks from dl.rank and the parallel sizes, steps by "
+    "megatron.iteration, microbatches and transfers by order";
+
+// Whether a span of this name, without dl.step, makes a rank's spans
+// upstream Megatron-LM's.
+bool is_upstream_step_span(const nlohmann::json& span);
+
+class UpstreamSteps {
+ public:
+  // The rank order (LENS_RANK_ORDER, else Megatron's default).
+  explicit UpstreamSteps(std::string rank_order);
+
+  // One OTLP/JSON request of this rank; whole steps go to `out` as lines.
+  void add(nlohmann::json request, std::vector<std::string>& out);
+  // The spans of no step, as lines.
+  void finish(std::vector<std::string>& out);
+
+  std::size_t steps() const { return steps_; }
+  // What could not be inferred, for the import's warnings.
+  const std::vector<std::string>& notes() const { return notes_; }
+  // Spans of each kind seen, to name what is missing.
+  std::size_t p2p_spans() const { return p2p_; }
+  std::size_t microbatch_spans() const { return microbatch_; }
+
+ private:
+  struct Held {
+    std::vector<nlohmann::json> spans;
+  };
+  void place(const nlohmann::json& resource);
+  void close_step(const std::string& trace, nlohmann::json& step_span,
+                  std::vector<std::string>& out);
+  std::string line_of(std::vector<nlohmann::json> spans) const;
+
+  std::string order_;
+  nlohmann::json resource_;  // the latest, with the inferred attributes
+  bool placed_ = false;
+  int stage_ = 0, rank_ = -1;
+  std::unordered_map<std::string, Held> by_trace_;
+  std::vector<std::string> trace_order_;  // first seen first, for the rest
+  std::size_t steps_ = 0, p2p_ = 0, microbatch_ = 0;
+  std::int64_t counted_steps_ = 0;
+  std::vector<std::string> notes_;
+};
+
+}  // namespace lens::analysis
