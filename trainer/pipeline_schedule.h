@@ -53,6 +53,11 @@ struct ScheduleContext {
   // and backwards, whatever the compute took (a small model's passes are
   // too short for a factor to stand out of the run's noise). 0: none.
   double slow_delay_ms = 0;
+  // Test aid (--test-compute-ms): each forward and backward lasts at least
+  // this long, the rest of it a sleep, so that its time is what the test
+  // says rather than what the machine's other processes leave it; the
+  // factors above then apply to that time. 0: as it computes.
+  double compute_floor_ms = 0;
   std::int64_t slow_from_step = 0;
   // Slow only at these steps (--slow-steps); empty: from slow_from_step on.
   std::vector<std::int64_t> slow_steps;

@@ -309,6 +309,7 @@ int run_rank(const TrainOptions& o) {
   ctx.slow_steps = o.slow_steps;
   if (V > 1) ctx.chunks = chunks;
   ctx.microbatch_jitter = o.microbatch_jitter;
+  ctx.compute_floor_ms = o.test_compute_ms;
   ctx.seed = o.seed;
   ctx.tp = tp.get();
   // Live metrics: this rank's step figures (the spans time them, recorded

@@ -106,6 +106,11 @@ TrainOptions parse_train_options(int argc, char** argv) {
                  "LENS_CUDA_RUNTIME, F times as long as the host's compute, its spans timed on "
                  "the device (docs/device-time.md)")
       ->check(CLI::Range(1.0, 100.0));
+  app.add_option("--test-compute-ms", o.test_compute_ms,
+                 "TEST AID: each forward and backward lasts at least this many milliseconds (the "
+                 "rest of it a sleep): a model whose passes take a known time, which other "
+                 "processes on the machine do not stretch the way they stretch computing")
+      ->check(CLI::Range(0.0, 10000.0));
   app.add_option("--microbatch-jitter", o.microbatch_jitter,
                  "TEST AID: each microbatch's forward and backward take a factor in [1, F] as "
                  "long, drawn from --seed, the step, the replica and the microbatch: the same on "

@@ -59,6 +59,7 @@ struct TrainOptions {
   // Test aid: each microbatch's compute takes a seeded factor in [1, F] as
   // long, the same on every stage (work that varies by microbatch). 1: none.
   double microbatch_jitter = 1;
+  double test_compute_ms = 0;  // test aid: each pass lasts at least this long (0: as it computes)
   // TEST AID: the compute on the simulated GPU named in LENS_CUDA_RUNTIME,
   // running this many times the host's compute (0: on the host).
   double test_simulated_device = 0;

@@ -1357,7 +1357,8 @@ class DataParallelCli : public TrainerRuns<DataParallelCli> {
  protected:
   static void SetUpTestSuite() {
     const std::string layout =
-        " --pp 2 --dp 2 --layers 4 --microbatches 8 --steps 6 --hidden 256 --microbatch-size 64";
+        " --pp 2 --dp 2 --layers 4 --microbatches 8 --steps 6 --hidden 128 --microbatch-size 32"
+        " --test-compute-ms 3";
     make_runs("lens-dp-test-", {{"both", layout + " --slow-stage 1 --slow-factor 3"},
                                 {"jitter", layout + " --microbatch-jitter 5"},
                                 {"balanced", layout}});
