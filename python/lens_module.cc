@@ -390,6 +390,22 @@ void set_py_attribute(lens::Span& span, PyObject* key, PyObject* value) {
   }
 }
 
+// Sets a dict's attributes on a span.
+void set_py_attributes(lens::Span& span, const py::dict& attributes) {
+  PyObject *key = nullptr, *value = nullptr;
+  Py_ssize_t at = 0;
+  while (PyDict_Next(attributes.ptr(), &at, &key, &value)) set_py_attribute(span, key, value);
+}
+
+// A span started with `start`, its attributes set when it records.
+std::unique_ptr<PySpan> started(const lens::Tracer& tracer, lens::SpanGroup group,
+                                std::string_view name, const lens::StartOptions& start,
+                                const py::dict& attributes) {
+  lens::Span span = tracer.start_span(group, name, start);
+  if (span.recording()) set_py_attributes(span, attributes);
+  return std::make_unique<PySpan>(std::move(span));
+}
+
 // `join` is a lens.Carrier or None; taken as a handle, since pybind's
 // conversion of None to a null pointer first tries the None as a Carrier
 // (an AttributeError formatted and dropped on every call).
@@ -459,13 +475,7 @@ std::unique_ptr<PySpan> start_span(std::string_view name, std::string_view group
       if (auto link = lens::global_rank_zero_link(*t, join->carrier)) start.links.push_back(*link);
     }
   }
-  lens::Span span = tracer.start_span(g, name, start);
-  if (span.recording()) {
-    PyObject *key = nullptr, *value = nullptr;
-    Py_ssize_t at = 0;
-    while (PyDict_Next(attributes.ptr(), &at, &key, &value)) set_py_attribute(span, key, value);
-  }
-  return std::make_unique<PySpan>(std::move(span));
+  return started(tracer, g, name, start, attributes);
 }
 
 // A span of the OpenTelemetry API provider (lens.otel): its parent given
@@ -503,13 +513,7 @@ std::unique_ptr<PySpan> start_otel_span(std::string_view name, std::string_view 
                                                : to_attributes(pair[1].cast<py::dict>())});
     }
   if (!start_time_unix_ns.is_none()) start.start_time_unix_ns = start_time_unix_ns.cast<std::int64_t>();
-  lens::Span span = tracer.start_span(g, name, start);
-  if (span.recording()) {
-    PyObject *key = nullptr, *value = nullptr;
-    Py_ssize_t at = 0;
-    while (PyDict_Next(attributes.ptr(), &at, &key, &value)) set_py_attribute(span, key, value);
-  }
-  return std::make_unique<PySpan>(std::move(span));
+  return started(tracer, g, name, start, attributes);
 }
 
 std::optional<lens::StepCarrier> unwrap(const std::optional<PyCarrier>& c) {
@@ -1071,9 +1075,7 @@ PYBIND11_MODULE(_lens, m) {
           return std::make_unique<PySpan>(lens::Span());
         lens::Span job = state.tracer.start_span(lens::SpanGroup::kJob, "megatron.job",
                                                  lens::job_span_start(*t, rank));
-        PyObject *key = nullptr, *value = nullptr;
-        Py_ssize_t at = 0;
-        while (PyDict_Next(attributes.ptr(), &at, &key, &value)) set_py_attribute(job, key, value);
+        set_py_attributes(job, attributes);
         // Only a span that is exported: a link to a dropped one would dangle.
         if (job.recording() && job.context().sampled()) state.job = job.context();
         return std::make_unique<PySpan>(std::move(job));

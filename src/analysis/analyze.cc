@@ -526,48 +526,41 @@ std::string format_json(const Analysis& a) { return to_json(a).dump(1) + "\n"; }
 nlohmann::json to_json(const Analysis& a) {
   nlohmann::json clock = a.clock.to_json();
   clock["impossible_edges"] = a.impossible_edges;
+  // A stage's columns in one step: they add up to its step span.
+  const auto columns = [](const StageStepFigures& w) {
+    return nlohmann::json{{"step", w.step},
+                          {"replica", w.replica},
+                          {"tensor", w.tensor},
+                          {"stage", w.stage},
+                          {"rank", w.rank},
+                          {"stage_step_ms", w.stage_step_ms},
+                          {"compute_ms", w.compute_ms},
+                          {"late_sender_ms", w.late_sender_ms},
+                          {"late_receiver_ms", w.late_receiver_ms},
+                          {"transfer_ms", w.transfer_ms},
+                          {"collective_wait_ms", w.collective_wait_ms},
+                          {"sync_wait_ms", w.sync_wait_ms},
+                          {"rest_ms", w.rest_ms}};
+  };
+  // The what-ifs by stage, then step, each with its columns and more.
   nlohmann::json what_if = nlohmann::json::array();
-  for (const auto& w : a.stage_steps)
-    what_if.push_back({{"step", w.step},
-                       {"replica", w.replica},
-                       {"tensor", w.tensor},
-                       {"stage", w.stage},
-                       {"rank", w.rank},
-                       {"step_ms", w.step_ms},
-                       {"slack_ms", w.slack_ms},
-                       {"gain_at_baseline_ms", w.gain_at_baseline_ms},
-                       {"gain_at_median_ms", w.gain_at_median_ms},
-                       {"sync_wait_ms", w.sync_wait_ms},
-                       {"sync_last_replica", w.sync_last_replica},
-                       {"collective_wait_ms", w.collective_wait_ms},
-                       {"collective_last_peer", w.collective_last_peer},
-                       {"microbatches", w.microbatches},
-                       {"stage_step_ms", w.stage_step_ms},
-                       {"compute_ms", w.compute_ms},
-                       {"compute_per_microbatch_ms", w.compute_per_microbatch_ms},
-                       {"late_sender_ms", w.late_sender_ms},
-                       {"late_receiver_ms", w.late_receiver_ms},
-                       {"transfer_ms", w.transfer_ms},
-                       {"rest_ms", w.rest_ms},
-                       {"idle_ms", w.idle_ms},
-                       {"critical_share", w.critical_share}});
-  // The same figures a row per step and stage, in step order: the columns
-  // that add up to the stage's step span.
+  for (const auto& w : a.stage_steps) {
+    nlohmann::json row = columns(w);
+    row.update({{"step_ms", w.step_ms},
+                {"slack_ms", w.slack_ms},
+                {"gain_at_baseline_ms", w.gain_at_baseline_ms},
+                {"gain_at_median_ms", w.gain_at_median_ms},
+                {"sync_last_replica", w.sync_last_replica},
+                {"collective_last_peer", w.collective_last_peer},
+                {"microbatches", w.microbatches},
+                {"compute_per_microbatch_ms", w.compute_per_microbatch_ms},
+                {"idle_ms", w.idle_ms},
+                {"critical_share", w.critical_share}});
+    what_if.push_back(std::move(row));
+  }
+  // The columns alone, in step order.
   nlohmann::json per_step = nlohmann::json::array();
-  for (const auto& w : by_step(a))
-    per_step.push_back({{"step", w.step},
-                        {"replica", w.replica},
-                        {"tensor", w.tensor},
-                        {"stage", w.stage},
-                        {"rank", w.rank},
-                        {"stage_step_ms", w.stage_step_ms},
-                        {"compute_ms", w.compute_ms},
-                        {"late_sender_ms", w.late_sender_ms},
-                        {"late_receiver_ms", w.late_receiver_ms},
-                        {"transfer_ms", w.transfer_ms},
-                        {"collective_wait_ms", w.collective_wait_ms},
-                        {"sync_wait_ms", w.sync_wait_ms},
-                        {"rest_ms", w.rest_ms}});
+  for (const auto& w : by_step(a)) per_step.push_back(columns(w));
   nlohmann::json spreads = nlohmann::json::array();
   for (const auto& s : a.variability.stages)
     spreads.push_back({{"stage", s.stage},
