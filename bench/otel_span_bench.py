@@ -31,6 +31,7 @@ CASES = {
     "noop": "the API's no-op default (no provider)",
     "sdk": "OTel SDK 1.45, BatchSpanProcessor, exporter that drops",
     "lens_otel": "lens.otel provider (recorded, `none` exporter)",
+    "lens_otel_step": "lens.otel, inside a train.iteration (ids and peers added)",
     "lens_managed_span": "lens.managed_span (recorded, `none` exporter)",
 }
 
@@ -60,12 +61,19 @@ def measure(case):
         import lens
 
         lens.init(enabled=True, exporter="none", span_groups="all", step_context="derived")
-        if case == "lens_otel":
+        if case.startswith("lens_otel"):
             import lens.otel
             from opentelemetry import trace
 
             lens.otel.install()
-            globals_["tracer"] = trace.get_tracer("bench")
+            tracer = globals_["tracer"] = trace.get_tracer("bench")
+            with tracer.start_as_current_span("bench.setup"):
+                pass  # the provider's set-up, at its first span
+            if case == "lens_otel_step":
+                # Every span below inside one open step, as a training
+                # loop's are (the step's counters grow; nothing else does).
+                tracer.start_as_current_span(
+                    "train.iteration", attributes={"megatron.iteration": 0}).__enter__()
         else:
             globals_["lens"] = lens
             stmt = 'with lens.managed_span("megatron.microbatch.forward", "microbatch", **ATTRS): pass'

@@ -406,6 +406,115 @@ std::unique_ptr<PySpan> started(const lens::Tracer& tracer, lens::SpanGroup grou
   return std::make_unique<PySpan>(std::move(span));
 }
 
+// lens.otel's common start and end in C (otel.py, _CurrentSpan): a span
+// of `group` named `name`, child of the API's current span when that is a
+// lens.otel.Span (a root when there is none), its attributes set, made the
+// current span in a new API Context set on the API's ContextVar. Returns
+// (span, token), or None where the Python path must decide (the group off,
+// a foreign or unsampled parent, a span sampled out). The span is a
+// `span_type` made without __init__: its class defaults, and _native.
+// args: name, group, attributes (dict), the ContextVar, the span key, the
+// Span type, the Context type.
+// The attribute names the two read and set, made once.
+PyObject* interned(const char* text) {
+  PyObject* s = PyUnicode_InternFromString(text);
+  if (s == nullptr) throw py::error_already_set();
+  return s;  // kept for the process
+}
+PyObject* native_name() {
+  static PyObject* const name = interned("_native");
+  return name;
+}
+PyObject* ended_name() {
+  static PyObject* const name = interned("_ended");
+  return name;
+}
+
+PyObject* otel_fast_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 7) {
+    PyErr_SetString(PyExc_TypeError, "otel_fast_start takes 7 arguments");
+    return nullptr;
+  }
+  PyObject* var = args[3];
+  PyObject* key = args[4];
+  auto* span_type = reinterpret_cast<PyTypeObject*>(args[5]);
+  try {
+    const lens::SpanGroup group = group_from_name(utf8_view(args[1]));
+    PerTelemetry& state = per_telemetry();
+    if (!state.tracer.enabled(group)) Py_RETURN_NONE;
+    PyObject* current = nullptr;
+    if (PyContextVar_Get(var, nullptr, &current) < 0) return nullptr;
+    py::object current_ctx = py::reinterpret_steal<py::object>(current);
+    if (current == nullptr || !PyDict_Check(current)) Py_RETURN_NONE;
+    lens::StartOptions start;
+    PyObject* parent = PyDict_GetItemWithError(current, key);  // borrowed
+    if (parent == nullptr && PyErr_Occurred()) return nullptr;
+    if (parent == nullptr) {
+      start.root = true;
+    } else {
+      if (Py_TYPE(parent) != span_type) Py_RETURN_NONE;
+      PyObject* native = PyObject_GetAttr(parent, native_name());
+      if (native == nullptr) return nullptr;
+      py::object holder = py::reinterpret_steal<py::object>(native);
+      const auto& context = holder.cast<const PySpan&>().context();
+      if (!context || !context->sampled()) Py_RETURN_NONE;
+      start.parent = *context;
+    }
+    lens::Span span = state.tracer.start_span(group, utf8_view(args[0]), start);
+    if (!span.recording() || !span.context().sampled()) {
+      span.end();
+      Py_RETURN_NONE;
+    }
+    if (PyDict_Check(args[2])) set_py_attributes(span, py::reinterpret_borrow<py::dict>(args[2]));
+    py::object native = py::cast(std::make_unique<PySpan>(std::move(span)));
+    py::object obj = py::reinterpret_steal<py::object>(span_type->tp_alloc(span_type, 0));
+    if (!obj || PyObject_SetAttr(obj.ptr(), native_name(), native.ptr()) < 0) return nullptr;
+    py::object values = py::reinterpret_steal<py::object>(PyDict_Copy(current));
+    if (!values || PyDict_SetItem(values.ptr(), key, obj.ptr()) < 0) return nullptr;
+    py::object context = py::reinterpret_steal<py::object>(PyObject_CallOneArg(args[6], values.ptr()));
+    if (!context) return nullptr;
+    PyObject* token = PyContextVar_Set(var, context.ptr());
+    if (token == nullptr) return nullptr;
+    return PyTuple_Pack(2, obj.ptr(), py::reinterpret_steal<py::object>(token).ptr());
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+// Its end, when the block raised nothing: the ContextVar reset to `token`,
+// the span marked ended and its native span ended. args: the ContextVar,
+// the token, the span.
+PyObject* otel_fast_end(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "otel_fast_end takes 3 arguments");
+    return nullptr;
+  }
+  if (PyContextVar_Reset(args[0], args[1]) < 0) return nullptr;
+  py::object holder;
+  try {
+    PyObject* native = PyObject_GetAttr(args[2], native_name());
+    if (native == nullptr) return nullptr;
+    holder = py::reinterpret_steal<py::object>(native);
+    if (PyObject_SetAttr(args[2], ended_name(), Py_True) < 0) return nullptr;
+    holder.cast<PySpan&>().end();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef otel_fast_start_def{
+    "otel_fast_start", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(otel_fast_start)),
+    METH_FASTCALL, "lens.otel's common span start (otel.py)."};
+PyMethodDef otel_fast_end_def{
+    "otel_fast_end", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(otel_fast_end)),
+    METH_FASTCALL, "lens.otel's common span end (otel.py)."};
+
 // `join` is a lens.Carrier or None; taken as a handle, since pybind's
 // conversion of None to a null pointer first tries the None as a Carrier
 // (an AttributeError formatted and dropped on every call).
@@ -807,6 +916,11 @@ PYBIND11_MODULE(_lens, m) {
       .def("end_at", &PySpan::end_at, py::arg("end_unix_ns"))
       .def("end", &PySpan::end);
   add_context_manager_methods(m.attr("Span"));
+  for (PyMethodDef* def : {&otel_fast_start_def, &otel_fast_end_def}) {
+    py::object f = py::reinterpret_steal<py::object>(PyCFunction_New(def, nullptr));
+    if (!f) throw py::error_already_set();
+    m.attr(def->ml_name) = f;
+  }
 
   m.def(
       "init",

@@ -401,6 +401,10 @@ class Tracer(_trace.Tracer):
 
     def start_span(self, name, context=None, kind=SpanKind.INTERNAL, attributes=None, links=None,
                    start_time=None, record_exception=True, set_status_on_exception=True):
+        return self._start(name, context, kind, attributes, links, start_time, False)
+
+    def _start(self, name, context, kind, attributes, links, start_time, counted):
+        """start_span; `counted`: the schedule's ids are in `attributes` already."""
         rank = _rank if _rank is not None else _setup()
         group = _groups.get(name)
         if group is None:
@@ -418,7 +422,7 @@ class Tracer(_trace.Tracer):
         if links:
             native_links = [(_native_context(l.context), dict(l.attributes) if l.attributes else None)
                             for l in links if l.context.is_valid]
-        if group == "step" or rank.step is not None:
+        if group == "step" or (rank.step is not None and not counted):
             attrs = dict(attrs)  # the provider's attributes added to a copy
         if group == "step":
             step = next((attrs[k] for k in _ITERATION_KEYS if k in attrs), None)
@@ -434,8 +438,19 @@ class Tracer(_trace.Tracer):
             if rank.layout is not None:
                 attrs.setdefault("dl.rank", rank.layout["rank"])
                 attrs.setdefault("dl.pipeline_parallel.rank", rank.stage)
-        elif rank.step is not None:
-            on_end = self._schedule_attributes(name, group, attrs, rank, parent)
+        elif rank.step is not None and not counted and name in _SCHEDULE_NAMES:
+            linked = _linked_receive(name, rank)
+            microbatch = _schedule_ids(name, attrs, rank)
+            if linked:
+                # The warmup and pre-1F1B receive: wrapped in a linked span,
+                # and linked itself, to the source's step span.
+                source = rank.step.source_context
+                rank.step.linked += 1
+                on_end = _start(_LINKED_NAME, "communication", parent, 1,
+                                {"dl.pipeline_parallel.rank": rank.stage,
+                                 "dl.microbatch_id": microbatch},
+                                [(source, None)], None, None).end
+                native_links = (native_links or []) + [(source, None)]
         native = _start(name, group, parent, 1 if kind is _INTERNAL else _KINDS[kind], attrs,
                         native_links, start_time, join)
         if not native.sampled:
@@ -449,47 +464,55 @@ class Tracer(_trace.Tracer):
             return NonRecordingSpan(parent_span.get_span_context())
         return Span(native, kind, on_end)
 
-    def _schedule_attributes(self, name, group, attrs, rank, parent):
-        """The microbatch ids and peers the schedule implies; a later stage's
-        warmup and pre-1F1B receives wrapped in a linked span. Returns what
-        to run when the span ends, or None."""
-        step = rank.step
-        counters = step.counters
-        if name == _FORWARD or name == _BACKWARD:
-            which = "forward" if name == _FORWARD else "backward"
-            attrs.setdefault("dl.microbatch_id", counters[which])
-            counters[which] += 1
-            return None
-        p2p = _P2P.get(name)
-        if p2p is None:
-            return None
-        direction, counter, key, offset = p2p
-        microbatch = counters[counter]
-        counters[counter] += 1
-        attrs.setdefault("dl.p2p.direction", direction)
-        attrs.setdefault("dl.pipeline_parallel.peer_rank", rank.stage + offset)
-        attrs.setdefault(key, microbatch)
-        attrs.setdefault("dl.microbatch_id", microbatch)
-        if (name == _RECV_FORWARD and rank.stage > 0 and step.source_context is not None
-                and step.linked < rank.stages - rank.stage):
-            step.linked += 1
-            linked = _lens.start_otel_span(
-                _LINKED_NAME, "communication", parent, 1,
-                {"dl.pipeline_parallel.rank": rank.stage, "dl.microbatch_id": microbatch},
-                [(step.source_context, None)], None, None)
-            attrs.setdefault("lens.linked_to", step.source_context.span_id)
-            return linked.end
-        return None
-
     def start_as_current_span(self, name, context=None, kind=SpanKind.INTERNAL, attributes=None,
                               links=None, start_time=None, record_exception=True,
                               set_status_on_exception=True, end_on_exit=True):
+        fast = None
+        if (context is None and kind is _INTERNAL and not links and start_time is None
+                and end_on_exit and _var is not None and _rank is not None
+                and name not in _STEP_NAMES):
+            group = _groups.get(name)
+            if group is None:
+                group = _groups[name] = _group_of(name)
+            fast = (name, group, attributes)
         return _CurrentSpan(self, (name, context, kind, attributes, links, start_time),
-                            (record_exception, set_status_on_exception, end_on_exit))
+                            (record_exception, set_status_on_exception, end_on_exit), fast)
+
+
+def _linked_receive(name, rank):
+    """Whether this span is a later stage's warmup or pre-1F1B receive of
+    the step (its first P - s), which the provider links."""
+    step = rank.step
+    return (name == _RECV_FORWARD and rank.stage > 0 and step.source_context is not None
+            and step.linked < rank.stages - rank.stage)
+
+
+def _schedule_ids(name, attrs, rank):
+    """Adds the microbatch ids and peers the schedule implies to `attrs`
+    (what the span says wins); returns the microbatch."""
+    counters = rank.step.counters
+    if name == _FORWARD or name == _BACKWARD:
+        which = "forward" if name == _FORWARD else "backward"
+        microbatch = counters[which]
+        counters[which] += 1
+        attrs.setdefault("dl.microbatch_id", microbatch)
+        return microbatch
+    direction, counter, key, offset = _P2P[name]
+    microbatch = counters[counter]
+    counters[counter] += 1
+    attrs.setdefault("dl.p2p.direction", direction)
+    attrs.setdefault("dl.pipeline_parallel.peer_rank", rank.stage + offset)
+    attrs.setdefault(key, microbatch)
+    attrs.setdefault("dl.microbatch_id", microbatch)
+    return microbatch
 
 
 _EMPTY = {}
 _start = _lens.start_otel_span
+_fast_start = _lens.otel_fast_start
+_fast_end = _lens.otel_fast_end
+# Spans the provider adds the schedule's attributes to within a step.
+_SCHEDULE_NAMES = frozenset({_FORWARD, _BACKWARD} | set(_P2P))
 _KINDS = {kind: kind.value + 1 for kind in SpanKind}  # the API's kinds as OTLP's
 _INTERNAL = SpanKind.INTERNAL
 
@@ -497,22 +520,58 @@ _INTERNAL = SpanKind.INTERNAL
 class _CurrentSpan:
     """start_as_current_span's result: a context manager (the span current
     inside the block) and a decorator of sync and async functions (a span
-    per call). The span starts at __enter__, not before."""
+    per call). The span starts at __enter__, not before.
 
-    __slots__ = ("_tracer", "_args", "_flags", "_span", "_token")
+    The common case (a span under the current one, no links, start time or
+    kind, no step or schedule name, ended on exit) starts and ends in C
+    (otel_fast_start / otel_fast_end in lens_module.cc), with the same
+    result as start_span and _attach; anything else, or what that path
+    declines (a foreign or unsampled parent, a group off), goes through
+    start_span."""
 
-    def __init__(self, tracer, args, flags):
+    __slots__ = ("_tracer", "_args", "_flags", "_fast", "_span", "_token", "_fast_entered")
+
+    def __init__(self, tracer, args, flags, fast=None):
         self._tracer = tracer
         self._args = args  # start_span's (name, context, kind, attributes, links, start_time)
         self._flags = flags  # (record_exception, set_status_on_exception, end_on_exit)
+        self._fast = fast  # (name, group, attributes) for the common case, else None
 
     def __enter__(self):
+        fast = self._fast
+        self._fast_entered = False
+        if fast is not None:
+            name, group, attrs = fast
+            rank = _rank
+            counted = False
+            if rank.step is not None and name in _SCHEDULE_NAMES:
+                if _linked_receive(name, rank):
+                    fast = None  # a linked receive: start_span wraps it
+                else:
+                    attrs = dict(attrs) if attrs else {}
+                    _schedule_ids(name, attrs, rank)
+                    counted = True
+            if fast is not None:
+                got = _fast_start(name, group, attrs, _var, _SPAN_KEY, Span, _Context)
+                if got is not None:
+                    self._fast_entered = True
+                    self._span, self._token = got
+                    return got[0]
+                if counted:  # declined: the slow path, with the ids counted once
+                    args = self._args
+                    span = self._span = self._tracer._start(name, None, args[2], attrs, None,
+                                                            None, True)
+                    self._token = _attach(span)
+                    return span
         span = self._span = self._tracer.start_span(*self._args)
         self._token = _attach(span)
         return span
 
     def __exit__(self, exc_type, exc, tb):
         span = self._span
+        if exc_type is None and self._fast_entered:
+            _fast_end(_var, self._token, span)
+            return False
         _detach(self._token)
         record, set_status, end_on_exit = self._flags
         if exc is not None and isinstance(exc, Exception) and span.is_recording():
@@ -525,7 +584,7 @@ class _CurrentSpan:
         return False
 
     def _again(self):
-        return _CurrentSpan(self._tracer, self._args, self._flags)
+        return _CurrentSpan(self._tracer, self._args, self._flags, self._fast)
 
     def __call__(self, function):
         if inspect.iscoroutinefunction(function):

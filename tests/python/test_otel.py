@@ -94,6 +94,30 @@ class Contract(unittest.TestCase):
         self.assertEqual(inner_row["parentSpanId"], format(ctx.span_id, "016x"))
         self.assertEqual(inner_row["traceId"], format(ctx.trace_id, "032x"))
 
+    def test_the_common_start_in_c_and_the_general_one_record_the_same_span(self):
+        # start_as_current_span under a lens span, no links or times: the
+        # C path; with a link: start_span. Both spans read back alike.
+        target = self.tracer.start_span("contract.target")
+        with self.tracer.start_as_current_span("contract.paths") as parent:
+            fast = self.tracer.start_as_current_span("contract.fast", attributes={"n": 1})
+            with fast as a:
+                self.assertIs(trace.get_current_span(), a)
+            general = self.tracer.start_as_current_span(
+                "contract.general", attributes={"n": 1},
+                links=[Link(target.get_span_context())])
+            with general as b:
+                self.assertIs(trace.get_current_span(), b)
+            self.assertIs(trace.get_current_span(), parent)
+        target.end()
+        self.assertTrue(fast._fast_entered)
+        self.assertFalse(general._fast_entered)
+        self.assertFalse(a.is_recording())
+        spans = self.exported()
+        for name in ("contract.fast", "contract.general"):
+            row = spans[name][-1]
+            self.assertEqual(row["parentSpanId"], format(parent.get_span_context().span_id, "016x"))
+            self.assertEqual(row["attrs"], {"n": "1"})
+
     def test_start_span_with_a_context_kind_links_and_times(self):
         parent = self.tracer.start_span("contract.parent")
         linked_to = self.tracer.start_span("contract.link_target")
