@@ -3,11 +3,13 @@
 #include "console_spans.h"
 #include "upstream_steps.h"
 
+#include <signal.h>
 #include <unistd.h>
 #include <zstd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -880,6 +882,29 @@ Imports& imports() {
 
 }  // namespace
 
+void sweep_stale_imports(const std::filesystem::path& temp) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(temp, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with("lens-import-")) continue;
+    const std::string rest = name.substr(12);
+    const auto dash = rest.find('-');
+    if (dash == std::string::npos || dash == 0) continue;
+    long long pid = 0;
+    try {
+      std::size_t used = 0;
+      pid = std::stoll(rest.substr(0, dash), &used);
+      if (used != dash) continue;
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (pid <= 0 || pid == getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours
+    std::error_code ignored;
+    std::filesystem::remove_all(e.path(), ignored);
+  }
+}
+
 bool is_lens_layout(const std::filesystem::path& input) {
   std::error_code ec;
   if (!std::filesystem::is_directory(input, ec)) return false;
@@ -937,6 +962,8 @@ std::filesystem::path readable_run(const std::filesystem::path& input,
     it = all.by_input.end();
   }
   if (it == all.by_input.end()) {
+    static std::once_flag swept;
+    std::call_once(swept, [] { sweep_stale_imports(std::filesystem::temp_directory_path()); });
     static std::atomic<int> counter{0};
     const std::filesystem::path dir =
         std::filesystem::temp_directory_path() /

@@ -62,6 +62,11 @@ bool is_lens_layout(const std::filesystem::path& input);
 // Imports `input` into `out_dir` (created; rank-<r>.otlp.jsonl files).
 ImportStats import_run(const std::filesystem::path& input, const std::filesystem::path& out_dir);
 
+// Removes the imports (lens-import-<pid>-<n>) under `temp` of processes
+// that no longer run: one stopped by a signal leaves its import behind, the
+// next process that imports removes it (readable_run does, once).
+void sweep_stale_imports(const std::filesystem::path& temp);
+
 // The directory the readers read for `input`: itself in lens's layout, else
 // its import (made on first use, kept for the process, removed at exit);
 // `warnings`, when given, receives the import's warnings on every call.

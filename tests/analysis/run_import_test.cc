@@ -239,5 +239,20 @@ TEST_F(RunImport, ReadableRunImportsAgainWhenTheInputChanges) {
   EXPECT_EQ(readable_run(dir_), dir_);
 }
 
+TEST_F(RunImport, AnImportLeftBehindByAProcessThatIsGoneIsRemoved) {
+  // The sweep's folder is this test's own; in it, the import of a process
+  // that cannot run (a pid above any pid_max), one of this process, one of
+  // process 1 (alive) and folders not named as imports.
+  const fs::path temp = dir_ / "tmp";
+  const std::vector<std::string> kept = {"lens-import-" + std::to_string(getpid()) + "-1",
+                                         "lens-import-1-3", "lens-import-x-1", "lens-import-",
+                                         "other-2147483000-1"};
+  for (const auto& name : kept) fs::create_directories(temp / name);
+  fs::create_directories(temp / "lens-import-2147483000-7" / "inside");
+  sweep_stale_imports(temp);
+  EXPECT_FALSE(fs::exists(temp / "lens-import-2147483000-7"));
+  for (const auto& name : kept) EXPECT_TRUE(fs::exists(temp / name)) << name;
+}
+
 }  // namespace
 }  // namespace lens::analysis

@@ -1213,14 +1213,16 @@ class AnalyzeCli : public TrainerRuns<AnalyzeCli> {
  protected:
   static void SetUpTestSuite() {
     const std::string three_stages =
-        " --pp 3 --layers 5 --microbatches 8 --steps 8 --hidden 256 --microbatch-size 32";
+        " --pp 3 --layers 5 --microbatches 8 --steps 8 --hidden 256 --microbatch-size 32"
+        " --test-compute-ms 5";
     make_runs("lens-analyze-test-",
               {{"balanced", three_stages},
                {"slow", three_stages + " --slow-stage 1 --slow-factor 3"},
                {"mid", three_stages + " --slow-stage 1 --slow-factor 3 --slow-from-step 4"},
                {"replica",
                 " --pp 2 --dp 2 --layers 4 --microbatches 4 --steps 6 --hidden 256 "
-                "--microbatch-size 32 --slow-stage 1 --slow-replica 1 --slow-factor 3"},
+                "--microbatch-size 32 --test-compute-ms 5 --slow-stage 1 --slow-replica 1 "
+                "--slow-factor 3"},
                // The demo's layout, stage 1 held 10 ms after each of its
                // passes at steps 4 and 7: 80 ms more in those steps.
                {"slow-ms",
@@ -1358,7 +1360,7 @@ class DataParallelCli : public TrainerRuns<DataParallelCli> {
   static void SetUpTestSuite() {
     const std::string layout =
         " --pp 2 --dp 2 --layers 4 --microbatches 8 --steps 6 --hidden 128 --microbatch-size 32"
-        " --test-compute-ms 3";
+        " --test-compute-ms 5";
     make_runs("lens-dp-test-", {{"both", layout + " --slow-stage 1 --slow-factor 3"},
                                 {"jitter", layout + " --microbatch-jitter 5"},
                                 {"balanced", layout}});
@@ -1512,7 +1514,7 @@ TEST(LiveStragglersCli, ASlowRankIsNamedAsItHappensAndABalancedRunNamesNobody) {
   const std::string layout =
       std::string(LENS_TRAIN_BIN) +
       " --pp 2 --dp 2 --layers 4 --microbatches 4 --steps 30 --hidden 128 --microbatch-size 32 "
-      "--live-every 5 --otel-enabled=true --otel-span-groups per_step";
+      "--test-compute-ms 2 --live-every 5 --otel-enabled=true --otel-span-groups per_step";
   Result slow = run(layout + " --slow-rank 3 --slow-factor 8 --slow-from-step 10 --trace-dir " +
                     (base / "slow").string());
   ASSERT_EQ(slow.exit_code, 0) << slow.output;
