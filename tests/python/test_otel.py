@@ -12,7 +12,6 @@ Run with the venv's python; LENS_BIN names the lens command.
 """
 
 import asyncio
-import glob
 import json
 import os
 import subprocess
