@@ -196,13 +196,12 @@ PyObject* span_enter(PyObject* self, PyObject*) {
   return self;
 }
 
-PyObject* span_exit(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3) {
-    PyErr_SetString(PyExc_TypeError, "lens.Span.__exit__ takes 3 arguments");
-    return nullptr;
-  }
+// Runs a raw CPython function's work and turns a C++ exception into the
+// Python error it stands for (nullptr then).
+template <typename Body>
+PyObject* translating(Body&& body) {
   try {
-    span_of(self).exit(args[0], args[1], args[2]);
+    return body();
   } catch (py::error_already_set& e) {
     e.restore();
     return nullptr;
@@ -210,7 +209,17 @@ PyObject* span_exit(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
   }
-  Py_RETURN_FALSE;
+}
+
+PyObject* span_exit(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "lens.Span.__exit__ takes 3 arguments");
+    return nullptr;
+  }
+  return translating([&]() -> PyObject* {
+    span_of(self).exit(args[0], args[1], args[2]);
+    Py_RETURN_FALSE;
+  });
 }
 
 PyMethodDef span_enter_def{"__enter__", span_enter, METH_NOARGS,
@@ -438,7 +447,7 @@ PyObject* otel_fast_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   PyObject* var = args[3];
   PyObject* key = args[4];
   auto* span_type = reinterpret_cast<PyTypeObject*>(args[5]);
-  try {
+  return translating([&]() -> PyObject* {
     const lens::SpanGroup group = group_from_name(utf8_view(args[1]));
     PerTelemetry& state = per_telemetry();
     if (!state.tracer.enabled(group)) Py_RETURN_NONE;
@@ -476,13 +485,7 @@ PyObject* otel_fast_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyObject* token = PyContextVar_Set(var, context.ptr());
     if (token == nullptr) return nullptr;
     return PyTuple_Pack(2, obj.ptr(), py::reinterpret_steal<py::object>(token).ptr());
-  } catch (py::error_already_set& e) {
-    e.restore();
-    return nullptr;
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
+  });
 }
 
 // Its end, when the block raised nothing: the ContextVar reset to `token`,
@@ -494,18 +497,14 @@ PyObject* otel_fast_end(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   if (PyContextVar_Reset(args[0], args[1]) < 0) return nullptr;
-  py::object holder;
-  try {
+  return translating([&]() -> PyObject* {
     PyObject* native = PyObject_GetAttr(args[2], native_name());
     if (native == nullptr) return nullptr;
-    holder = py::reinterpret_steal<py::object>(native);
+    py::object holder = py::reinterpret_steal<py::object>(native);
     if (PyObject_SetAttr(args[2], ended_name(), Py_True) < 0) return nullptr;
     holder.cast<PySpan&>().end();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
-  Py_RETURN_NONE;
+    Py_RETURN_NONE;
+  });
 }
 
 PyMethodDef otel_fast_start_def{
