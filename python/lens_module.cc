@@ -415,16 +415,7 @@ std::unique_ptr<PySpan> started(const lens::Tracer& tracer, lens::SpanGroup grou
   return std::make_unique<PySpan>(std::move(span));
 }
 
-// lens.otel's common start and end in C (otel.py, _CurrentSpan): a span
-// of `group` named `name`, child of the API's current span when that is a
-// lens.otel.Span (a root when there is none), its attributes set, made the
-// current span in a new API Context set on the API's ContextVar. Returns
-// (span, token), or None where the Python path must decide (the group off,
-// a foreign or unsampled parent, a span sampled out). The span is a
-// `span_type` made without __init__: its class defaults, and _native.
-// args: name, group, attributes (dict), the ContextVar, the span key, the
-// Span type, the Context type.
-// The attribute names the two read and set, made once.
+// The attribute names lens.otel's C path reads and sets, made once.
 PyObject* interned(const char* text) {
   PyObject* s = PyUnicode_InternFromString(text);
   if (s == nullptr) throw py::error_already_set();
@@ -439,6 +430,31 @@ PyObject* ended_name() {
   return name;
 }
 
+// A step span joining the step's shared trace (lens.managed_span's and
+// lens.otel's): a root span in it; the source rank's takes the span id it
+// reserved, so the others' links resolve, and starts when it reserved the
+// context (before its broadcast); in pipeline scope a replica's step span
+// links to global rank 0's.
+void join_step_trace(lens::StartOptions& start, const PyCarrier& join) {
+  start.parent.reset();
+  start.context = lens::step_span_context(join.carrier, join.reserved_here);
+  if (join.reserved_here) start.start_time_unix_ns = join.reserved_at_unix_ns;
+  const lens::Telemetry* t = lens::get_telemetry();
+  if (t && t->config().trace_scope == lens::TraceScope::kPipeline) {
+    lens::require_pipeline_scope_settings(t->config());
+    if (auto link = lens::global_rank_zero_link(*t, join.carrier)) start.links.push_back(*link);
+  }
+}
+
+// lens.otel's common start and end in C (otel.py, _CurrentSpan): a span
+// of `group` named `name`, child of the API's current span when that is a
+// lens.otel.Span (a root when there is none), its attributes set, made the
+// current span in a new API Context set on the API's ContextVar. Returns
+// (span, token), or None where the Python path must decide (the group off,
+// a foreign or unsampled parent, a span sampled out). The span is a
+// `span_type` made without __init__: its class defaults, and _native.
+// args: name, group, attributes (dict), the ContextVar, the span key, the
+// Span type, the Context type.
 PyObject* otel_fast_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 7) {
     PyErr_SetString(PyExc_TypeError, "otel_fast_start takes 7 arguments");
@@ -570,19 +586,7 @@ std::unique_ptr<PySpan> start_span(std::string_view name, std::string_view group
   }
   if (g == lens::SpanGroup::kStep && state.job)
     start.links.push_back({*state.job, {{"lens.link", std::string("job")}}});
-  if (join) {
-    // A step span joins the step's shared trace as a root span; the source
-    // rank's takes the span id it broadcast, so the others' links resolve,
-    // and starts when it reserved the context, before its broadcast.
-    start.context = lens::step_span_context(join->carrier, join->reserved_here);
-    if (join->reserved_here) start.start_time_unix_ns = join->reserved_at_unix_ns;
-    // Pipeline scope: a replica's step span links to global rank 0's.
-    const lens::Telemetry* t = lens::get_telemetry();
-    if (t && t->config().trace_scope == lens::TraceScope::kPipeline) {
-      lens::require_pipeline_scope_settings(t->config());
-      if (auto link = lens::global_rank_zero_link(*t, join->carrier)) start.links.push_back(*link);
-    }
-  }
+  if (join) join_step_trace(start, *join);
   return started(tracer, g, name, start, attributes);
 }
 
@@ -608,11 +612,7 @@ std::unique_ptr<PySpan> start_otel_span(std::string_view name, std::string_view 
     start.root = true;
   else
     start.parent = parent.cast<const lens::SpanContext&>();
-  if (!join_arg.is_none()) {
-    const PyCarrier& join = join_arg.cast<const PyCarrier&>();
-    start.context = lens::step_span_context(join.carrier, join.reserved_here);
-    start.parent.reset();
-  }
+  if (!join_arg.is_none()) join_step_trace(start, join_arg.cast<const PyCarrier&>());
   if (!links.is_none())
     for (const auto& item : links.cast<py::list>()) {
       const auto pair = item.cast<py::tuple>();
@@ -658,9 +658,8 @@ PYBIND11_MODULE(_lens, m) {
       .def_property_readonly("trace_id_int",
                              [](const lens::SpanContext& c) {
                                const auto& b = c.trace_id.bytes();
-                               py::int_ v = py::reinterpret_steal<py::int_>(
+                               return py::reinterpret_steal<py::int_>(
                                    _PyLong_FromByteArray(b.data(), b.size(), 0, 0));
-                               return v;
                              })
       .def_property_readonly("span_id_int",
                              [](const lens::SpanContext& c) {

@@ -28,11 +28,11 @@
 #include <utility>
 
 #include "analyze.h"
-#include "rank_order.h"
 #include "check.h"
 #include "lens/config.h"
 #include "lens/error.h"
 #include "lens/version.h"
+#include "rank_order.h"
 #include "report.h"
 #include "run_reader.h"
 #include "step_stream.h"

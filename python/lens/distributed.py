@@ -24,13 +24,15 @@ _layout = None
 
 def _layout_of(rank, world_size, pp_size, coordinates):
     """The layout init records: with coordinates (pp, dp, tp) as given, else
-    pipeline stages as the slowest dimension (Megatron's default order)."""
+    by Megatron's default order (the analysis part's rule, rank_order.h),
+    the ranks of a stage as its data-parallel ones; pipeline stages the
+    slowest dimension either way."""
     per_stage = world_size // pp_size
     if coordinates is None:
-        pp, rest = divmod(rank, per_stage)
-        dp, tp = rest, 0
-    else:
-        pp, dp, tp = coordinates
+        from . import _analysis
+
+        return _analysis.place_rank(rank, world_size, [1, 1, 1, per_stage, pp_size])
+    pp, dp, tp = coordinates
     return {"rank": rank, "world_size": world_size, "pp_size": pp_size, "pp": pp, "dp": dp,
             "tp": tp, "pipeline_source": rank - pp * per_stage}
 

@@ -110,11 +110,11 @@ def _int_attribute(attributes, key):
         raise _lens.ConfigError(f"lens.otel: resource attribute {key}={value!r} is not an integer")
 
 
-def layout_from_attributes(attributes, order="tp-cp-ep-dp-pp"):
+def layout_from_attributes(attributes, order=None):
     """A rank's place from Megatron's resource attributes: a dict with rank,
     world_size, pp/dp/tp sizes, this rank's pp/dp/tp coordinates and its
     pipeline's first rank, or None when ``dl.rank`` is absent. ``order``
-    lists the dimensions fastest first (Megatron's default tp-cp-ep-dp-pp).
+    lists the dimensions fastest first (None: Megatron's default tp-cp-ep-dp-pp).
     What does not fit raises lens.ConfigError naming it (the rule is the
     core's, lens/rank_order.h, as the importer of upstream traces uses it)."""
     rank = _int_attribute(attributes, "dl.rank")
@@ -129,6 +129,8 @@ def layout_from_attributes(attributes, order="tp-cp-ep-dp-pp"):
     from . import _analysis  # the rule's owner: the analysis part (rank_order.h)
 
     try:
+        if order is None:
+            return _analysis.place_rank(rank, -1 if world is None else world, sizes)
         return _analysis.place_rank(rank, -1 if world is None else world, sizes, order)
     except ValueError as error:
         raise _lens.ConfigError(str(error)) from None
@@ -167,10 +169,10 @@ class _Rank:
 
 
 class _StepState:
-    __slots__ = ("carrier", "counters", "linked", "source_context")
+    __slots__ = ("counters", "linked", "source_context")
 
     def __init__(self, carrier):
-        self.carrier = carrier
+        # The source's step span, which linked receives point at.
         self.source_context = carrier.context if carrier is not None else None
         self.counters = dict.fromkeys(("forward", "backward", "recv_forward", "send_forward",
                                        "recv_backward", "send_backward"), 0)
@@ -190,7 +192,7 @@ def _setup():
         if _rank is not None and _lens.is_initialized():
             return _rank
         attributes = _resource_attributes(_resource)
-        layout = layout_from_attributes(attributes, os.environ.get("LENS_RANK_ORDER", "tp-cp-ep-dp-pp"))
+        layout = layout_from_attributes(attributes, os.environ.get("LENS_RANK_ORDER") or None)
         correlated = True
         if not _lens.is_initialized():
             options = {}
@@ -422,7 +424,8 @@ class Tracer(_trace.Tracer):
         if links:
             native_links = [(_native_context(l.context), dict(l.attributes) if l.attributes else None)
                             for l in links if l.context.is_valid]
-        if group == "step" or (rank.step is not None and not counted):
+        schedule = rank.step is not None and not counted and name in _SCHEDULE_NAMES
+        if group == "step" or schedule:
             attrs = dict(attrs)  # the provider's attributes added to a copy
         if group == "step":
             step = next((attrs[k] for k in _ITERATION_KEYS if k in attrs), None)
@@ -438,7 +441,7 @@ class Tracer(_trace.Tracer):
             if rank.layout is not None:
                 attrs.setdefault("dl.rank", rank.layout["rank"])
                 attrs.setdefault("dl.pipeline_parallel.rank", rank.stage)
-        elif rank.step is not None and not counted and name in _SCHEDULE_NAMES:
+        elif schedule:
             linked = _linked_receive(name, rank)
             microbatch = _schedule_ids(name, attrs, rank)
             if linked:

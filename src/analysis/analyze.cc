@@ -11,6 +11,7 @@
 
 #include "stats.h"
 #include "step_replay.h"
+#include "upstream_steps.h"
 
 namespace lens::analysis {
 
@@ -302,9 +303,7 @@ Analysis analyze_dir(const std::filesystem::path& dir, const StreamOptions& opti
     for (const auto& f : rest.files)
       warnings->insert(warnings->end(), f.warnings.begin(), f.warnings.end());
   Analysis a = builder.finish();
-  for (const auto& f : rest.files)
-    if (auto it = f.resource.find("lens.inferred"); it != f.resource.end() && a.inferred.empty())
-      a.inferred = it->second;
+  a.inferred = inferred_of(rest.files);
   return a;
 }
 

@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "upstream_steps.h"
+
 namespace lens::analysis {
 namespace {
 
@@ -384,10 +386,10 @@ void RunChecker::add(const Run& run, const PipelineView& view) {
   // prefetched context does not.
   bool ordered = true;
   std::map<int, std::pair<int, int>> pipeline_of;  // rank -> (dp, tp)
+  inferred_ = inferred_ || !inferred_of(run.files).empty();
   for (const auto& f : run.files) {
     pipeline_scope |= f.trace_scope == "pipeline";
     pipeline_of[f.rank] = {f.replica, f.tensor_rank};
-    inferred_ |= f.resource.count("lens.inferred") > 0;
     const auto mode = f.resource.find("lens.step_context");
     const auto prefetch = f.resource.find("lens.step_prefetch");
     ordered &= (mode == f.resource.end() || mode->second == "broadcast") &&
@@ -554,11 +556,8 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
   if (stream.late != &result.late) result.late = *stream.late;
   result.spans += rest.span_count();
   result.files = rest.files.size();
-  for (const auto& f : rest.files) {
-    result.pipeline_scope |= f.trace_scope == "pipeline";
-    if (auto it = f.resource.find("lens.inferred"); it != f.resource.end() && result.inferred.empty())
-      result.inferred = it->second;
-  }
+  for (const auto& f : rest.files) result.pipeline_scope |= f.trace_scope == "pipeline";
+  result.inferred = inferred_of(rest.files);
   for (const auto& f : rest.files)
     result.warnings.insert(result.warnings.end(), f.warnings.begin(), f.warnings.end());
   result.violations = checker.finish(rest, [&](std::map<std::string, std::string>& wanted) {

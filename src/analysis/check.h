@@ -107,10 +107,6 @@ class RunChecker {
   std::size_t interrupted_steps() const { return interrupted_steps_; }
   // Links that point at ranks an export filter left out (known after finish).
   std::size_t unverifiable_links() const { return unverifiable_; }
-  // Whether the run's correlation was inferred (lens.inferred: Megatron-LM's
-  // own traces, upstream_steps.h): its ranks' steps are matched by number,
-  // each in a trace of its own, with no linked receives to count.
-  bool inferred() const { return inferred_; }
 
  private:
   struct PendingLink {
@@ -153,6 +149,9 @@ class RunChecker {
   StartOrder order_;
   std::size_t stopped_spans_ = 0, interrupted_steps_ = 0;
   std::string stopped_by_;
+  // The run's correlation was inferred (lens.inferred: Megatron-LM's own
+  // traces, upstream_steps.h): its ranks' steps are matched by number, each
+  // in a trace of its own, with no linked receives to count.
   bool inferred_ = false;
   bool unordered_seen_ = false;  // some part's step contexts do not order the steps
   bool ordered_seen_ = false;

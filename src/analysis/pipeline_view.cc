@@ -8,7 +8,7 @@ SpanKind kind_of(const SpanRow& s) {
   const std::string& n = s.name;
   // lens's names and Megatron-LM upstream's (train.iteration, its
   // forward_backward child), as lens.otel records them.
-  if (n == "megatron.train_step" || n == "train.iteration") return SpanKind::kStep;
+  if (is_step_name(n)) return SpanKind::kStep;
   if (n == "megatron.forward_backward" || n == "train.iteration.forward_backward")
     return SpanKind::kForwardBackward;
   if (n.ends_with(".linked")) return SpanKind::kLinked;
@@ -19,6 +19,8 @@ SpanKind kind_of(const SpanRow& s) {
   if (n.starts_with("megatron.optimizer")) return SpanKind::kOptimizer;
   return SpanKind::kOther;
 }
+
+bool is_step_name(std::string_view n) { return n == "megatron.train_step" || n == "train.iteration"; }
 
 bool is_step_span(const SpanRow& s) { return kind_of(s) == SpanKind::kStep && s.has("dl.step"); }
 

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "run_reader.h"
@@ -29,6 +30,8 @@ enum class SpanKind {
 SpanKind kind_of(const SpanRow& span);
 // A step span that says its step (dl.step): what a step is recognised by.
 bool is_step_span(const SpanRow& span);
+// A step span's name: lens's and Megatron-LM upstream's (train.iteration).
+bool is_step_name(std::string_view name);
 const char* kind_name(SpanKind kind);
 // The row a span of this kind is drawn in within its rank's lane:
 // 0 step and forward_backward, 1 compute (forward, backward, optimizer),

@@ -1,30 +1,30 @@
 #include "run_import.h"
 
-#include "console_spans.h"
-#include "upstream_steps.h"
-
 #include <signal.h>
 #include <unistd.h>
 #include <zstd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <cstdlib>
 #include <optional>
 #include <set>
 #include <stdexcept>
 
+#include "console_spans.h"
 #include "json_depth.h"
 #include "line_reader.h"
+#include "rank_order.h"
 #include "run_reader.h"
+#include "upstream_steps.h"
 
 namespace lens::analysis {
 
@@ -483,8 +483,6 @@ class Importer {
   }
 
   ImportStats finish() {
-    const char* order_env = std::getenv("LENS_RANK_ORDER");
-    const std::string order = order_env && *order_env ? order_env : "tp-cp-ep-dp-pp";
     std::size_t p2p = 0, microbatch = 0;
     for (auto& [rank, spill] : spills_) {
       spill.out.close();
@@ -496,7 +494,7 @@ class Importer {
       std::string line;
       // Megatron-LM's own traces: correlated as they are written.
       std::optional<UpstreamSteps> upstream;
-      if (upstream_ranks_.count(rank)) upstream.emplace(order);
+      if (upstream_ranks_.count(rank)) upstream.emplace(order_);
       std::vector<std::string> lines;
       for (const Batch& b : spill.batches) {
         line.resize(b.size);
@@ -536,12 +534,8 @@ class Importer {
   // What an upstream run lacks, and the setting that would give it.
   void upstream_warnings(std::size_t p2p, std::size_t microbatch) {
     stats_.upstream_ranks = upstream_ranks_.size();
-    stats_.warnings.push_back(
-        "inferred: Megatron-LM upstream traces (each rank's iterations in traces of their own): "
-        "ranks from dl.rank and the parallel sizes (" +
-        std::string(std::getenv("LENS_RANK_ORDER") ? std::getenv("LENS_RANK_ORDER")
-                                                   : "tp-cp-ep-dp-pp") +
-        "), steps matched by megatron.iteration, microbatches and transfers by their order");
+    stats_.warnings.push_back(std::string("inferred: ") + kInferredWhat + " (rank order " +
+                              order_ + "; each rank's iterations in traces of their own)");
     if (upstream_world_ > 0 && static_cast<int>(upstream_ranks_.size()) < upstream_world_) {
       std::string which;
       for (int r : upstream_ranks_) which += (which.empty() ? "" : ", ") + std::to_string(r);
@@ -786,8 +780,7 @@ class Importer {
       return;
     }
     for (const SpanRow& row : read.spans)
-      if ((row.name == "train.iteration" || row.name == "megatron.train_step") &&
-          !row.has("dl.step")) {
+      if (is_upstream_step_span(row)) {
         upstream_ranks_.insert(rank);
         upstream_world_ = std::max(upstream_world_, read.world_size);
         break;
@@ -808,6 +801,12 @@ class Importer {
   std::map<int, RankSpill> spills_;
   ImportStats stats_;
   int scratch_ = 0;
+  // The rank order upstream ranks are placed by (LENS_RANK_ORDER, which
+  // `lens --rank-order` sets, else Megatron's default).
+  const std::string order_ = [] {
+    const char* v = std::getenv("LENS_RANK_ORDER");
+    return std::string(v && *v ? v : kMegatronRankOrder);
+  }();
   std::set<int> upstream_ranks_;  // ranks whose spans are Megatron-LM upstream's
   int upstream_world_ = -1;
   std::size_t log_lines_ = 0;

@@ -5,6 +5,7 @@
 #include <array>
 #include <stdexcept>
 
+#include "pipeline_view.h"
 #include "rank_order.h"
 
 namespace lens::analysis {
@@ -17,13 +18,14 @@ std::string name_of(const json& span) {
   return n != span.end() && n->is_string() ? n->get<std::string>() : std::string();
 }
 
-bool is_step_name(const std::string& n) { return n == "train.iteration" || n == "megatron.train_step"; }
-
-json* attribute(json& span, const std::string& key) {
+// The value of a span's (or resource's) attribute `key`; null when absent.
+template <typename Json>
+Json* attribute(Json& span, const std::string& key) {
   auto attrs = span.find("attributes");
   if (attrs == span.end() || !attrs->is_array()) return nullptr;
   for (auto& a : *attrs)
-    if (a.is_object() && a.value("key", "") == key && a.contains("value")) return &a["value"];
+    if (a.is_object() && a.value("key", "") == key)
+      if (auto v = a.find("value"); v != a.end()) return &*v;
   return nullptr;
 }
 
@@ -90,9 +92,17 @@ constexpr std::array<P2p, 4> kP2p = {{
 }  // namespace
 
 bool is_upstream_step_span(const json& span) {
-  if (!span.is_object() || !is_step_name(name_of(span))) return false;
-  json copy = span;
-  return attribute(copy, "dl.step") == nullptr;
+  return span.is_object() && is_step_name(name_of(span)) && attribute(span, "dl.step") == nullptr;
+}
+
+bool is_upstream_step_span(const SpanRow& span) {
+  return is_step_name(span.name) && !span.has("dl.step");
+}
+
+std::string inferred_of(const std::vector<RankFile>& files) {
+  for (const auto& f : files)
+    if (auto it = f.resource.find(kInferredAttribute); it != f.resource.end()) return it->second;
+  return {};
 }
 
 UpstreamSteps::UpstreamSteps(std::string rank_order) : order_(std::move(rank_order)) {}

@@ -33,6 +33,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "run_reader.h"
+
 namespace lens::analysis {
 
 // The resource attribute every view reads to say the run's correlation is
@@ -42,9 +44,14 @@ inline constexpr const char* kInferredWhat =
     "Megatron-LM upstream traces: ranks from dl.rank and the parallel sizes, steps by "
     "megatron.iteration, microbatches and transfers by order";
 
-// Whether a span of this name, without dl.step, makes a rank's spans
-// upstream Megatron-LM's.
+// Whether a step span (pipeline_view.h's names) without dl.step: a rank
+// whose spans include one is upstream Megatron-LM's.
 bool is_upstream_step_span(const nlohmann::json& span);
+bool is_upstream_step_span(const SpanRow& span);
+
+// What a run's correlation inferred, from its files' resources ("" when
+// nothing was: every figure is as its spans say).
+std::string inferred_of(const std::vector<RankFile>& files);
 
 class UpstreamSteps {
  public:
