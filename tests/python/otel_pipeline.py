@@ -14,7 +14,7 @@ With --sdk each rank sets the OpenTelemetry SDK's provider with a
 ConsoleSpanExporter writing one JSON span per line to DIR/sdk-rank-R.log,
 among lines of its own output (upstream Megatron's shape: every rank's
 iteration in a trace of its own).
---slow-stage S holds stage S's forward and backward 4 ms longer each.
+--slow-stage S holds stage S's forward and backward 12 ms longer each.
 """
 
 import argparse
@@ -90,7 +90,7 @@ def run_rank(args):
 
     def slow():
         if stage == args.slow_stage:
-            time.sleep(0.004)
+            time.sleep(0.012)
 
     for iteration in range(args.steps):
         if args.sdk:  # the process's own output, between the spans
