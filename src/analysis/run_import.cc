@@ -514,6 +514,10 @@ class Importer {
         for (const auto& note : upstream->notes()) stats_.warnings.push_back(note);
         p2p += upstream->p2p_spans();
         microbatch += upstream->microbatch_spans();
+        for (std::size_t k = 0; k < 4; ++k) {
+          scheduled_[k] += upstream->scheduled_transfers()[k];
+          untraced_[k] += upstream->untraced_transfers()[k];
+        }
       }
       if (!in || !out)
         throw ReadError(dir_.string() + ": cannot write rank " + std::to_string(rank));
@@ -550,6 +554,7 @@ class Importer {
           "missing: no megatron.p2p spans, so waits and transfers cannot be told from compute: "
           "enable the communication span group (MEGATRON_OTEL_SPAN_GROUPS=per_step,microbatch,"
           "communication)");
+    if (p2p > 0) untraced_warning();
     if (microbatch == 0)
       stats_.warnings.push_back(
           "missing: no megatron.microbatch spans, so no step can be explained: enable the "
@@ -558,6 +563,24 @@ class Importer {
       stats_.warnings.push_back(std::to_string(log_lines_) +
                                 " lines that are not spans (the process's own output) were passed "
                                 "over");
+  }
+
+  // The transfers upstream does not trace (its combined steady-state calls):
+  // their waits are gaps between the spans, counted as idle.
+  void untraced_warning() {
+    static constexpr const char* kKinds[4] = {"forward receives", "forward sends",
+                                              "backward receives", "backward sends"};
+    std::string which;
+    for (std::size_t k = 0; k < 4; ++k)
+      if (untraced_[k] > 0)
+        which += (which.empty() ? "" : ", ") + std::to_string(untraced_[k]) + " of " +
+                 std::to_string(scheduled_[k]) + " " + kKinds[k];
+    if (which.empty()) return;
+    stats_.warnings.push_back(
+        "untraced transfers: " + which +
+        " (the combined calls send_forward_recv_backward and send_backward_recv_forward, which "
+        "upstream does not trace): their time is a gap between the microbatches, counted as "
+        "idle, not as a wait");
   }
 
   // A file's plain content: JSON (lines or one document) or length-prefixed
@@ -810,6 +833,7 @@ class Importer {
   std::set<int> upstream_ranks_;  // ranks whose spans are Megatron-LM upstream's
   int upstream_world_ = -1;
   std::size_t log_lines_ = 0;
+  UpstreamSteps::P2pCounts scheduled_{}, untraced_{};  // over the upstream ranks
 };
 
 bool passed_over(const std::filesystem::path& p) {

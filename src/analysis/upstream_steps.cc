@@ -126,6 +126,7 @@ void UpstreamSteps::place(const json& resource) {
   try {
     const RankPlace p = place_rank(rank_, world ? static_cast<int>(*world) : -1, sizes, order_);
     stage_ = p.coord(ParallelDim::kPp);
+    stages_ = sizes[static_cast<std::size_t>(ParallelDim::kPp)];
     set_default(r, "dl.pipeline_parallel.rank", int_attr(stage_));
     set_default(r, "dl.data_parallel.rank", int_attr(p.coord(ParallelDim::kDp)));
     set_default(r, "dl.tensor_parallel.rank", int_attr(p.coord(ParallelDim::kTp)));
@@ -185,26 +186,51 @@ void UpstreamSteps::close_step(const std::string& trace, json& step_span,
   set_default(step_span, "dl.pipeline_parallel.rank", int_attr(stage_));
   std::stable_sort(spans.begin(), spans.end(),
                    [](const json& a, const json& b) { return start_of(a) < start_of(b); });
-  std::int64_t forwards = 0, backwards = 0;
-  std::array<std::int64_t, 4> transfers{};
+  // Microbatch ids by start order per direction; then each transfer carries
+  // the microbatch of the compute it feeds (a receive: the next one of its
+  // direction to start) or follows (a send: the last one started before
+  // it). Placing by position, not by count, keeps every traced transfer on
+  // its microbatch when others were not traced (upstream's combined calls).
+  std::array<std::vector<std::int64_t>, 2> starts;  // forward, backward compute starts
   for (json& s : spans) {
     const std::string n = name_of(s);
     if (n == "megatron.microbatch.forward" || n == "megatron.microbatch.backward") {
       ++microbatch_;
-      set_default(s, "dl.microbatch_id",
-                  int_attr(n.ends_with("forward") ? forwards++ : backwards++));
-      continue;
+      auto& list = starts[n.ends_with("forward") ? 0 : 1];
+      set_default(s, "dl.microbatch_id", int_attr(static_cast<std::int64_t>(list.size())));
+      list.push_back(start_of(s));
     }
+  }
+  std::array<std::int64_t, 4> seen{};
+  for (json& s : spans) {
+    const std::string n = name_of(s);
     for (const P2p& p : kP2p)
       if (n == p.name) {
         ++p2p_;
-        const std::int64_t mb = transfers[static_cast<std::size_t>(p.counter)]++;
+        ++seen[static_cast<std::size_t>(p.counter)];
+        const auto& list = starts[p.direction[0] == 'f' ? 0 : 1];
+        const auto next = std::lower_bound(list.begin(), list.end(), start_of(s));
+        const bool receive = p.counter % 2 == 0;
+        std::int64_t mb = next - list.begin();  // the next compute's id
+        if (!receive) mb = std::max<std::int64_t>(mb - 1, 0);
         set_default(s, "dl.p2p.direction", str_attr(p.direction));
         set_default(s, "dl.pipeline_parallel.peer_rank", int_attr(stage_ + p.peer));
         set_default(s, p.carries, int_attr(mb));
         set_default(s, "dl.microbatch_id", int_attr(mb));
       }
   }
+  // Transfers the schedule makes but the trace lacks: upstream does not
+  // trace its combined steady-state calls (send_forward_recv_backward,
+  // send_backward_recv_forward), so their time is a gap between spans.
+  if (stages_ > 1 && p2p_ > 0)
+    for (const P2p& p : kP2p) {
+      const bool has_peer = p.peer < 0 ? stage_ > 0 : stage_ < stages_ - 1;
+      const auto c = static_cast<std::size_t>(p.counter);
+      const auto expected = static_cast<std::int64_t>(starts[p.direction[0] == 'f' ? 0 : 1].size());
+      if (!has_peer) continue;
+      scheduled_[c] += expected;
+      untraced_[c] += std::max<std::int64_t>(expected - seen[c], 0);
+    }
   spans.push_back(std::move(step_span));
   out.push_back(line_of(std::move(spans)));
 }

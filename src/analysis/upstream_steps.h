@@ -15,7 +15,9 @@
 //    steps counted), with dl.rank and dl.pipeline_parallel.rank;
 //  - microbatch ids by start order within the step (1F1B runs forwards and
 //    backwards in microbatch order), and on each p2p span its direction,
-//    peer stage and the microbatch it carries, by order per direction;
+//    peer stage and the microbatch of the compute it feeds or follows;
+//    the transfers the schedule makes but the trace lacks (upstream's
+//    untraced combined calls) counted;
 //  - the resource says `lens.inferred` (what was inferred), which every
 //    view reports; a step's ranks are then matched by step number, not by a
 //    shared trace.
@@ -25,6 +27,7 @@
 // Thread safety: one object per rank, on one thread.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -69,6 +72,12 @@ class UpstreamSteps {
   // Spans of each kind seen, to name what is missing.
   std::size_t p2p_spans() const { return p2p_; }
   std::size_t microbatch_spans() const { return microbatch_; }
+  // Per p2p kind (recv_forward, send_forward, recv_backward, send_backward):
+  // the transfers its schedule makes (a stage with that neighbour: one per
+  // microbatch of the direction) and those of them not traced.
+  using P2pCounts = std::array<std::int64_t, 4>;
+  const P2pCounts& scheduled_transfers() const { return scheduled_; }
+  const P2pCounts& untraced_transfers() const { return untraced_; }
 
  private:
   struct Held {
@@ -82,7 +91,8 @@ class UpstreamSteps {
   std::string order_;
   nlohmann::json resource_;  // the latest, with the inferred attributes
   bool placed_ = false;
-  int stage_ = 0, rank_ = -1;
+  int stage_ = 0, stages_ = 1, rank_ = -1;
+  P2pCounts scheduled_{}, untraced_{};
   std::unordered_map<std::string, Held> by_trace_;
   std::vector<std::string> trace_order_;  // first seen first, for the rest
   std::size_t steps_ = 0, p2p_ = 0, microbatch_ = 0;

@@ -448,7 +448,7 @@ class UpstreamPipeline(unittest.TestCase):
             self.run_pipeline(d, {}, "--sdk")
             traces = {}  # iteration -> {rank: trace id}
             for rank in range(4):
-                with open(os.path.join(d, f"sdk-rank-{rank}.log")) as f:
+                with open(os.path.join(d, "console", f"sdk-rank-{rank}.log")) as f:
                     for line in f:
                         if not line.startswith("{"):
                             continue  # the rank's own output
@@ -465,9 +465,12 @@ class UpstreamPipeline(unittest.TestCase):
 
 
 class UpstreamTraces(unittest.TestCase):
-    """The same job's upstream traces (the OTel SDK's console exporter, a
-    span a line among the ranks' own output, every iteration in a trace per
-    rank) read by lens after the fact, against the job traced by lens."""
+    """The same job's upstream traces, read by lens after the fact, against the
+    job traced by lens: the OTel SDK's spans (every iteration in a trace per
+    rank, the steady state's combined calls untraced as upstream leaves them)
+    through the SDK's console exporter (a span a line among the ranks' own
+    output) and as a collector's file exporter writes them (protobuf, and
+    OTLP/JSON)."""
 
     def run_pipeline(self, out, env_extra, *args):
         env = {k: v for k, v in os.environ.items() if k != "OTEL_PYTHON_TRACER_PROVIDER"}
@@ -484,27 +487,39 @@ class UpstreamTraces(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             upstream = os.path.join(d, "upstream")
             os.makedirs(upstream)
-            self.run_pipeline(upstream, {}, "--sdk")
+            self.run_pipeline(upstream, {}, "--sdk", "--combined-untraced", "--run-uuid", "u-1")
             self.run_pipeline(d, {"OTEL_PYTHON_TRACER_PROVIDER": "lens", "LENS_TRACE_DIR": d,
                                   "MEGATRON_OTEL_RUN_ID": "traced"})
-            check = self.lens("check", upstream)
-            self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
-            self.assertIn("inferred: Megatron-LM upstream traces", check.stdout)
-            self.assertIn("4 ranks, 8 steps", check.stdout)
-            self.assertIn("lines that are not spans", check.stderr)
-            inferred = json.loads(self.lens("analyze", "--json", upstream).stdout)
             traced = json.loads(self.lens("analyze", "--json", os.path.join(d, "traced")).stdout)
-            self.assertIn("steps by megatron.iteration", inferred["inferred"])
             self.assertIsNone(traced["inferred"])
-            self.assertEqual(inferred["steps"], traced["steps"])
-            self.assertEqual(inferred["steps"], 8)
-            self.assertEqual(inferred["slowest_stage"], 2, inferred["stages"])
             self.assertEqual(traced["slowest_stage"], 2, traced["stages"])
-            share = {name: {s["stage"]: s["critical_share_p50"] for s in a["stages"]}
-                     for name, a in (("inferred", inferred), ("traced", traced))}
-            self.assertLess(abs(share["inferred"][2] - share["traced"][2]), 0.10, share)
-            table = self.lens("analyze", upstream)
-            self.assertTrue(table.stdout.startswith("inferred: "), table.stdout[:200])
+            share = {s["stage"]: s["critical_share_p50"] for s in traced["stages"]}
+            for layout in ("console", "proto", "json"):
+                with self.subTest(layout=layout):
+                    run = os.path.join(upstream, layout)
+                    check = self.lens("check", run)
+                    self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+                    self.assertIn("inferred: Megatron-LM upstream traces", check.stdout)
+                    self.assertIn("4 ranks, 8 steps", check.stdout)
+                    # 1F1B over 4 stages and 4 microbatches: stage s switches
+                    # direction 1, 3, 5 and 7 times a step (s = 0..3), each
+                    # switch a combined call taking a send and a receive out
+                    # of the trace: 6 of each kind a step of the 12 the three
+                    # stages with that neighbour make, over 8 steps.
+                    self.assertIn("untraced transfers: 48 of 96 forward receives, 48 of 96 "
+                                  "forward sends, 48 of 96 backward receives, 48 of 96 "
+                                  "backward sends", check.stderr)
+                    if layout == "console":
+                        self.assertIn("lines that are not spans", check.stderr)
+                    inferred = json.loads(self.lens("analyze", "--json", run).stdout)
+                    self.assertIn("steps by megatron.iteration", inferred["inferred"])
+                    self.assertEqual(inferred["steps"], traced["steps"])
+                    self.assertEqual(inferred["steps"], 8)
+                    self.assertEqual(inferred["slowest_stage"], 2, inferred["stages"])
+                    mine = {s["stage"]: s["critical_share_p50"] for s in inferred["stages"]}
+                    self.assertLess(abs(mine[2] - share[2]), 0.10, (mine, share))
+                    table = self.lens("analyze", run)
+                    self.assertTrue(table.stdout.startswith("inferred: "), table.stdout[:200])
 
 
 if __name__ == "__main__":
