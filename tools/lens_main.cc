@@ -176,6 +176,15 @@ int run_lens(int argc, char** argv) {
         })
         ->each([](const std::string& order) { ::setenv("LENS_RANK_ORDER", order.c_str(), 1); });
 
+  // Traces of several runs in one place: the one to read, by its run id.
+  std::string run_id;
+  for (auto* command : {check, summary, analyze, diff, timeline, report, exp})
+    command
+        ->add_option("--run", run_id,
+                     "when the traces hold several runs: the one to read, by its run id "
+                     "(nemo.lens.run_uuid or nemo.run.id on the resource); LENS_RUN too")
+        ->each([](const std::string& id) { ::setenv("LENS_RUN", id.c_str(), 1); });
+
   std::vector<std::string> upload_paths;
   std::string endpoint;
   std::size_t batch_spans = 2048;

@@ -483,6 +483,24 @@ class Importer {
   }
 
   ImportStats finish() {
+    if (run_.empty() && runs_.size() > 1) {
+      std::string names;
+      for (const auto& [id, spans] : runs_)
+        names += (names.empty() ? "" : ", ") + id + " (" + std::to_string(spans) + " spans)";
+      throw ReadError("the traces hold " + std::to_string(runs_.size()) +
+                      " runs by their run id (" + kRunIdAttributes[0] + " or " +
+                      kRunIdAttributes[1] + "): " + names + "; name one with --run ID");
+    }
+    if (!run_.empty() && !runs_.count(run_)) {
+      std::string names;
+      for (const auto& [id, spans] : runs_) names += (names.empty() ? "" : ", ") + id;
+      throw ReadError("no run " + run_ + " in the traces (" +
+                      (names.empty() ? std::string("they carry no run id") : "runs: " + names) +
+                      ")");
+    }
+    if (!run_.empty() && runs_.size() > 1)
+      stats_.warnings.push_back("read run " + run_ + " of the " + std::to_string(runs_.size()) +
+                                " runs the traces hold");
     std::size_t p2p = 0, microbatch = 0;
     for (auto& [rank, spill] : spills_) {
       spill.out.close();
@@ -798,6 +816,17 @@ class Importer {
     }
     stats_.spans += read.spans.size();
     const int rank = read.rank;
+    // Runs told apart by their id (nemo-lens's, or NeMo's): a folder holding
+    // several is read for the one named (LENS_RUN), else refused.
+    std::string run;
+    for (const char* key : kRunIdAttributes)
+      if (auto it = read.resource.find(key); it != read.resource.end() && run.empty())
+        run = it->second;
+    if (!run.empty()) {
+      runs_[run] += read.spans.size();
+      if (!run_.empty() && run != run_) return;
+    }
+    if (!run_.empty() && run.empty()) return;  // of no run: not the one named
     if (rank < 0) {
       stats_.foreign_spans += read.spans.size();
       return;
@@ -830,6 +859,13 @@ class Importer {
     const char* v = std::getenv("LENS_RANK_ORDER");
     return std::string(v && *v ? v : kMegatronRankOrder);
   }();
+  // The run to read when the traces hold several (LENS_RUN, which `lens
+  // --run` sets), and the spans of each run id seen.
+  const std::string run_ = [] {
+    const char* v = std::getenv("LENS_RUN");
+    return std::string(v ? v : "");
+  }();
+  std::map<std::string, std::size_t> runs_;
   std::set<int> upstream_ranks_;  // ranks whose spans are Megatron-LM upstream's
   int upstream_world_ = -1;
   std::size_t log_lines_ = 0;
@@ -867,6 +903,12 @@ std::uint64_t input_signature(const std::filesystem::path& input) {
       mix(bytes);
     }
   };
+  // The settings an import reads are part of what it is.
+  for (const char* setting : {"LENS_RANK_ORDER", "LENS_RUN"}) {
+    const char* v = std::getenv(setting);
+    mix(setting);
+    mix(v ? v : "");
+  }
   std::error_code ec;
   if (std::filesystem::is_directory(input, ec)) {
     std::vector<std::filesystem::path> paths;

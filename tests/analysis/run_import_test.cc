@@ -8,6 +8,9 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -205,6 +208,39 @@ TEST_F(RunImport, AFolderOfRunsIsNotReadAsOneRun) {
   EXPECT_NE(e.find("holds 2 runs in lens's layout (run-a, run-b): name one of them"),
             std::string::npos)
       << e;
+}
+
+TEST_F(RunImport, TracesOfSeveralRunsAreReadForTheOneNamedByItsRunId) {
+  // Two runs' rank 0 in one file, told apart by nemo.lens.run_uuid and
+  // nemo.run.id; a third batch carries no run id.
+  const auto batch = [](const char* key, const char* run, const char* span) {
+    std::string attrs = R"({"key":"dl.rank","value":{"intValue":"0"}})";
+    if (key != nullptr)
+      attrs += std::string(R"(,{"key":")") + key + R"(","value":{"stringValue":")" + run + R"("}})";
+    return std::string(R"({"resourceSpans":[{"resource":{"attributes":[)") + attrs +
+           R"(]},"scopeSpans":[{"spans":[{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":")" +
+           span + R"(","name":"work","startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]}]})" + "\n";
+  };
+  const fs::path p = input("two-runs.json", batch("nemo.lens.run_uuid", "u-1", "00000000000000a1") +
+                                                batch("nemo.run.id", "n-2", "00000000000000b1") +
+                                                batch(nullptr, "", "00000000000000c1"));
+  const std::string e = error_of(p);
+  EXPECT_NE(e.find("the traces hold 2 runs by their run id (nemo.lens.run_uuid or nemo.run.id): "
+                   "n-2 (1 spans), u-1 (1 spans); name one with --run ID"),
+            std::string::npos)
+      << e;
+  ::setenv("LENS_RUN", "u-1", 1);
+  const ImportStats stats = import_run(p, dir_ / "out-u-1");
+  const auto spans = spans_of_rank(dir_ / "out-u-1", 0);
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_EQ(spans[0].span_id, "00000000000000a1");
+  EXPECT_NE(std::find(stats.warnings.begin(), stats.warnings.end(),
+                      "read run u-1 of the 2 runs the traces hold"),
+            stats.warnings.end());
+  ::setenv("LENS_RUN", "u-3", 1);
+  EXPECT_NE(error_of(p).find("no run u-3 in the traces (runs: n-2, u-1)"), std::string::npos)
+      << error_of(p);
+  ::unsetenv("LENS_RUN");
 }
 
 TEST_F(RunImport, AJaegerV1DocumentIsRefusedNamingTheApiToAsk) {

@@ -180,6 +180,62 @@ TEST(UpstreamSteps, OneRanksStepGetsItsStepMicrobatchIdsAndTransfersByOrder) {
   EXPECT_EQ(up.p2p_spans(), 8u);
 }
 
+TEST(UpstreamSteps, UntracedCombinedCallsLeaveEveryTracedTransferOnItsMicrobatchAndAreCounted) {
+  // Stage 1 of PP4, 1F1B with 4 microbatches: F0 F1 F2 B0 F3 B1 B2 B3. As
+  // upstream traces it, the steady state's combined calls have no span:
+  // F2's send and B0's receive, B0's send and F3's receive, F3's send and
+  // B1's receive. What is traced: F0, F1 received and sent; F2 received;
+  // B1's send; B2, B3 received and sent.
+  const json resource = {{"attributes",
+                          {{{"key", "dl.rank"}, {"value", {{"intValue", "1"}}}},
+                           {{"key", "dl.pipeline_parallel.size"}, {"value", {{"intValue", "4"}}}}}}};
+  const std::string t = "0af7651916cd43dd8448eb211c80319c";
+  int id = 0, at = 100;
+  std::vector<json> spans;
+  const auto add = [&](const char* name) {
+    spans.push_back(span(name, t, ++id, at, at + 1));
+    at += 2;
+  };
+  for (int mb = 0; mb < 2; ++mb) {
+    add("megatron.p2p.recv_forward");
+    add("megatron.microbatch.forward");
+    add("megatron.p2p.send_forward");
+  }
+  add("megatron.p2p.recv_forward");
+  add("megatron.microbatch.forward");   // F2, its send combined
+  add("megatron.microbatch.backward");  // B0: received and sent combined
+  add("megatron.microbatch.forward");   // F3: received and sent combined
+  add("megatron.microbatch.backward");  // B1: received combined
+  add("megatron.p2p.send_backward");
+  for (int mb = 2; mb < 4; ++mb) {
+    add("megatron.p2p.recv_backward");
+    add("megatron.microbatch.backward");
+    add("megatron.p2p.send_backward");
+  }
+  spans.push_back(span("train.iteration", t, ++id, 99, at,
+                       {{{"key", "megatron.iteration"}, {"value", {{"intValue", "0"}}}}}));
+  UpstreamSteps up("tp-cp-ep-dp-pp");
+  std::vector<std::string> out;
+  up.add(request(resource, spans), out);
+  ASSERT_EQ(out.size(), 1u);
+  std::map<std::string, std::vector<std::string>> carried;
+  const json line = json::parse(out[0]);
+  for (const auto& s : line["resourceSpans"][0]["scopeSpans"][0]["spans"]) {
+    const auto a = attrs_of(s);
+    for (const char* key : {"dl.microbatch_id.received", "dl.microbatch_id.sent"})
+      if (a.count(key)) carried[s["name"]].push_back(a.at(key));
+  }
+  using V = std::vector<std::string>;
+  EXPECT_EQ(carried["megatron.p2p.recv_forward"], (V{"0", "1", "2"}));
+  EXPECT_EQ(carried["megatron.p2p.send_forward"], (V{"0", "1"}));
+  EXPECT_EQ(carried["megatron.p2p.send_backward"], (V{"1", "2", "3"}));
+  EXPECT_EQ(carried["megatron.p2p.recv_backward"], (V{"2", "3"}));
+  // recv_forward, send_forward, recv_backward, send_backward: 4 scheduled
+  // each (stage 1 has both neighbours), untraced 1, 2, 2, 1.
+  EXPECT_EQ(up.scheduled_transfers(), (UpstreamSteps::P2pCounts{4, 4, 4, 4}));
+  EXPECT_EQ(up.untraced_transfers(), (UpstreamSteps::P2pCounts{1, 2, 2, 1}));
+}
+
 TEST(UpstreamSteps, WhatTheSpanSaysWinsAndStepsWithoutAnIterationAreCounted) {
   const json resource = {{"attributes", {{{"key", "dl.rank"}, {"value", {{"intValue", "0"}}}}}}};
   UpstreamSteps up("tp-cp-ep-dp-pp");
