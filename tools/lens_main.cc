@@ -34,6 +34,7 @@
 #include "lens/version.h"
 #include "rank_order.h"
 #include "report.h"
+#include "run_import.h"
 #include "run_reader.h"
 #include "step_stream.h"
 #include "summary.h"
@@ -68,7 +69,8 @@ StreamOptions reading_options() {
 }
 
 void print_warnings(const std::vector<std::string>& warnings) {
-  for (const auto& w : warnings) std::fprintf(stderr, "lens: warning: %s\n", w.c_str());
+  for (const auto& w : warnings)
+    std::fprintf(stderr, "lens: warning: %s\n", name_imports(w).c_str());
 }
 
 // "A-B" or "A": whole non-negative numbers, A <= B.
@@ -266,7 +268,8 @@ int run_lens(int argc, char** argv) {
     if (check->parsed()) {
       const CheckResult r = check_dir(dir, reading_options());
       print_warnings(r.warnings);
-      for (const auto& v : r.violations) std::printf("FAIL %s\n", format_violation(v).c_str());
+      for (const auto& v : r.violations)
+        std::printf("FAIL %s\n", name_imports(format_violation(v)).c_str());
       if (r.unverifiable_links > 0)
         std::printf(
             "note: %zu links point at ranks the export filter left out; they cannot be "
@@ -475,7 +478,7 @@ int run_lens(int argc, char** argv) {
       return kOk;
     }
   } catch (const ReadError& e) {
-    std::fprintf(stderr, "lens: %s\n", e.what());
+    std::fprintf(stderr, "lens: %s\n", name_imports(e.what()).c_str());
     return kBadInput;
   }
   return kOk;
@@ -516,6 +519,7 @@ struct MemoryReserve {
 int main(int argc, char** argv) {
   try {
     MemoryReserve::install();
+    remove_imports_on_signals();
     return run_lens(argc, argv);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "lens: out of memory\n");

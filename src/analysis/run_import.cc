@@ -1,5 +1,6 @@
 #include "run_import.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -940,6 +941,62 @@ struct Imports {
   }
 };
 
+// The import folders of this process as plain text, for a signal handler to
+// remove: a fixed table, filled before a folder is made and emptied after
+// it is removed.
+struct SignalTable {
+  static constexpr int kSlots = 32;
+  static constexpr std::size_t kPath = 4096;
+  char paths[kSlots][kPath] = {};
+  std::atomic<bool> used[kSlots] = {};
+};
+SignalTable& signal_table() {
+  static SignalTable table;
+  return table;
+}
+void remember_for_signals(const std::filesystem::path& dir) {
+  const std::string s = dir.string();
+  if (s.size() >= SignalTable::kPath) return;
+  SignalTable& t = signal_table();
+  for (int i = 0; i < SignalTable::kSlots; ++i)
+    if (!t.used[i].load()) {
+      std::memcpy(t.paths[i], s.c_str(), s.size() + 1);
+      t.used[i].store(true);
+      return;
+    }
+}
+void forget_for_signals(const std::filesystem::path& dir) {
+  SignalTable& t = signal_table();
+  for (int i = 0; i < SignalTable::kSlots; ++i)
+    if (t.used[i].load() && dir.string() == t.paths[i]) t.used[i].store(false);
+}
+
+// Removes the import folders (flat: only files in them), then dies of the
+// signal as it would have without the handler.
+void remove_imports_and_die(int signal) {
+  SignalTable& t = signal_table();
+  for (int i = 0; i < SignalTable::kSlots; ++i) {
+    if (!t.used[i].load()) continue;
+    if (DIR* d = ::opendir(t.paths[i])) {
+      char file[SignalTable::kPath + 256];
+      while (const dirent* e = ::readdir(d)) {
+        if (e->d_name[0] == '.' && (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0)))
+          continue;
+        const std::size_t a = std::strlen(t.paths[i]), b = std::strlen(e->d_name);
+        if (a + 1 + b + 1 > sizeof file) continue;
+        std::memcpy(file, t.paths[i], a);
+        file[a] = '/';
+        std::memcpy(file + a + 1, e->d_name, b + 1);
+        ::unlink(file);
+      }
+      ::closedir(d);
+    }
+    ::rmdir(t.paths[i]);
+  }
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
 Imports& imports() {
   static Imports all;
   return all;
@@ -1023,6 +1080,7 @@ std::filesystem::path readable_run(const std::filesystem::path& input,
   if (it != all.by_input.end() && it->second.signature != signature) {
     std::error_code ec;
     std::filesystem::remove_all(it->second.dir, ec);  // the input changed: imported again
+    forget_for_signals(it->second.dir);
     all.by_input.erase(it);
     it = all.by_input.end();
   }
@@ -1034,12 +1092,14 @@ std::filesystem::path readable_run(const std::filesystem::path& input,
         std::filesystem::temp_directory_path() /
         ("lens-import-" + std::to_string(getpid()) + "-" + std::to_string(++counter));
     std::filesystem::remove_all(dir);
+    remember_for_signals(dir);
     try {
       ImportStats stats = import_run(input, dir);
       it = all.by_input.emplace(input, Import{dir, signature, std::move(stats)}).first;
     } catch (...) {
       std::error_code ec;
       std::filesystem::remove_all(dir, ec);
+      forget_for_signals(dir);
       throw;
     }
   }
@@ -1047,6 +1107,32 @@ std::filesystem::path readable_run(const std::filesystem::path& input,
     warnings->insert(warnings->end(), it->second.stats.warnings.begin(),
                      it->second.stats.warnings.end());
   return it->second.dir;
+}
+
+}  // namespace lens::analysis
+
+namespace lens::analysis {
+
+void remove_imports_on_signals() {
+  for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    struct sigaction action {};
+    action.sa_handler = &remove_imports_and_die;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(signal, &action, nullptr);
+  }
+}
+
+std::string name_imports(std::string text) {
+  Imports& all = imports();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  for (const auto& [input, made] : all.by_input) {
+    const std::string dir = made.dir.string() + "/";
+    const std::string shown = input.string() + ": imported ";
+    for (std::size_t at = text.find(dir); at != std::string::npos;
+         at = text.find(dir, at + shown.size()))
+      text.replace(at, dir.size(), shown);
+  }
+  return text;
 }
 
 }  // namespace lens::analysis

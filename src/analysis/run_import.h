@@ -77,4 +77,15 @@ void sweep_stale_imports(const std::filesystem::path& temp);
 std::filesystem::path readable_run(const std::filesystem::path& input,
                                    std::vector<std::string>* warnings = nullptr);
 
+// A message with every import folder's path put as the user named its input
+// ("<input>: imported rank-3.otlp.jsonl:12" for a line of that rank's
+// spans as imported), so no message names a temporary copy.
+std::string name_imports(std::string text);
+
+// For a command-line program: SIGINT, SIGTERM, SIGHUP and SIGQUIT remove this
+// process's import folders before the process dies of the signal (a library
+// leaves its host's signals alone: stale imports are swept by the next
+// process that imports).
+void remove_imports_on_signals();
+
 }  // namespace lens::analysis

@@ -9,6 +9,8 @@
 // collector's README (4-byte big-endian length before each record) and the
 // OTLP schema (tests/support/otlp_trace.proto), not by lens's importer.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -332,6 +334,52 @@ TEST_F(CollectorLayouts, TwoCopiesOfTheSameSpansStillFailTheCheck) {
   Result r = run(lens("check " + (base_ / "twice").string()));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("FAIL"), std::string::npos) << r.output;
+  // Every message names the input as the user gave it, never the import's
+  // temporary copy.
+  EXPECT_NE(r.output.find((base_ / "twice").string() + ": imported rank-"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("lens-import-"), std::string::npos) << r.output;
+}
+
+TEST_F(CollectorLayouts, AnImportStoppedByASignalLeavesNoFolderBehind) {
+  // A file large enough that its import is seen under way: the command is
+  // stopped once its import folder exists.
+  std::string text;
+  for (const auto& l : lines_) text += l + "\n";
+  std::string big;
+  while (big.size() < (std::size_t{48} << 20)) big += text;
+  write(base_ / "big" / "traces.json", big);
+  const fs::path temp = base_ / "tmp";
+  fs::create_directories(temp);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::setenv("TMPDIR", temp.c_str(), 1);
+    const std::string input = (base_ / "big").string();
+    ::execl(LENS_BIN, LENS_BIN, "check", input.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto imports = [&] {
+    std::size_t n = 0;
+    for (const auto& e : fs::directory_iterator(temp))
+      if (e.path().filename().string().starts_with("lens-import-")) ++n;
+    return n;
+  };
+  int status = 0;
+  bool stopped = false;
+  for (int i = 0; i < 6000; ++i) {  // at most a minute
+    if (imports() > 0) {
+      ::kill(child, SIGTERM);
+      stopped = true;
+      break;
+    }
+    if (::waitpid(child, &status, WNOHANG) == child) break;
+    ::usleep(10000);
+  }
+  ASSERT_TRUE(stopped) << "the import folder was never seen";
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_EQ(imports(), 0u) << "the stopped command's import folder was left behind";
 }
 
 TEST_F(CollectorLayouts, MalformedPrefixesAndTruncatedFramesNameTheFileAndOffset) {
