@@ -190,7 +190,8 @@ int run_lens(int argc, char** argv) {
   std::vector<std::string> upload_paths;
   std::string endpoint;
   std::size_t batch_spans = 2048;
-  auto* up = app.add_subcommand("upload", "send OTLP-JSON-lines files to an OTLP/HTTP endpoint");
+  auto* up = app.add_subcommand(
+      "upload", "send OTLP files (lens's, a collector's, Jaeger's, ...) to an OTLP/HTTP endpoint");
   up->add_option("PATHS", upload_paths, "run directories, spool directories or files")->required();
   up->add_option("--endpoint", endpoint,
                  "traces URL (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else "
@@ -237,10 +238,12 @@ int run_lens(int argc, char** argv) {
         if (done == total) std::fprintf(stderr, "\n");
       });
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "lens: %s\n", e.what());
+      std::fprintf(stderr, "lens: %s\n", name_imports(e.what()).c_str());
       return kBadInput;
     }
-    for (const auto& p : report.problems) std::fprintf(stderr, "lens: %s\n", p.c_str());
+    print_warnings(report.warnings);
+    for (const auto& p : report.problems)
+      std::fprintf(stderr, "lens: %s\n", name_imports(p).c_str());
     std::printf(
         "uploaded to %s: %zu spans sent (%zu rejected by the receiver), %zu failed; "
         "%zu files, %zu lines, %zu batches\n",

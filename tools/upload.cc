@@ -1,5 +1,7 @@
 #include "upload.h"
 
+#include "run_import.h"
+
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -85,14 +87,27 @@ UploadReport upload(const std::vector<std::filesystem::path>& paths, const OtlpH
                     const std::function<void(std::size_t, std::size_t)>& progress) {
   UploadReport report;
   std::vector<std::filesystem::path> files;
+  // Traces in another layout (a collector's files, protobuf, zstd, Jaeger,
+  // Tempo, the SDK's console output): their import's rank files.
+  const auto imported = [&](const std::filesystem::path& p) {
+    const std::filesystem::path dir = analysis::readable_run(p, &report.warnings);
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.is_regular_file() && e.path().string().ends_with(".otlp.jsonl"))
+        files.push_back(e.path());
+  };
   for (const auto& p : paths) {
     std::error_code ec;
     if (std::filesystem::is_directory(p, ec)) {
+      const std::size_t before = files.size();
       for (const auto& e : std::filesystem::recursive_directory_iterator(p))
         if (e.is_regular_file() && e.path().string().ends_with(".otlp.jsonl"))
           files.push_back(e.path());
+      if (files.size() == before) imported(p);
     } else if (std::filesystem::is_regular_file(p, ec)) {
-      files.push_back(p);
+      if (p.string().ends_with(".otlp.jsonl"))
+        files.push_back(p);
+      else
+        imported(p);
     } else {
       throw std::runtime_error(p.string() + ": no such file or directory");
     }

@@ -115,6 +115,45 @@ TEST_F(Upload, FilesOfARunArriveComplete) {
   EXPECT_EQ(std::stoi(m[1]), receiver.requests());
 }
 
+TEST_F(Upload, TracesInAnotherLayoutAreSentAsImported) {
+  fs::create_directories(dir_ / "reports");
+  Result r = run(trainer("MEGATRON_OTEL_EXPORTER=file"), dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::size_t in_files = spans_in_files(dir_ / "traces");
+  ASSERT_GT(in_files, 0u);
+  // Every batch of the run in one pretty-printed OTLP/JSON document, as a
+  // collector's or a backend's single document holds them.
+  nlohmann::json all = nlohmann::json::array();
+  std::set<std::string> traces;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "traces")) {
+    if (!e.path().string().ends_with(".otlp.jsonl")) continue;
+    std::ifstream in(e.path());
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json request = nlohmann::json::parse(line);
+      for (auto& rs : request["resourceSpans"]) {
+        for (const auto& ss : rs["scopeSpans"])
+          for (const auto& s : ss["spans"]) traces.insert(s["traceId"]);
+        all.push_back(std::move(rs));
+      }
+    }
+  }
+  fs::create_directories(dir_ / "collector");
+  std::ofstream(dir_ / "collector" / "traces.json") << nlohmann::json{{"resourceSpans", all}}.dump(2);
+  OtlpReceiver receiver;
+  receiver.start();
+  Result up = run(std::string(LENS_BIN) + " upload " + (dir_ / "collector").string() +
+                      " --endpoint " + receiver.endpoint(),
+                  dir_);
+  EXPECT_EQ(up.exit_code, 0) << up.output;
+  EXPECT_EQ(receiver.accepted_spans(), in_files);
+  std::set<std::string> received;  // lens upload sends OTLP/JSON
+  for (const auto& req : receiver.json_requests())
+    for (const auto& rs : req["resourceSpans"])
+      for (const auto& ss : rs["scopeSpans"])
+        for (const auto& s : ss["spans"]) received.insert(s["traceId"]);
+  EXPECT_EQ(received, traces);
+}
+
 TEST_F(Upload, CorruptLineIsNamedAndTheValidLinesStillGo) {
   fs::create_directories(dir_ / "reports");
   Result r = run(trainer("MEGATRON_OTEL_EXPORTER=file"), dir_);
