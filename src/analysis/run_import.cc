@@ -512,8 +512,9 @@ class Importer {
       std::ofstream out(dir_ / ("rank-" + std::to_string(rank) + ".otlp.jsonl"), std::ios::binary);
       std::string line;
       // Megatron-LM's own traces: correlated as they are written.
-      std::optional<UpstreamSteps> upstream;
-      if (upstream_ranks_.count(rank)) upstream.emplace(order_);
+      UpstreamSteps* upstream = nullptr;
+      if (upstream_ranks_.count(rank))
+        upstream = &upstream_.try_emplace(rank, order_).first->second;
       std::vector<std::string> lines;
       for (const Batch& b : spill.batches) {
         line.resize(b.size);
@@ -543,7 +544,10 @@ class Importer {
       in.close();
       std::filesystem::remove(dir_ / spill_name(rank));
     }
-    if (!upstream_ranks_.empty()) upstream_warnings(p2p, microbatch);
+    if (!upstream_ranks_.empty()) {
+      upstream_warnings(p2p, microbatch);
+      if (p2p > 0) message_clocks();
+    }
     if (stats_.foreign_spans > 0)
       stats_.warnings.push_back(std::to_string(stats_.foreign_spans) +
                                 " spans of resources without dl.rank (not a lens rank: another "
@@ -582,6 +586,50 @@ class Importer {
       stats_.warnings.push_back(std::to_string(log_lines_) +
                                 " lines that are not spans (the process's own output) were passed "
                                 "over");
+  }
+
+  // Upstream traces carry no clock samples: each rank of rank 0's pipeline
+  // gets one inferred from its matched messages, appended to its file.
+  void message_clocks() {
+    std::vector<const UpstreamSteps*> ranks;
+    for (const auto& [rank, up] : upstream_) ranks.push_back(&up);
+    const MessageClocks m = clocks_from_messages(ranks);
+    std::int64_t widest = 0;
+    std::size_t messages = 0, contradicted = 0;
+    for (const MessageClock& c : m.clocks) {
+      const UpstreamSteps& up = upstream_.at(c.rank);
+      std::int64_t first = 0, last = 0;
+      for (std::size_t i = 0; i < up.transfers().size(); ++i) {
+        const std::int64_t t = up.transfers()[i].at_ns;
+        first = i == 0 ? t : std::min(first, t);
+        last = i == 0 ? t : std::max(last, t);
+      }
+      std::ofstream out(dir_ / ("rank-" + std::to_string(c.rank) + ".otlp.jsonl"),
+                        std::ios::binary | std::ios::app);
+      out << up.clock_sample_line(first / 2 + last / 2, c.offset_ns, c.uncertainty_ns,
+                                  c.messages)
+          << '\n';
+      if (!out) throw ReadError(dir_.string() + ": cannot write rank " + std::to_string(c.rank));
+      widest = std::max(widest, c.uncertainty_ns);
+      messages += c.messages;
+      contradicted += c.contradicted ? 1 : 0;
+    }
+    if (m.clocks.size() > 1)
+      stats_.warnings.push_back(
+          "inferred: clocks of rank 0's pipeline (" + std::to_string(m.clocks.size()) +
+          " ranks) from " + std::to_string(messages) +
+          " matched transfers (a receive cannot end before its send began), within " +
+          std::to_string((widest + 500) / 1000) + " us" +
+          (contradicted > 0 ? "; " + std::to_string(contradicted) +
+                                  " stage pairs' bounds crossed (their clocks moved during the "
+                                  "run): the middle taken"
+                            : std::string()));
+    for (const auto& note : m.notes) stats_.warnings.push_back(note);
+    if (upstream_.size() > m.clocks.size() && m.notes.empty())
+      stats_.warnings.push_back(
+          "clocks: " + std::to_string(upstream_.size() - m.clocks.size()) +
+          " ranks outside rank 0's pipeline (no traced message joins them to it) are read on "
+          "their own clocks");
   }
 
   // The transfers upstream does not trace (its combined steady-state calls):
@@ -871,6 +919,7 @@ class Importer {
   int upstream_world_ = -1;
   std::size_t log_lines_ = 0;
   UpstreamSteps::P2pCounts scheduled_{}, untraced_{};  // over the upstream ranks
+  std::map<int, UpstreamSteps> upstream_;               // by rank, once written
 };
 
 bool passed_over(const std::filesystem::path& p) {

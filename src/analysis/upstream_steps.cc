@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <limits>
 #include <stdexcept>
+#include <tuple>
 
 #include "pipeline_view.h"
 #include "rank_order.h"
@@ -73,6 +76,15 @@ std::int64_t start_of(const json& span) {
   }
 }
 
+std::int64_t end_of(const json& span) {
+  try {
+    const auto& v = span.at("endTimeUnixNano");
+    return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<std::int64_t>();
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 // p2p spans: (direction, counter index, the attribute of the microbatch it
 // carries, the peer's stage from this one)
 struct P2p {
@@ -127,6 +139,7 @@ void UpstreamSteps::place(const json& resource) {
     const RankPlace p = place_rank(rank_, world ? static_cast<int>(*world) : -1, sizes, order_);
     stage_ = p.coord(ParallelDim::kPp);
     stages_ = sizes[static_cast<std::size_t>(ParallelDim::kPp)];
+    pipeline_source_ = p.pipeline_source;
     set_default(r, "dl.pipeline_parallel.rank", int_attr(stage_));
     set_default(r, "dl.data_parallel.rank", int_attr(p.coord(ParallelDim::kDp)));
     set_default(r, "dl.tensor_parallel.rank", int_attr(p.coord(ParallelDim::kTp)));
@@ -213,6 +226,8 @@ void UpstreamSteps::close_step(const std::string& trace, json& step_span,
         const bool receive = p.counter % 2 == 0;
         std::int64_t mb = next - list.begin();  // the next compute's id
         if (!receive) mb = std::max<std::int64_t>(mb - 1, 0);
+        // What bounds the clocks: a send's start, a receive's end.
+        transfers_.push_back({step, p.counter, mb, receive ? end_of(s) : start_of(s)});
         set_default(s, "dl.p2p.direction", str_attr(p.direction));
         set_default(s, "dl.pipeline_parallel.peer_rank", int_attr(stage_ + p.peer));
         set_default(s, p.carries, int_attr(mb));
@@ -245,6 +260,30 @@ void UpstreamSteps::finish(std::vector<std::string>& out) {
   trace_order_.clear();
 }
 
+std::string UpstreamSteps::clock_sample_line(std::int64_t local_ns, std::int64_t offset_ns,
+                                             std::int64_t uncertainty_ns,
+                                             std::size_t messages) const {
+  const auto rank = static_cast<std::int64_t>(rank_);
+  // A trace of its own per rank, as a rank's clock samples are.
+  char trace[33], id[17];
+  std::snprintf(trace, sizeof trace, "00000000000000000000c10c%08llx",
+                static_cast<unsigned long long>(rank));
+  std::snprintf(id, sizeof id, "c10c0000%08llx", static_cast<unsigned long long>(rank));
+  json span = {{"traceId", trace},
+               {"spanId", id},
+               {"name", "lens.clock_sync"},
+               {"startTimeUnixNano", std::to_string(local_ns)},
+               {"endTimeUnixNano", std::to_string(local_ns)},
+               {"attributes", json::array()}};
+  set_default(span, "dl.rank", int_attr(rank));
+  set_default(span, "lens.clock.local_time_ns", int_attr(local_ns));
+  set_default(span, "lens.clock.offset_ns", int_attr(offset_ns));
+  set_default(span, "lens.clock.uncertainty_ns", int_attr(uncertainty_ns));
+  set_default(span, "lens.clock.reference_rank", int_attr(0));
+  set_default(span, "lens.clock.inferred_from_messages", int_attr(static_cast<std::int64_t>(messages)));
+  return line_of({std::move(span)});
+}
+
 std::string UpstreamSteps::line_of(std::vector<json> spans) const {
   json list = json::array();
   for (auto& s : spans) list.push_back(std::move(s));
@@ -254,6 +293,78 @@ std::string UpstreamSteps::line_of(std::vector<json> spans) const {
                      {"scopeSpans", json::array({{{"scope", {{"name", "megatron"}}},
                                                   {"spans", std::move(list)}}})}}})}};
   return request.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+MessageClocks clocks_from_messages(const std::vector<const UpstreamSteps*>& ranks) {
+  MessageClocks out;
+  // Rank 0's pipeline, by stage.
+  std::map<int, const UpstreamSteps*> stages;
+  const UpstreamSteps* zero = nullptr;
+  for (const UpstreamSteps* r : ranks)
+    if (r->rank() == 0) zero = r;
+  if (zero == nullptr || zero->pipeline_source() < 0) {
+    out.notes.push_back("clocks: rank 0's place is not known; every rank is read on its own clock");
+    return out;
+  }
+  for (const UpstreamSteps* r : ranks)
+    if (r->pipeline_source() == zero->pipeline_source()) stages[r->stage()] = r;
+  out.clocks.push_back({0, 0, 0, 0, false});
+  using Key = std::tuple<std::int64_t, std::int64_t>;  // step, microbatch
+  const auto times = [](const UpstreamSteps& r, int kind) {
+    std::map<Key, std::int64_t> by;
+    for (const auto& t : r.transfers())
+      if (t.kind == kind) by.emplace(Key{t.step, t.microbatch}, t.at_ns);
+    return by;
+  };
+  constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::min();
+  std::int64_t offset = 0, uncertainty = 0;
+  for (auto it = stages.begin(); it != stages.end() && std::next(it) != stages.end(); ++it) {
+    const UpstreamSteps& a = *it->second;
+    const UpstreamSteps& b = *std::next(it)->second;
+    if (b.stage() != a.stage() + 1) break;
+    // d = offset(b) - offset(a): forward, a's send start - b's receive end
+    // <= d; backward, d <= a's receive end - b's send start.
+    std::int64_t lo = kNone, hi = std::numeric_limits<std::int64_t>::max();
+    std::size_t n = 0;
+    const auto sends_a = times(a, 1), receives_b = times(b, 0);
+    for (const auto& [key, sent] : sends_a)
+      if (auto r = receives_b.find(key); r != receives_b.end()) {
+        lo = std::max(lo, sent - r->second);
+        ++n;
+      }
+    const bool below = lo != kNone;
+    const auto receives_a = times(a, 2), sends_b = times(b, 3);
+    bool above = false;
+    for (const auto& [key, received] : receives_a)
+      if (auto sd = sends_b.find(key); sd != sends_b.end()) {
+        hi = std::min(hi, received - sd->second);
+        above = true;
+        ++n;
+      }
+    if (!below || !above) {
+      out.notes.push_back("clocks: no " + std::string(!below ? "forward" : "backward") +
+                          " transfer between stage " + std::to_string(a.stage()) + " and " +
+                          std::to_string(b.stage()) + " was traced at both ends, so rank " +
+                          std::to_string(b.rank()) + " and the stages after it are read on "
+                          "their own clocks");
+      break;
+    }
+    MessageClock c{b.rank(), 0, 0, n, lo > hi};
+    std::int64_t d = 0, u = 0;
+    if (lo > hi) {  // the bounds crossed: the clocks moved during the run
+      d = lo / 2 + hi / 2;
+      u = (lo - hi) / 2;
+    } else {
+      d = std::clamp<std::int64_t>(0, lo, hi);
+      u = std::max(d - lo, hi - d);
+    }
+    offset += d;
+    uncertainty += u;
+    c.offset_ns = offset;
+    c.uncertainty_ns = uncertainty;
+    out.clocks.push_back(c);
+  }
+  return out;
 }
 
 }  // namespace lens::analysis

@@ -79,6 +79,26 @@ class UpstreamSteps {
   const P2pCounts& scheduled_transfers() const { return scheduled_; }
   const P2pCounts& untraced_transfers() const { return untraced_; }
 
+  // Every traced transfer, for the clock bounds: its step, kind (the
+  // P2pCounts index), microbatch, and the time that bounds the clocks (a
+  // send's start, a receive's end) on this rank's clock.
+  struct Transfer {
+    std::int64_t step = 0;
+    int kind = 0;
+    std::int64_t microbatch = 0;
+    std::int64_t at_ns = 0;
+  };
+  const std::vector<Transfer>& transfers() const { return transfers_; }
+  int rank() const { return rank_; }
+  int stage() const { return stage_; }
+  // The global rank of its pipeline's first stage (-1 when its place is
+  // not known).
+  int pipeline_source() const { return pipeline_source_; }
+  // A lens.clock_sync span of this rank as a line: its clock's offset from
+  // rank 0's, inferred from `messages` matched transfers.
+  std::string clock_sample_line(std::int64_t local_ns, std::int64_t offset_ns,
+                                std::int64_t uncertainty_ns, std::size_t messages) const;
+
  private:
   struct Held {
     std::vector<nlohmann::json> spans;
@@ -91,7 +111,8 @@ class UpstreamSteps {
   std::string order_;
   nlohmann::json resource_;  // the latest, with the inferred attributes
   bool placed_ = false;
-  int stage_ = 0, stages_ = 1, rank_ = -1;
+  int stage_ = 0, stages_ = 1, rank_ = -1, pipeline_source_ = -1;
+  std::vector<Transfer> transfers_;
   P2pCounts scheduled_{}, untraced_{};
   std::unordered_map<std::string, Held> by_trace_;
   std::vector<std::string> trace_order_;  // first seen first, for the rest
@@ -99,5 +120,24 @@ class UpstreamSteps {
   std::int64_t counted_steps_ = 0;
   std::vector<std::string> notes_;
 };
+
+// Clock offsets from matched messages (docs/megatron-traces.md): a receive
+// cannot end before its send began, so within a pipeline the forward
+// transfers bound each next stage's offset from below and the backward ones
+// from above. Per adjacent pair: the least correction the bounds allow (0
+// when they hold it), its uncertainty the farther bound; chained from rank
+// 0 along rank 0's pipeline (no message joins other pipelines to it).
+struct MessageClock {
+  int rank = -1;
+  std::int64_t offset_ns = 0;       // rank 0's clock minus this rank's
+  std::int64_t uncertainty_ns = 0;  // how far the truth may be from it
+  std::size_t messages = 0;         // matched transfers behind it
+  bool contradicted = false;        // the bounds crossed (the clocks drifted)
+};
+struct MessageClocks {
+  std::vector<MessageClock> clocks;  // rank 0 first (exact), then its pipeline's stages
+  std::vector<std::string> notes;    // what could not be bounded
+};
+MessageClocks clocks_from_messages(const std::vector<const UpstreamSteps*>& ranks);
 
 }  // namespace lens::analysis

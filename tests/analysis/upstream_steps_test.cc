@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -234,6 +235,62 @@ TEST(UpstreamSteps, UntracedCombinedCallsLeaveEveryTracedTransferOnItsMicrobatch
   // each (stage 1 has both neighbours), untraced 1, 2, 2, 1.
   EXPECT_EQ(up.scheduled_transfers(), (UpstreamSteps::P2pCounts{4, 4, 4, 4}));
   EXPECT_EQ(up.untraced_transfers(), (UpstreamSteps::P2pCounts{1, 2, 2, 1}));
+}
+
+TEST(UpstreamSteps, MatchedMessagesBoundTheNextStagesClock) {
+  // PP2, one step of one microbatch. True times (ns): stage 0 forwards
+  // [100, 200], sends [200, 210], waits for the gradient [210, 400] and
+  // runs backward [400, 500]; stage 1 receives [150, 215], forwards
+  // [215, 300], runs backward [300, 390] and sends [390, 395]. Rank 1's
+  // clock reads 1000 ns ahead of rank 0's.
+  const auto resource = [](int rank) {
+    return json{{"attributes",
+                 {{{"key", "dl.rank"}, {"value", {{"intValue", std::to_string(rank)}}}},
+                  {{"key", "dl.pipeline_parallel.size"}, {"value", {{"intValue", "2"}}}}}}};
+  };
+  const json iteration = {{{"key", "megatron.iteration"}, {"value", {{"intValue", "0"}}}}};
+  const std::string t0 = "0af7651916cd43dd8448eb211c80319c", t1 = "1af7651916cd43dd8448eb211c80319c";
+  UpstreamSteps zero("tp-cp-ep-dp-pp"), one("tp-cp-ep-dp-pp");
+  std::vector<std::string> out;
+  zero.add(request(resource(0), {span("megatron.microbatch.forward", t0, 1, 100, 200),
+                                 span("megatron.p2p.send_forward", t0, 2, 200, 210),
+                                 span("megatron.p2p.recv_backward", t0, 3, 210, 400),
+                                 span("megatron.microbatch.backward", t0, 4, 400, 500),
+                                 span("train.iteration", t0, 5, 90, 510, iteration)}),
+           out);
+  const int skew = 1000;
+  one.add(request(resource(1), {span("megatron.p2p.recv_forward", t1, 1, 150 + skew, 215 + skew),
+                                span("megatron.microbatch.forward", t1, 2, 215 + skew, 300 + skew),
+                                span("megatron.microbatch.backward", t1, 3, 300 + skew, 390 + skew),
+                                span("megatron.p2p.send_backward", t1, 4, 390 + skew, 395 + skew),
+                                span("train.iteration", t1, 5, 140 + skew, 400 + skew, iteration)}),
+          out);
+  ASSERT_EQ(out.size(), 2u);
+  // offset(1) - offset(0) = d: forward, 200 - 1215 <= d; backward,
+  // d <= 400 - 1390. So d in [-1015, -990]: the least correction is -990,
+  // within 25 ns of the truth (-1000).
+  const MessageClocks m = clocks_from_messages({&zero, &one});
+  EXPECT_TRUE(m.notes.empty());
+  ASSERT_EQ(m.clocks.size(), 2u);
+  EXPECT_EQ(m.clocks[0].rank, 0);
+  EXPECT_EQ(m.clocks[0].offset_ns, 0);
+  EXPECT_EQ(m.clocks[1].rank, 1);
+  EXPECT_EQ(m.clocks[1].offset_ns, -990);
+  EXPECT_EQ(m.clocks[1].uncertainty_ns, 25);
+  EXPECT_EQ(m.clocks[1].messages, 2u);
+  EXPECT_FALSE(m.clocks[1].contradicted);
+  EXPECT_LE(std::abs(m.clocks[1].offset_ns - -skew), m.clocks[1].uncertainty_ns);
+  // Without the backward transfer there is no upper bound: named, not guessed.
+  UpstreamSteps lone("tp-cp-ep-dp-pp");
+  lone.add(request(resource(1), {span("megatron.p2p.recv_forward", t1, 1, 1150, 1215),
+                                 span("megatron.microbatch.forward", t1, 2, 1215, 1300),
+                                 span("train.iteration", t1, 5, 1140, 1400, iteration)}),
+           out);
+  const MessageClocks half = clocks_from_messages({&zero, &lone});
+  EXPECT_EQ(half.clocks.size(), 1u);
+  ASSERT_EQ(half.notes.size(), 1u);
+  EXPECT_NE(half.notes[0].find("no backward transfer between stage 0 and 1"), std::string::npos)
+      << half.notes[0];
 }
 
 TEST(UpstreamSteps, WhatTheSpanSaysWinsAndStepsWithoutAnIterationAreCounted) {

@@ -511,6 +511,11 @@ class UpstreamTraces(unittest.TestCase):
                                   "backward sends", check.stderr)
                     if layout == "console":
                         self.assertIn("lines that are not spans", check.stderr)
+                    # No clock samples upstream: the pipeline's clocks bounded by
+                    # its matched transfers (every rank shares this host's clock,
+                    # so the least correction the bounds allow is none).
+                    self.assertIn("inferred: clocks of rank 0's pipeline (4 ranks) from",
+                                  check.stderr)
                     inferred = json.loads(self.lens("analyze", "--json", run).stdout)
                     self.assertIn("steps by megatron.iteration", inferred["inferred"])
                     self.assertEqual(inferred["steps"], traced["steps"])
@@ -520,6 +525,8 @@ class UpstreamTraces(unittest.TestCase):
                     self.assertLess(abs(mine[2] - share[2]), 0.10, (mine, share))
                     table = self.lens("analyze", run)
                     self.assertTrue(table.stdout.startswith("inferred: "), table.stdout[:200])
+                    self.assertIn("clock: aligned to rank 0 by 4 samples of 4 ranks", table.stdout)
+                    self.assertIn("causality: 0 of", table.stdout)
 
 
 if __name__ == "__main__":
