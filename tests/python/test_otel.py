@@ -28,6 +28,7 @@ import lens.otel
 from lens import nemo
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+LAYOUT_RUN = os.path.join(HERE, "megatron_layout_run.py")
 PIPELINE = os.path.join(HERE, "otel_pipeline.py")
 
 
@@ -527,6 +528,43 @@ class UpstreamTraces(unittest.TestCase):
                     self.assertTrue(table.stdout.startswith("inferred: "), table.stdout[:200])
                     self.assertIn("clock: aligned to rank 0 by 4 samples of 4 ranks", table.stdout)
                     self.assertIn("causality: 0 of", table.stdout)
+
+
+class UpstreamLayout(unittest.TestCase):
+    """A generated TP2 x PP4 x DP2 upstream run (megatron_layout_run.py: the
+    real SDK, upstream's names, a collector's protobuf file): every rank
+    placed by Megatron's default order, the slowed stage named in every
+    replica and TP rank."""
+
+    def test_sixteen_ranks_placed_by_megatrons_order_and_the_slowed_stage_named(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = subprocess.run([sys.executable, LAYOUT_RUN, d, "--steps", "4",
+                                "--microbatches", "8", "--slow-stage", "2"],
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            lens = os.environ["LENS_BIN"]
+            check = subprocess.run([lens, "check", d], capture_output=True, text=True)
+            self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+            self.assertIn("16 ranks, 4 steps", check.stdout)
+            self.assertIn("12 ranks outside rank 0's pipeline", check.stderr)
+            a = json.loads(subprocess.run([lens, "analyze", "--json", d], capture_output=True,
+                                          text=True).stdout)
+            self.assertEqual((a["steps"], a["pipeline_stages"], a["microbatches"],
+                              a["replicas"], a["tensor_parallel"]), (4, 4, 8, 2, 2))
+            self.assertEqual(a["slowest_stage"], 2, a["stages"])
+            self.assertEqual(len(a["stages"]), 16)
+            for s in a["stages"]:
+                r = s["rank"]
+                # tp-cp-ep-dp-pp, tp fastest
+                self.assertEqual((s["tensor"], s["replica"], s["stage"]),
+                                 (r % 2, r // 2 % 2, r // 4), s)
+                # 3x the compute: the slowed stage's microbatches cost 3x the
+                # fastest's and it holds most of its pipeline's critical path.
+                if s["stage"] == 2:
+                    self.assertAlmostEqual(s["relative"], 3.0, places=2)
+                    self.assertGreater(s["critical_share_p50"], 0.5)
+                else:
+                    self.assertLess(s["critical_share_p50"], 0.2)
 
 
 if __name__ == "__main__":
