@@ -6,6 +6,7 @@
 #include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <simdjson.h>
 
 #include "json_depth.h"
 #include "run_import.h"
@@ -66,105 +67,6 @@ int Run::declared_world_size() const {
 
 namespace {
 
-std::int64_t int_field(const json& v, const char* what) {
-  if (v.is_number_integer()) return v.get<std::int64_t>();
-  if (v.is_string())
-    if (auto i = strict_int(v.get_ref<const std::string&>())) return *i;
-  throw std::runtime_error(std::string(what) + " is not an integer");
-}
-
-// An AnyValue as text. proto3 JSON leaves out a default value, so {} is "".
-std::string scalar_text(const json& v) {
-  if (!v.is_object()) throw std::runtime_error("attribute value is not an object");
-  if (auto it = v.find("stringValue"); it != v.end()) return it->get<std::string>();
-  if (auto it = v.find("intValue"); it != v.end())
-    return std::to_string(int_field(*it, "intValue"));
-  if (auto it = v.find("boolValue"); it != v.end()) return it->get<bool>() ? "true" : "false";
-  if (auto it = v.find("doubleValue"); it != v.end()) {
-    if (it->is_number()) {
-      // The shortest text that reads back as the same double.
-      char buf[32];
-      const auto r = std::to_chars(buf, buf + sizeof buf, it->get<double>());
-      return std::string(buf, r.ptr);
-    }
-    const std::string& d = it->get_ref<const std::string&>();  // "NaN", "Infinity", "-Infinity"
-    if (d != "NaN" && d != "Infinity" && d != "-Infinity")
-      throw std::runtime_error("doubleValue is not a number");
-    return d;
-  }
-  if (auto it = v.find("bytesValue"); it != v.end()) return it->get<std::string>();
-  // arrayValue, kvlistValue: their JSON text; the line's depth was checked
-  // before it was parsed, so printing it recurses a bounded number of times.
-  return v.empty() ? std::string() : v.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// The type scalar_text's value had: 'i', 'd' (a finite number), 'b', or 's'.
-char scalar_type(const json& v) {
-  if (!v.is_object()) return 's';
-  if (v.contains("intValue")) return 'i';
-  if (v.contains("boolValue")) return 'b';
-  if (auto it = v.find("doubleValue"); it != v.end() && it->is_number()) return 'd';
-  return 's';
-}
-
-// A fixed64 time in nanoseconds: a decimal string (OTLP/JSON) or a number.
-std::int64_t nanos(const json& v, const char* what) {
-  const std::int64_t n = int_field(v, what);
-  if (n < 0) throw std::runtime_error(std::string(what) + " is negative");
-  return n;
-}
-
-// A trace or span id of `hex_digits` hex digits, in either case; returned in
-// lowercase. An empty id is "none" where `optional`; an id of zeros is
-// invalid (OTel), except for a parent, where it also means "none".
-std::string id_field(const json& v, std::size_t hex_digits, const char* what, bool optional) {
-  if (!v.is_string()) throw std::runtime_error(std::string(what) + " is not a string");
-  std::string id = v.get<std::string>();
-  if (id.empty() && optional) return id;
-  bool zero = true;
-  for (char& c : id) {
-    if (c >= 'A' && c <= 'F') c = static_cast<char>(c - 'A' + 'a');
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-      throw std::runtime_error(std::string(what) + " '" + id.substr(0, 40) + "' is not hex");
-    zero &= c == '0';
-  }
-  if (id.size() != hex_digits)
-    throw std::runtime_error(std::string(what) + " '" + id.substr(0, 40) + "' is not " +
-                             std::to_string(hex_digits) + " hex digits");
-  if (zero) {
-    if (optional) return std::string();
-    throw std::runtime_error(std::string(what) + " is all zeros (an invalid id)");
-  }
-  return id;
-}
-
-// An enum in proto3 JSON: its number, or its name (looked up in `names`).
-int enum_field(const json& v, std::initializer_list<std::string_view> names, const char* what) {
-  if (v.is_string()) {
-    int i = 0;
-    for (auto n : names) {
-      if (v.get_ref<const std::string&>() == n) return i;
-      ++i;
-    }
-  }
-  return static_cast<int>(int_field(v, what));
-}
-
-// An array member that proto3 JSON may leave out when empty.
-const json& array_or_empty(const json& object, const char* key) {
-  static const json kEmpty = json::array();
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return kEmpty;
-  if (!it->is_array()) throw std::runtime_error(std::string(key) + " is not an array");
-  return *it;
-}
-
-std::string string_or_empty(const json& object, const char* key) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return {};
-  return it->get<std::string>();
-}
-
 int resource_int(const std::map<std::string, std::string>& resource, const char* key) {
   auto it = resource.find(key);
   if (it == resource.end()) return -1;
@@ -189,73 +91,339 @@ std::uint64_t process_key(const std::map<std::string, std::string>& resource) {
   return h;
 }
 
+namespace {
+
+namespace dom = simdjson::dom;
+using Type = dom::element_type;
+
+// One parser per thread, reused line after line (its buffers grow to the
+// longest line read), and a padded copy of the line (simdjson reads up to
+// SIMDJSON_PADDING bytes past the end).
+struct ThreadParser {
+  dom::parser parser;
+  std::string padded;
+};
+ThreadParser& thread_parser() {
+  thread_local ThreadParser p;
+  return p;
+}
+
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
+
+std::string_view string_of(dom::element v, std::string_view what) {
+  std::string_view s;
+  if (v.get_string().get(s)) fail(std::string(what) + " is not a string");
+  return s;
+}
+
+// A string member that proto3 JSON may leave out (null: empty).
+std::string_view string_or_empty(dom::element v, std::string_view what) {
+  return v.type() == Type::NULL_VALUE ? std::string_view() : string_of(v, what);
+}
+
+std::optional<std::int64_t> int_if(dom::element v) {
+  if (v.type() == Type::INT64) return v.get_int64().value_unsafe();
+  if (v.type() == Type::STRING) return strict_int(v.get_string().value_unsafe());
+  return std::nullopt;
+}
+
+std::int64_t int_of(dom::element v, const char* what) {
+  if (auto i = int_if(v)) return *i;
+  fail(std::string(what) + " is not an integer");
+}
+
+std::int64_t nanos_of(dom::element v, const char* what) {
+  const std::int64_t n = int_of(v, what);
+  if (n < 0) fail(std::string(what) + " is negative");
+  return n;
+}
+
+// A trace or span id of `hex_digits` hex digits, in either case; returned in
+// lowercase. An empty id is "none" where `optional`; an id of zeros is
+// invalid (OTel), except for a parent, where it also means "none".
+std::string id_of(dom::element v, std::size_t hex_digits, const char* what, bool optional) {
+  std::string id(string_of(v, what));
+  if (id.empty() && optional) return id;
+  bool zero = true;
+  for (char& c : id) {
+    if (c >= 'A' && c <= 'F') c = static_cast<char>(c - 'A' + 'a');
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+      fail(std::string(what) + " '" + id.substr(0, 40) + "' is not hex");
+    zero &= c == '0';
+  }
+  if (id.size() != hex_digits)
+    fail(std::string(what) + " '" + id.substr(0, 40) + "' is not " + std::to_string(hex_digits) +
+         " hex digits");
+  if (zero) {
+    if (optional) return std::string();
+    fail(std::string(what) + " is all zeros (an invalid id)");
+  }
+  return id;
+}
+
+// An enum in proto3 JSON: its number, or its name (looked up in `names`).
+int enum_of(dom::element v, std::initializer_list<std::string_view> names, const char* what) {
+  if (v.type() == Type::STRING) {
+    const std::string_view s = v.get_string().value_unsafe();
+    int i = 0;
+    for (auto n : names) {
+      if (s == n) return i;
+      ++i;
+    }
+  }
+  return static_cast<int>(int_of(v, what));
+}
+
+// The object's member `key` (the last, when named twice, as the DOM
+// reference reads it); false when it has none.
+bool member(dom::element object, std::string_view key, dom::element& out) {
+  bool found = false;
+  const dom::object o = object.get_object().value_unsafe();
+  for (dom::key_value_pair field : o)
+    if (field.key == key) {
+      out = field.value;
+      found = true;
+    }
+  return found;
+}
+
+// An array member that proto3 JSON may leave out when empty (null too):
+// calls `each` with every element.
+template <typename Each>
+void for_each_in(dom::element v, const char* key, Each&& each) {
+  if (v.type() == Type::NULL_VALUE) return;
+  if (v.type() != Type::ARRAY) fail(std::string(key) + " is not an array");
+  const dom::array a = v.get_array().value_unsafe();
+  for (dom::element e : a) each(e);
+}
+
+// An AnyValue's text and type. The text: stringValue, else intValue,
+// boolValue, doubleValue (the shortest text that reads back as the same
+// double, or NaN, Infinity, -Infinity), bytesValue, else the value's JSON
+// (arrayValue, kvlistValue), "" for {}. The type: 'i' with an intValue,
+// else 'b' with a boolValue, 'd' with a number doubleValue, else 's'. Only
+// the member that gives the text must read.
+void any_value(dom::element v, std::string& text, char& type) {
+  if (v.type() != Type::OBJECT) fail("attribute value is not an object");
+  const dom::object o = v.get_object().value_unsafe();
+  enum Member { kString, kInt, kBool, kDouble, kBytes, kMembers };
+  dom::element member[kMembers];
+  bool has[kMembers] = {}, other = false;
+  for (dom::key_value_pair field : o) {
+    const std::string_view key = field.key;
+    int m = kMembers;
+    if (key == "stringValue") m = kString;
+    else if (key == "intValue") m = kInt;
+    else if (key == "boolValue") m = kBool;
+    else if (key == "doubleValue") m = kDouble;
+    else if (key == "bytesValue") m = kBytes;
+    if (m == kMembers) {
+      other = true;
+      continue;
+    }
+    has[m] = true;
+    member[m] = field.value;
+  }
+  type = has[kInt]                                                          ? 'i'
+         : has[kBool]                                                       ? 'b'
+         : has[kDouble] && member[kDouble].type() != Type::STRING &&
+                 member[kDouble].is_number()                                ? 'd'
+                                                                            : 's';
+  if (has[kString]) {
+    text.assign(string_of(member[kString], "stringValue"));
+  } else if (has[kInt]) {
+    text = std::to_string(int_of(member[kInt], "intValue"));
+  } else if (has[kBool]) {
+    bool b = false;
+    if (member[kBool].get_bool().get(b)) fail("boolValue is not a boolean");
+    text = b ? "true" : "false";
+  } else if (has[kDouble]) {
+    const dom::element d = member[kDouble];
+    if (d.is_number()) {
+      // The shortest text that reads back as the same double.
+      char buf[32];
+      const auto r = std::to_chars(buf, buf + sizeof buf, d.get_double().value_unsafe());
+      text.assign(buf, r.ptr);
+    } else {
+      std::string_view s;
+      if (d.get_string().get(s) || (s != "NaN" && s != "Infinity" && s != "-Infinity"))
+        fail("doubleValue is not a number");
+      text.assign(s);
+    }
+  } else if (has[kBytes]) {
+    text.assign(string_of(member[kBytes], "bytesValue"));
+  } else if (other) {
+    // arrayValue, kvlistValue: the value's JSON as the DOM reference prints
+    // it (members sorted); rare, so parsed a second time. The line's depth
+    // was checked before it was parsed.
+    text = json::parse(simdjson::minify(v)).dump(-1, ' ', false, json::error_handler_t::replace);
+  } else {
+    text.clear();  // {}: proto3 JSON's default value
+  }
+}
+
+// A KeyValue of an attributes list into `values` and `types` (an entry that
+// is not an object is the key "" with the value "").
+void key_value(dom::element kv, std::map<std::string, std::string>& values,
+               std::map<std::string, char>& types) {
+  std::string key, text;
+  char type = 's';
+  if (kv.type() == Type::OBJECT) {
+    dom::element value;
+    bool has_value = false;
+    const dom::object o = kv.get_object().value_unsafe();
+    for (dom::key_value_pair field : o) {
+      if (field.key == "key") {
+        key.assign(string_or_empty(field.value, "key"));
+      } else if (field.key == "value") {
+        value = field.value;
+        has_value = true;
+      }
+    }
+    if (has_value) any_value(value, text, type);
+  }
+  values[key] = std::move(text);
+  types[key] = type;
+}
+
+// A span's members; the errors in the order the DOM reference met them.
+void span_of(dom::element v, SpanRow& row) {
+  if (v.type() != Type::OBJECT) fail("a span has no traceId or spanId");
+  const dom::object o = v.get_object().value_unsafe();
+  dom::element trace, span, parent, name, start, end, kind, status, attributes, links;
+  bool has_trace = false, has_span = false, has_parent = false, has_name = false,
+       has_start = false, has_end = false, has_kind = false, has_status = false,
+       has_attributes = false, has_links = false;
+  for (dom::key_value_pair field : o) {
+    const std::string_view k = field.key;
+    if (k.size() < 4) continue;
+    switch (k[0]) {
+      case 't':
+        if (k == "traceId") trace = field.value, has_trace = true;
+        break;
+      case 's':
+        if (k == "spanId") span = field.value, has_span = true;
+        else if (k == "startTimeUnixNano") start = field.value, has_start = true;
+        else if (k == "status") status = field.value, has_status = true;
+        break;
+      case 'p':
+        if (k == "parentSpanId") parent = field.value, has_parent = true;
+        break;
+      case 'n':
+        if (k == "name") name = field.value, has_name = true;
+        break;
+      case 'e':
+        if (k == "endTimeUnixNano") end = field.value, has_end = true;
+        break;
+      case 'k':
+        if (k == "kind") kind = field.value, has_kind = true;
+        break;
+      case 'a':
+        if (k == "attributes") attributes = field.value, has_attributes = true;
+        break;
+      case 'l':
+        if (k == "links") links = field.value, has_links = true;
+        break;
+      default:
+        break;
+    }
+  }
+  if (!has_trace || !has_span) fail("a span has no traceId or spanId");
+  row.trace_id = id_of(trace, 32, "traceId", false);
+  row.span_id = id_of(span, 16, "spanId", false);
+  if (has_parent) row.parent_span_id = id_of(parent, 16, "parentSpanId", true);
+  if (has_name) row.name.assign(string_or_empty(name, "name"));
+  if (has_start) row.start_ns = nanos_of(start, "startTimeUnixNano");
+  if (has_end) row.end_ns = nanos_of(end, "endTimeUnixNano");
+  if (has_kind)
+    row.kind = enum_of(kind,
+                       {"SPAN_KIND_UNSPECIFIED", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER",
+                        "SPAN_KIND_CLIENT", "SPAN_KIND_PRODUCER", "SPAN_KIND_CONSUMER"},
+                       "kind");
+  if (has_status && status.type() == Type::OBJECT) {
+    const dom::object st = status.get_object().value_unsafe();
+    dom::element code, message;
+    bool has_code = false, has_message = false;
+    for (dom::key_value_pair f : st) {
+      if (f.key == "code") code = f.value, has_code = true;
+      else if (f.key == "message") message = f.value, has_message = true;
+    }
+    if (has_code)
+      row.status_code =
+          enum_of(code, {"STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR"}, "status code");
+    if (has_message) row.status_message.assign(string_or_empty(message, "message"));
+  }
+  if (has_attributes)
+    for_each_in(attributes, "attributes",
+                [&](dom::element kv) { key_value(kv, row.attributes, row.attribute_types); });
+  if (has_links)
+    for_each_in(links, "links", [&](dom::element l) {
+      dom::element t, id;
+      if (l.type() != Type::OBJECT || !member(l, "traceId", t) || !member(l, "spanId", id))
+        fail("a link has no traceId or spanId");
+      std::string trace_id = id_of(t, 32, "link traceId", false);
+      row.links.emplace_back(std::move(trace_id), id_of(id, 16, "link spanId", false));
+    });
+}
+
+// One resourceSpans entry: its resource's fields on `file`, its spans
+// appended to file.spans.
+void resource_spans_of(dom::element rs, RankFile& file) {
+  if (rs.type() != Type::OBJECT) return;
+  std::map<std::string, std::string> resource;
+  dom::element r, scopes;
+  if (member(rs, "resource", r) && r.type() == Type::OBJECT) {
+    dom::element attrs;
+    if (member(r, "attributes", attrs))
+      for_each_in(attrs, "attributes",
+                  [&](dom::element kv) { key_value(kv, resource, file.resource_types); });
+  }
+  const int rank = resource_int(resource, "dl.rank");
+  if (rank >= 0) file.rank = rank;
+  if (int w = resource_int(resource, "dl.world_size"); w >= 0) file.world_size = w;
+  if (resource.count("nemo.run.id")) file.run_id = resource["nemo.run.id"];
+  if (resource.count("service.name")) file.service_name = resource["service.name"];
+  if (resource.count("lens.trace_scope")) file.trace_scope = resource["lens.trace_scope"];
+  if (resource.count("lens.export_filter")) file.export_filter = resource["lens.export_filter"];
+  if (int dp = resource_int(resource, "dl.data_parallel.rank"); dp >= 0) file.replica = dp;
+  if (int tp = resource_int(resource, "dl.tensor_parallel.rank"); tp >= 0) file.tensor_rank = tp;
+  for (auto& [k, v] : resource) file.resource[k] = v;
+  const std::uint64_t process = process_key(resource);
+  file.process = process;
+  if (!member(rs, "scopeSpans", scopes)) return;
+  for_each_in(scopes, "scopeSpans", [&](dom::element ss) {
+    dom::element spans;
+    if (ss.type() != Type::OBJECT || !member(ss, "spans", spans)) return;
+    for_each_in(spans, "spans", [&](dom::element s) {
+      SpanRow& row = file.spans.emplace_back();
+      row.rank = rank;
+      row.process = process;
+      span_of(s, row);
+    });
+  });
+}
+
+}  // namespace
+
 void parse_request(RankFile& file, const std::string& line) {
   if (!json_depth_within(line))
     throw std::runtime_error("nested deeper than " + std::to_string(kMaxJsonDepth) +
                              " levels (the reader's limit)");
-  json req = json::parse(line);
-  if (!req.is_object()) throw std::runtime_error("the line is not a JSON object");
-  for (const auto& rs : array_or_empty(req, "resourceSpans")) {
-    std::map<std::string, std::string> resource;
-    if (auto r = rs.find("resource"); r != rs.end() && r->is_object())
-      for (const auto& kv : array_or_empty(*r, "attributes")) {
-        const std::string key = string_or_empty(kv, "key");
-        resource[key] = kv.contains("value") ? scalar_text(kv.at("value")) : std::string();
-        file.resource_types[key] = kv.contains("value") ? scalar_type(kv.at("value")) : 's';
-      }
-    const int rank = resource_int(resource, "dl.rank");
-    if (rank >= 0) file.rank = rank;
-    if (int w = resource_int(resource, "dl.world_size"); w >= 0) file.world_size = w;
-    if (resource.count("nemo.run.id")) file.run_id = resource["nemo.run.id"];
-    if (resource.count("service.name")) file.service_name = resource["service.name"];
-    if (resource.count("lens.trace_scope")) file.trace_scope = resource["lens.trace_scope"];
-    if (resource.count("lens.export_filter")) file.export_filter = resource["lens.export_filter"];
-    if (int dp = resource_int(resource, "dl.data_parallel.rank"); dp >= 0) file.replica = dp;
-    if (int tp = resource_int(resource, "dl.tensor_parallel.rank"); tp >= 0) file.tensor_rank = tp;
-    for (auto& [k, v] : resource) file.resource[k] = v;
-    const std::uint64_t process = process_key(resource);
-    file.process = process;
-    for (const auto& ss : array_or_empty(rs, "scopeSpans")) {
-      for (const auto& s : array_or_empty(ss, "spans")) {
-        SpanRow row;
-        row.rank = rank;
-        row.process = process;
-        if (!s.contains("traceId") || !s.contains("spanId"))
-          throw std::runtime_error("a span has no traceId or spanId");
-        row.trace_id = id_field(s.at("traceId"), 32, "traceId", false);
-        row.span_id = id_field(s.at("spanId"), 16, "spanId", false);
-        if (auto p = s.find("parentSpanId"); p != s.end())
-          row.parent_span_id = id_field(*p, 16, "parentSpanId", true);
-        row.name = string_or_empty(s, "name");
-        if (auto t = s.find("startTimeUnixNano"); t != s.end())
-          row.start_ns = nanos(*t, "startTimeUnixNano");
-        if (auto t = s.find("endTimeUnixNano"); t != s.end())
-          row.end_ns = nanos(*t, "endTimeUnixNano");
-        if (auto k = s.find("kind"); k != s.end())
-          row.kind = enum_field(*k,
-                                {"SPAN_KIND_UNSPECIFIED", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER",
-                                 "SPAN_KIND_CLIENT", "SPAN_KIND_PRODUCER", "SPAN_KIND_CONSUMER"},
-                                "kind");
-        if (auto st = s.find("status"); st != s.end() && st->is_object()) {
-          if (auto c = st->find("code"); c != st->end())
-            row.status_code = enum_field(
-                *c, {"STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR"}, "status code");
-          row.status_message = string_or_empty(*st, "message");
-        }
-        for (const auto& kv : array_or_empty(s, "attributes")) {
-          const std::string key = string_or_empty(kv, "key");
-          row.attributes[key] = kv.contains("value") ? scalar_text(kv.at("value")) : std::string();
-          row.attribute_types[key] = kv.contains("value") ? scalar_type(kv.at("value")) : 's';
-        }
-        for (const auto& l : array_or_empty(s, "links")) {
-          if (!l.contains("traceId") || !l.contains("spanId"))
-            throw std::runtime_error("a link has no traceId or spanId");
-          row.links.emplace_back(id_field(l.at("traceId"), 32, "link traceId", false),
-                                 id_field(l.at("spanId"), 16, "link spanId", false));
-        }
-        file.spans.push_back(std::move(row));
-      }
-    }
+  ThreadParser& p = thread_parser();
+  p.padded.reserve(line.size() + simdjson::SIMDJSON_PADDING);
+  p.padded.assign(line);
+  dom::element doc;
+  if (const auto e = p.parser.parse(p.padded.data(), p.padded.size(), false).get(doc))
+    fail(std::string("not JSON: ") + simdjson::error_message(e));
+  if (doc.type() != Type::OBJECT) fail("the line is not a JSON object");
+  dom::element rss;
+  if (!member(doc, "resourceSpans", rss)) return;
+  const std::size_t before = file.spans.size();
+  try {
+    for_each_in(rss, "resourceSpans", [&](dom::element rs) { resource_spans_of(rs, file); });
+  } catch (...) {
+    file.spans.resize(before);
+    throw;
   }
 }
 
