@@ -1,6 +1,8 @@
 #include "run_reader.h"
 
 #include <algorithm>
+#include <string.h>
+
 #include <charconv>
 #include <fstream>
 #include <new>
@@ -100,6 +102,11 @@ using Type = dom::element_type;
 // longest line read), and a padded copy of the line (simdjson reads up to
 // SIMDJSON_PADDING bytes past the end).
 struct ThreadParser {
+  ThreadParser() {
+    // Nesting past kMaxJsonDepth is refused by the parse itself (the
+    // capacity grows as lines need; the depth limit stays).
+    if (parser.allocate(1 << 16, kMaxJsonDepth) != simdjson::SUCCESS) throw std::bad_alloc();
+  }
   dom::parser parser;
   std::string padded;
 };
@@ -406,15 +413,16 @@ void resource_spans_of(dom::element rs, RankFile& file) {
 }  // namespace
 
 void parse_request(RankFile& file, const std::string& line) {
-  if (!json_depth_within(line))
-    throw std::runtime_error("nested deeper than " + std::to_string(kMaxJsonDepth) +
-                             " levels (the reader's limit)");
   ThreadParser& p = thread_parser();
   p.padded.reserve(line.size() + simdjson::SIMDJSON_PADDING);
   p.padded.assign(line);
   dom::element doc;
-  if (const auto e = p.parser.parse(p.padded.data(), p.padded.size(), false).get(doc))
+  if (const auto e = p.parser.parse(p.padded.data(), p.padded.size(), false).get(doc)) {
+    if (e == simdjson::DEPTH_ERROR)
+      fail("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels (the reader's limit)");
+    if (e == simdjson::MEMALLOC) throw std::bad_alloc();
     fail(std::string("not JSON: ") + simdjson::error_message(e));
+  }
   if (doc.type() != Type::OBJECT) fail("the line is not a JSON object");
   dom::element rss;
   if (!member(doc, "resourceSpans", rss)) return;
@@ -451,7 +459,9 @@ bool RankFileReader::next_line() {
     }
     const bool terminated = status == LineReader::Status::kLine;
     if (line.empty()) continue;
-    if (!needle_.empty() && line.find(needle_) == std::string::npos) continue;
+    if (!needle_.empty() &&
+        ::memmem(line.data(), line.size(), needle_.data(), needle_.size()) == nullptr)
+      continue;
     try {
       parse_request(file_, line);
       ++file_.lines;

@@ -149,7 +149,10 @@ TEST(RunReader, MalformedValuesAreErrorsNamingFileLineAndField) {
       {R"({"resourceSpans":{}})"
        "\n",
        "resourceSpans is not an array"},
-      {"{" + std::string(70, '[') + std::string(70, ']') + "}\n", "nested deeper than 64 levels"},
+      {R"({"a":)" + std::string(70, '[') + std::string(70, ']') + "}\n",
+       "nested deeper than 64 levels"},
+      // Deep and malformed: the first fault met.
+      {"{" + std::string(70, '[') + std::string(70, ']') + "}\n", "not JSON: "},
   };
   for (const auto& [content, why] : cases) {
     const fs::path p = write_file("bad", "\n" + content);
