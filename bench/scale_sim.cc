@@ -27,6 +27,10 @@
 // where the filter tells them apart, which the simulation keeps), then
 // scales the counts back to the job's size; the report says so.
 //
+// --trace-dir DIR writes every logical rank's spans to DIR/rank-<r>.otlp.jsonl
+// (lens's layout) instead of counting them: a run of the job's shape for
+// the readers (bench/mpi_analyze_bench.sh).
+//
 // Sampling: the step budget keeps at most N steps per minute on the source;
 // at --step-ms per step that is min(1, N * step_s / 60) of the steps (the
 // rule StepBudget implements and the core tests check); the collector's
@@ -38,6 +42,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +51,7 @@
 #include <vector>
 
 #include "lens/error.h"
+#include "lens/file_exporter.h"
 #include "lens/in_process_communicator.h"
 #include "lens/otlp_proto.h"
 #include "lens/step_trace.h"
@@ -62,6 +68,7 @@ struct Shape {
   std::string groups = "per_step,microbatch";
   lens::TraceScope scope = lens::TraceScope::kWorld;
   std::string filter;
+  std::string trace_dir;  // --trace-dir: each logical rank's spans written there
   std::uint32_t budget = 0;
   int max_ranks = 512;
 };
@@ -103,7 +110,8 @@ double thread_cpu_us() {
                "lens-scale-sim: %s\n"
                "usage: lens-scale-sim [--tp N] [--pp N] [--dp N] [--microbatches N] [--steps N]\n"
                "         [--step-ms MS] [--groups SPEC] [--scope world|pipeline] [--filter SPEC]\n"
-               "         [--budget STEPS_PER_MINUTE] [--max-ranks N] [--layers L]\n",
+               "         [--budget STEPS_PER_MINUTE] [--max-ranks N] [--layers L]\n"
+               "         [--trace-dir DIR]\n",
                why.c_str());
   std::exit(2);
 }
@@ -149,6 +157,8 @@ Shape parse(int argc, char** argv) {
       s.budget = static_cast<std::uint32_t>(number(a, v, 0, 1000000));
     else if (a == "--layers")
       s.layers = static_cast<int>(number(a, v, 0, 100000));
+    else if (a == "--trace-dir")
+      s.trace_dir = v;
     else if (a == "--max-ranks")
       s.max_ranks = static_cast<int>(number(a, v, 1, 8192));
     else
@@ -219,7 +229,11 @@ int main(int argc, char** argv) {
       o.export_filter = filter;
       o.coordinates = {p, d, t};
       o.max_queue_size = 8192;
-      o.exporter_instance = std::make_shared<CountingExporter>(&collector);
+      if (shape.trace_dir.empty())
+        o.exporter_instance = std::make_shared<CountingExporter>(&collector);
+      else  // a run in lens's layout (bench/mpi_analyze_bench.sh), not counted
+        o.exporter_instance = std::make_shared<lens::OtlpJsonFileExporter>(
+            std::filesystem::path(shape.trace_dir) / ("rank-" + std::to_string(r) + ".otlp.jsonl"));
       auto telemetry = lens::Telemetry::create(o, [](std::string_view) { return std::nullopt; });
       lens::StepTraceOptions so;
       so.pipeline_parallel_size = shape.pp;

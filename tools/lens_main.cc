@@ -32,6 +32,7 @@
 #include "lens/config.h"
 #include "lens/error.h"
 #include "lens/version.h"
+#include "mpi_analyze.h"
 #include "rank_order.h"
 #include "report.h"
 #include "run_import.h"
@@ -120,6 +121,10 @@ int run_lens(int argc, char** argv) {
       "analyze", "critical path, wait states, idle by cause and stragglers, per stage");
   analyze->add_option("RUN_DIR", dir, kRunHelp)->required();
   analyze->add_flag("--json", as_json, "machine-readable output");
+  bool use_mpi = false;
+  analyze->add_flag("--mpi", use_mpi,
+                    "split the analysis over the processes of an MPI job (the default when "
+                    "started by mpirun with more than one process): mpirun -n K lens analyze RUN");
   bool per_step = false;
   analyze->add_flag("--per-step", per_step,
                     "a row per step and stage: the columns that add up to its step span")
@@ -331,14 +336,18 @@ int run_lens(int argc, char** argv) {
       return o;
     };
     if (analyze->parsed()) {
+      const auto print = [&](const Analysis& a, const std::vector<std::string>& warnings) {
+        print_warnings(warnings);
+        std::fputs((as_json    ? format_json(a)
+                    : per_step ? format_per_step(a)
+                               : format_table(a))
+                       .c_str(),
+                   stdout);
+      };
+      if (use_mpi || (launched_by_mpi() && have_mpi())) return mpi_analyze(dir, raw_clock, print);
       std::vector<std::string> warnings;
       const Analysis a = analyze_run(dir, analyze_options(), &warnings);
-      print_warnings(warnings);
-      std::fputs((as_json    ? format_json(a)
-                  : per_step ? format_per_step(a)
-                             : format_table(a))
-                     .c_str(),
-                 stdout);
+      print(a, warnings);
       return kOk;
     }
     if (diff->parsed()) {

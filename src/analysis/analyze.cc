@@ -22,94 +22,124 @@ void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
     for (const auto& [rank, sr] : sv.ranks) stages = std::max(stages, sr.stage + 1);
     const StepAnalysis a = analyze_step(sv, stages, pipeline_of);
     if (!a.complete) continue;
-    ++steps_;
-    stages_ = std::max(stages_, stages);
-    microbatches_ = std::max(microbatches_, a.microbatches);
-    virtual_stages_ = std::max(virtual_stages_, view.virtual_stages);
-    impossible_edges_ += a.impossible_edges;
-    double bubble_sum = 0;
-    int bubble_stages = 0;
-    for (const auto& f : a.stages_figures)
-      if (f.window_ms > 0) {
-        bubble_sum += f.idle_ms / f.window_ms;
-        ++bubble_stages;
-      }
-    const double bubble = bubble_stages > 0 ? bubble_sum / bubble_stages : -1;
-    if (bubble_stages > 0) bubble_.push_back(bubble);
-    step_ms_.push_back(a.step_ms);
-    critical_ms_.push_back(a.critical_path_ms);
-    critical_compute_ms_.push_back(a.critical_compute_ms);
-    critical_transfer_ms_.push_back(a.critical_transfer_ms);
-    critical_all_reduce_ms_.push_back(a.critical_all_reduce_ms);
-    step_rows_.push_back({a.step, a.critical_replica, a.critical_tensor, a.step_ms,
-                          a.critical_path_ms, a.critical_compute_ms, a.critical_transfer_ms,
-                          a.critical_all_reduce_ms, bubble});
-    if (keep_critical_path_)
-      for (const auto& seg : a.critical_path) critical_paths_.push_back({a.step, seg});
-    variability_.add(a.microbatch_costs, a.critical_replica);
-    for (const auto& [pipeline, g] : a.graphs) {
-      replicas_ = std::max(replicas_, pipeline.replica + 1);
-      tensors_ = std::max(tensors_, pipeline.tensor + 1);
-    }
-    std::map<PipelineKey, std::int64_t> measured_end;
-    for (const auto& f : a.stages_figures) {
-      if (f.microbatches == 0) continue;
-      Series& s = series_[{f.replica, f.tensor, f.stage}];
-      s.tensor = f.tensor;
-      const double cost = f.compute_ms / f.microbatches;
-      s.rank = f.rank;
-      s.replica = f.replica;
-      s.steps.push_back(a.step);
-      s.per_microbatch.push_back(cost);
-      s.compute.push_back(f.compute_ms);
-      s.critical_share.push_back(f.critical_share);
-      s.step.push_back(f.step_ms);
-      s.microbatches.push_back(f.microbatches);
-      s.step_time.push_back(a.step_ms);
-      s.late_sender.push_back(f.late_sender_ms);
-      s.transfer.push_back(f.transfer_ms);
-      s.late_receiver.push_back(f.late_receiver_ms);
-      s.sync_wait.push_back(f.sync_wait_ms);
-      s.sync_last_replica.push_back(f.sync_last_replica);
-      s.collective_wait.push_back(f.collective_wait_ms);
-      s.collective_waited_for.push_back(f.collective_waited_for_ms);
-      s.rest.push_back(f.rest_ms);
-      s.unmatched += f.unmatched_transfers;
-      s.idle.push_back(f.idle_ms);
-      s.warmup.push_back(f.warmup_idle_ms);
-      s.cooldown.push_back(f.cooldown_idle_ms);
-      s.imbalance.push_back(f.imbalance_idle_ms);
-      s.transfer_idle.push_back(f.transfer_idle_ms);
-      s.schedule_idle.push_back(f.schedule_idle_ms);
-      s.slack.push_back(f.slack_ms);
-      s.gain_at_median.push_back(f.gain_at_median_ms);
-      // The step with this rank at what it should cost: its baseline (the
-      // median of its first steps, of those seen so far while they are
-      // being seen) or its peers' median this step, the lower.
-      const std::size_t b = std::min(kBaselineSteps, s.per_microbatch.size());
-      double expected =
-          p50({s.per_microbatch.begin(), s.per_microbatch.begin() + static_cast<long>(b)});
-      std::vector<double> peers;
-      for (const auto& p : a.stages_figures)
-        if (p.stage == f.stage && (p.replica != f.replica || p.tensor != f.tensor) &&
-            p.microbatches > 0)
-          peers.push_back(p.compute_ms / p.microbatches);
-      if (!peers.empty()) expected = std::min(expected, p50(peers));
-      double gain = 0;
-      const PipelineKey pipeline = f.pipeline();
-      const auto g = a.graphs.find(pipeline);
-      if (g != a.graphs.end() && cost > expected && expected > 0) {
-        // The pipeline's replayed end as measured, once per pipeline.
-        const auto [end, first] = measured_end.try_emplace(pipeline, 0);
-        if (first) end->second = replay_end(g->second, {});
-        gain =
-            static_cast<double>(replay_end(g->second, {{f.stage, expected / cost}}) - end->second) /
-            1e6;
-      }
-      s.gain_at_baseline.push_back(gain);
-    }
-    // Relative scores compare with the step's fastest stage: finish().
+    add_record(record_step(a, stages, view.virtual_stages, baselines_, keep_critical_path_));
   }
+}
+
+StepRecord record_step(const StepAnalysis& a, int stages, int virtual_stages,
+                       StepBaselines& baselines, bool keep_critical_path) {
+  StepRecord r;
+  r.step = a.step;
+  r.stages = stages;
+  r.virtual_stages = virtual_stages;
+  r.microbatches = a.microbatches;
+  r.impossible_edges = a.impossible_edges;
+  r.step_ms = a.step_ms;
+  r.critical_path_ms = a.critical_path_ms;
+  r.critical_compute_ms = a.critical_compute_ms;
+  r.critical_transfer_ms = a.critical_transfer_ms;
+  r.critical_all_reduce_ms = a.critical_all_reduce_ms;
+  r.critical_replica = a.critical_replica;
+  r.critical_tensor = a.critical_tensor;
+  if (keep_critical_path) r.critical_path = a.critical_path;
+  r.microbatch_costs = a.microbatch_costs;
+  for (const auto& [pipeline, g] : a.graphs) r.pipelines.push_back(pipeline);
+  r.stages_figures = a.stages_figures;
+  r.gains.assign(a.stages_figures.size(), 0.0);
+  std::map<PipelineKey, std::int64_t> measured_end;
+  for (std::size_t i = 0; i < a.stages_figures.size(); ++i) {
+    const StageFigures& f = a.stages_figures[i];
+    if (f.microbatches == 0) continue;
+    const double cost = f.compute_ms / f.microbatches;
+    // The step with this rank at what it should cost: its baseline (the
+    // median of its first steps, of those seen so far while they are
+    // being seen) or its peers' median this step, the lower.
+    std::vector<double>& first = baselines[{f.replica, f.tensor, f.stage}];
+    if (first.size() < kBaselineSteps) first.push_back(cost);
+    double expected = p50(first);
+    std::vector<double> peers;
+    for (const auto& p : a.stages_figures)
+      if (p.stage == f.stage && (p.replica != f.replica || p.tensor != f.tensor) &&
+          p.microbatches > 0)
+        peers.push_back(p.compute_ms / p.microbatches);
+    if (!peers.empty()) expected = std::min(expected, p50(peers));
+    const PipelineKey pipeline = f.pipeline();
+    const auto g = a.graphs.find(pipeline);
+    if (g != a.graphs.end() && cost > expected && expected > 0) {
+      // The pipeline's replayed end as measured, once per pipeline.
+      const auto [end, fresh] = measured_end.try_emplace(pipeline, 0);
+      if (fresh) end->second = replay_end(g->second, {});
+      r.gains[i] =
+          static_cast<double>(replay_end(g->second, {{f.stage, expected / cost}}) - end->second) /
+          1e6;
+    }
+  }
+  return r;
+}
+
+void AnalysisBuilder::add_record(const StepRecord& a) {
+  ++steps_;
+  stages_ = std::max(stages_, a.stages);
+  microbatches_ = std::max(microbatches_, a.microbatches);
+  virtual_stages_ = std::max(virtual_stages_, a.virtual_stages);
+  impossible_edges_ += a.impossible_edges;
+  double bubble_sum = 0;
+  int bubble_stages = 0;
+  for (const auto& f : a.stages_figures)
+    if (f.window_ms > 0) {
+      bubble_sum += f.idle_ms / f.window_ms;
+      ++bubble_stages;
+    }
+  const double bubble = bubble_stages > 0 ? bubble_sum / bubble_stages : -1;
+  if (bubble_stages > 0) bubble_.push_back(bubble);
+  step_ms_.push_back(a.step_ms);
+  critical_ms_.push_back(a.critical_path_ms);
+  critical_compute_ms_.push_back(a.critical_compute_ms);
+  critical_transfer_ms_.push_back(a.critical_transfer_ms);
+  critical_all_reduce_ms_.push_back(a.critical_all_reduce_ms);
+  step_rows_.push_back({a.step, a.critical_replica, a.critical_tensor, a.step_ms,
+                        a.critical_path_ms, a.critical_compute_ms, a.critical_transfer_ms,
+                        a.critical_all_reduce_ms, bubble});
+  for (const auto& seg : a.critical_path) critical_paths_.push_back({a.step, seg});
+  variability_.add(a.microbatch_costs, a.critical_replica);
+  for (const auto& pipeline : a.pipelines) {
+    replicas_ = std::max(replicas_, pipeline.replica + 1);
+    tensors_ = std::max(tensors_, pipeline.tensor + 1);
+  }
+  for (std::size_t i = 0; i < a.stages_figures.size(); ++i) {
+    const StageFigures& f = a.stages_figures[i];
+    if (f.microbatches == 0) continue;
+    Series& s = series_[{f.replica, f.tensor, f.stage}];
+    s.tensor = f.tensor;
+    s.rank = f.rank;
+    s.replica = f.replica;
+    s.steps.push_back(a.step);
+    s.per_microbatch.push_back(f.compute_ms / f.microbatches);
+    s.compute.push_back(f.compute_ms);
+    s.critical_share.push_back(f.critical_share);
+    s.step.push_back(f.step_ms);
+    s.microbatches.push_back(f.microbatches);
+    s.step_time.push_back(a.step_ms);
+    s.late_sender.push_back(f.late_sender_ms);
+    s.transfer.push_back(f.transfer_ms);
+    s.late_receiver.push_back(f.late_receiver_ms);
+    s.sync_wait.push_back(f.sync_wait_ms);
+    s.sync_last_replica.push_back(f.sync_last_replica);
+    s.collective_wait.push_back(f.collective_wait_ms);
+    s.collective_waited_for.push_back(f.collective_waited_for_ms);
+    s.rest.push_back(f.rest_ms);
+    s.unmatched += f.unmatched_transfers;
+    s.idle.push_back(f.idle_ms);
+    s.warmup.push_back(f.warmup_idle_ms);
+    s.cooldown.push_back(f.cooldown_idle_ms);
+    s.imbalance.push_back(f.imbalance_idle_ms);
+    s.transfer_idle.push_back(f.transfer_idle_ms);
+    s.schedule_idle.push_back(f.schedule_idle_ms);
+    s.slack.push_back(f.slack_ms);
+    s.gain_at_median.push_back(f.gain_at_median_ms);
+    s.gain_at_baseline.push_back(a.gains[i]);
+  }
+  // Relative scores compare with the step's fastest stage: finish().
 }
 
 Analysis AnalysisBuilder::finish() {

@@ -139,6 +139,33 @@ struct Analysis {
   std::string inferred;
 };
 
+// One step's contribution to an Analysis: its StepAnalysis less the graphs,
+// with each stage's gain at its baseline worked out (which needs the graph
+// and the stage's first steps). AnalysisBuilder adds records in step order;
+// a record made elsewhere (another process, partial_analysis.h) adds the
+// same figures.
+struct StepRecord {
+  std::int64_t step = 0;
+  int stages = 0, virtual_stages = 1, microbatches = 0, impossible_edges = 0;
+  double step_ms = 0, critical_path_ms = 0, critical_compute_ms = 0, critical_transfer_ms = 0,
+         critical_all_reduce_ms = 0;
+  int critical_replica = 0, critical_tensor = 0;
+  std::vector<PathSegment> critical_path;  // when kept
+  std::vector<MicrobatchCost> microbatch_costs;
+  std::vector<PipelineKey> pipelines;        // the step's pipelines (its graphs')
+  std::vector<StageFigures> stages_figures;  // by replica, then stage
+  std::vector<double> gains;                 // per stages_figures: the step at its baseline
+};
+
+// Each series' (replica, tensor, stage) per-microbatch cost in its first
+// kBaselineSteps steps: the baseline its gain is measured against.
+using StepBaselines = std::map<std::tuple<int, int, int>, std::vector<double>>;
+
+// The record of a complete step (`stages`: the pipeline's stages); updates
+// `baselines` with the step's costs while they are among the first.
+StepRecord record_step(const StepAnalysis& a, int stages, int virtual_stages,
+                       StepBaselines& baselines, bool keep_critical_path);
+
 class AnalysisBuilder {
  public:
   // With `keep_critical_path`, every step's critical path is kept
@@ -146,6 +173,8 @@ class AnalysisBuilder {
   explicit AnalysisBuilder(bool keep_critical_path = false)
       : keep_critical_path_(keep_critical_path) {}
   void add(const PipelineView& view, const Run& run);
+  // One complete step's record; records are added in step order.
+  void add_record(const StepRecord& record);
   Analysis finish();
 
  private:
@@ -167,6 +196,7 @@ class AnalysisBuilder {
   std::vector<StepRow> step_rows_;
   std::vector<PathRow> critical_paths_;
   bool keep_critical_path_ = false;
+  StepBaselines baselines_;
   MicrobatchVariability variability_;
   int stages_ = 0, microbatches_ = 0, virtual_stages_ = 1, impossible_edges_ = 0, replicas_ = 1,
       tensors_ = 1;

@@ -441,6 +441,12 @@ RankFileReader::RankFileReader(const std::filesystem::path& path, std::size_t ma
   if (!in_) throw ReadError(path.string() + ": cannot open");
 }
 
+void RankFileReader::start_at(std::uint64_t offset, std::size_t line) {
+  in_.seekg(static_cast<std::streamoff>(offset));
+  if (!in_) throw ReadError(file_.path.string() + ": cannot seek to byte " + std::to_string(offset));
+  number_ = line > 0 ? line - 1 : 0;
+}
+
 bool RankFileReader::next_line() {
   std::string line;
   while (!done_) {

@@ -110,6 +110,9 @@ class RankFileReader {
   // the file and line, for a malformed line.
   bool next_line();
   bool done() const { return done_; }
+  // Before the first line is read: starts at byte `offset`, the start of
+  // line `line` (1-based), so that errors name the line where it is.
+  void start_at(std::uint64_t offset, std::size_t line);
   // From now on skips, unparsed, every line without `needle` (a pass that
   // looks for a few spans by name).
   void only_lines_containing(std::string needle) { needle_ = std::move(needle); }

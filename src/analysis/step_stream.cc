@@ -153,6 +153,9 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
   std::uintmax_t total_bytes = 0;
   for (std::size_t i = 0; i < paths.size(); ++i) {
     cursors[i].reader = std::make_unique<RankFileReader>(paths[i]);
+    if (auto start = options.starts.find(paths[i].filename().string());
+        start != options.starts.end())
+      cursors[i].reader->start_at(start->second.offset, start->second.line);
     std::error_code ec;
     const auto size = std::filesystem::file_size(paths[i], ec);
     if (!ec) total_bytes += size;
@@ -191,6 +194,7 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
       std::stable_sort(window.run.files.begin(), window.run.files.end(),
                        [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
       handed_over = step;
+      if (step < options.first_step) continue;  // before this part's steps
       if (options.clock)
         for (auto& f : window.run.files)
           if (!options.clock->align(f) && options.clock_report)

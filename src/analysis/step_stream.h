@@ -19,6 +19,8 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "run_reader.h"
@@ -81,6 +83,16 @@ struct StreamOptions {
   // When set, spans of steps already handed over are counted here (and
   // kept in the returned files' spans, as before).
   LateSpans* late = nullptr;
+  // A part of the run (partial_analysis.h): steps before this one are read
+  // and handed over unseen (not to on_step, not aligned or counted), and
+  // each file named here (by file name) is read from its start: a byte
+  // offset and the number of the line there.
+  std::int64_t first_step = std::numeric_limits<std::int64_t>::min();
+  struct Start {
+    std::uint64_t offset = 0;
+    std::size_t line = 1;
+  };
+  std::map<std::string, Start> starts;
 };
 
 // Options for a view on one clock: every span handed over on `clock`'s

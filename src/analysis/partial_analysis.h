@@ -1,0 +1,86 @@
+// `lens analyze` split over processes (docs/scale.md): the pieces an MPI
+// job (tools/mpi_analyze.cc) moves between its processes, without MPI.
+//
+//  1. step_index: for each rank file, where each step ends (the line of
+//     its step span: a byte offset and a line number), found by a scan for
+//     dl.step that parses nothing else; kept beside the run
+//     (.lens-step-index) and used again while the files are unchanged.
+//  2. split_steps: the run's steps in K contiguous ranges.
+//  3. clock_samples: every lens.clock_sync span, as bytes; every process
+//     builds the same ClockAlignment from them (clock_from_samples).
+//  4. analyze_part: one range's steps, each file read from the line of the
+//     step before the range (its earlier bytes are never read), as rows:
+//     each complete step's StepRecord (analyze.h), with what the stream
+//     counted (causality moves, unaligned ranks, spans left out) and the
+//     files' warnings. A range after the first also reads the run's first
+//     steps, for the stages' baselines.
+//  5. merge_parts: the rows of every range, in order, through the same
+//     AnalysisBuilder as one process: the same figures, the same bytes.
+//
+// Parts are plain bytes (doubles as their bits), for any transport.
+//
+// Thread safety: plain functions and values.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "analyze.h"
+#include "clock_alignment.h"
+
+namespace lens::analysis {
+
+struct StepEnd {
+  std::int64_t step = 0;
+  std::uint64_t offset = 0;  // the byte where the line holding the step span begins
+  std::size_t line = 0;      // that line's number (1-based)
+};
+
+struct FileSteps {
+  std::string name;  // the file's name in the run's directory
+  std::uint64_t size = 0;
+  std::int64_t modified = 0;  // last write time, as the file system counts it
+  std::vector<StepEnd> steps;  // in file order
+};
+
+struct StepIndex {
+  std::vector<FileSteps> files;  // as run_files sorts them
+  // Every step of the run, ascending.
+  std::vector<std::int64_t> steps() const;
+};
+
+// The index of the run in `dir` (lens's layout): read from
+// dir/.lens-step-index when it names the same files, sizes and times, else
+// built and written there (when the directory is writable). ReadError for
+// an unreadable run.
+StepIndex step_index(const std::filesystem::path& dir);
+std::string to_bytes(const StepIndex& index);
+StepIndex step_index_from_bytes(std::string_view bytes);
+
+struct StepRange {
+  std::int64_t first = 0, last = -1;  // inclusive; empty when first > last
+  bool empty() const { return first > last; }
+};
+// `parts` contiguous ranges of the run's steps, as even as the count allows
+// (the first ones a step longer); empty ranges when there are fewer steps.
+std::vector<StepRange> split_steps(const StepIndex& index, int parts);
+
+// Every lens.clock_sync span of the run, as bytes; the alignment of them.
+std::string clock_samples(const std::filesystem::path& dir);
+ClockAlignment clock_from_samples(std::string_view bytes);
+
+// The rows of the steps of `range` (see the file comment). `clock`: the
+// run's alignment (empty for raw clocks). ReadError as the readers throw.
+std::string analyze_part(const std::filesystem::path& dir, const StepIndex& index,
+                         StepRange range, const ClockAlignment& clock, bool keep_critical_path);
+
+// Every part's rows, in range order, as one Analysis (its clock report and
+// spans left out included); the files' warnings to `warnings`.
+Analysis merge_parts(const std::vector<std::string>& parts, const ClockAlignment& clock,
+                     bool raw_clock, bool keep_critical_path,
+                     std::vector<std::string>* warnings);
+
+}  // namespace lens::analysis

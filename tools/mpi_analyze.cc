@@ -1,0 +1,186 @@
+// `lens analyze` as an MPI job (mpi_analyze.h).
+#include "mpi_analyze.h"
+
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "partial_analysis.h"
+#include "run_import.h"
+#include "run_reader.h"
+
+#ifdef LENS_WITH_MPI
+#include <mpi.h>
+#endif
+
+namespace lens::tools {
+
+bool launched_by_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"})
+    if (const char* v = std::getenv(name); v != nullptr && std::atoi(v) > 1) return true;
+  return false;
+}
+
+#ifndef LENS_WITH_MPI
+
+bool have_mpi() { return false; }
+
+int mpi_analyze(const std::string&, bool,
+                const std::function<void(const analysis::Analysis&,
+                                         const std::vector<std::string>&)>&) {
+  std::fprintf(stderr, "lens: this lens was built without MPI\n");
+  return 2;
+}
+
+#else
+
+bool have_mpi() { return true; }
+
+namespace {
+
+// Every process gets rank 0's bytes.
+void broadcast(std::string& bytes, int rank) {
+  std::uint64_t size = bytes.size();
+  MPI_Bcast(&size, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  if (rank != 0) bytes.resize(size);
+  for (std::uint64_t at = 0; at < size;) {
+    const int chunk = static_cast<int>(std::min<std::uint64_t>(size - at, INT_MAX / 2));
+    MPI_Bcast(bytes.data() + at, chunk, MPI_BYTE, 0, MPI_COMM_WORLD);
+    at += static_cast<std::uint64_t>(chunk);
+  }
+}
+
+// Rank 0 gets every process's bytes, in rank order (each at most 1 GiB).
+std::vector<std::string> gather(const std::string& mine, int rank, int size) {
+  int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size));
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::vector<int> at(static_cast<std::size_t>(size), 0);
+  std::string all;
+  if (rank == 0) {
+    long long total = 0;
+    for (int i = 0; i < size; ++i) {
+      at[static_cast<std::size_t>(i)] = static_cast<int>(total);
+      total += lengths[static_cast<std::size_t>(i)];
+    }
+    all.resize(static_cast<std::size_t>(total));
+  }
+  MPI_Gatherv(mine.data(), length, MPI_BYTE, all.data(), lengths.data(), at.data(), MPI_BYTE, 0,
+              MPI_COMM_WORLD);
+  std::vector<std::string> parts;
+  if (rank == 0)
+    for (int i = 0; i < size; ++i)
+      parts.push_back(all.substr(static_cast<std::size_t>(at[static_cast<std::size_t>(i)]),
+                                 static_cast<std::size_t>(lengths[static_cast<std::size_t>(i)])));
+  return parts;
+}
+
+// A process's outcome: 'k' and its part, or 'e' and the error it met.
+std::string outcome(const std::function<std::string()>& work) {
+  try {
+    return "k" + work();
+  } catch (const std::bad_alloc&) {
+    return "eout of memory";
+  } catch (const std::exception& e) {
+    return std::string("e") + e.what();
+  } catch (...) {
+    return "eunexpected error";
+  }
+}
+
+constexpr std::size_t kMaxPartBytes = std::size_t{1} << 30;
+
+}  // namespace
+
+int mpi_analyze(const std::string& dir, bool raw_clock,
+                const std::function<void(const analysis::Analysis&,
+                                         const std::vector<std::string>&)>& print) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) MPI_Init(nullptr, nullptr);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // Rank 0 reads the index and the clock samples; every process gets them,
+  // or the error that stopped them.
+  std::string first;
+  if (rank == 0)
+    first = outcome([&] {
+      if (!analysis::is_lens_layout(dir) && !std::filesystem::is_regular_file(dir))
+        throw analysis::ReadError(dir +
+                                  ": under MPI, lens analyze reads a run in lens's layout (a "
+                                  "directory of rank-<r>.otlp.jsonl files) on a file system every "
+                                  "process sees; for other layouts run it as one process");
+      std::string index = analysis::to_bytes(analysis::step_index(dir));
+      std::string samples = raw_clock ? std::string() : analysis::clock_samples(dir);
+      std::string both;
+      const std::uint64_t n = index.size();
+      both.append(reinterpret_cast<const char*>(&n), sizeof n);
+      return both + index + samples;
+    });
+  broadcast(first, rank);
+  int code = 0;
+  if (first.empty() || first[0] == 'e') {
+    if (rank == 0)
+      std::fprintf(stderr, "lens: %s\n", first.empty() ? "no index" : first.c_str() + 1);
+    code = 2;
+  } else {
+    std::uint64_t n = 0;
+    std::memcpy(&n, first.data() + 1, sizeof n);
+    const std::string_view index_bytes(first.data() + 1 + sizeof n, n);
+    const std::string_view samples(first.data() + 1 + sizeof n + n,
+                                   first.size() - 1 - sizeof n - n);
+    const std::string part = outcome([&] {
+      const analysis::StepIndex index = analysis::step_index_from_bytes(index_bytes);
+      const analysis::ClockAlignment clock =
+          raw_clock ? analysis::ClockAlignment() : analysis::clock_from_samples(samples);
+      const auto ranges = analysis::split_steps(index, size);
+      std::string bytes = analysis::analyze_part(dir, index, ranges[static_cast<std::size_t>(rank)],
+                                                 clock, false);
+      if (bytes.size() > kMaxPartBytes)
+        throw std::runtime_error("one process's rows exceed 1 GiB: run with more processes");
+      return bytes;
+    });
+    const std::vector<std::string> parts = gather(part, rank, size);
+    if (rank == 0) {
+      // The error of the earliest steps, as one process would have met it.
+      const std::string* error = nullptr;
+      for (const auto& p : parts)
+        if (!p.empty() && p[0] == 'e') {
+          error = &p;
+          break;
+        }
+      if (error != nullptr) {
+        std::fprintf(stderr, "lens: %s\n", error->c_str() + 1);
+        code = 2;
+      } else {
+        code = 2;
+        const std::string done = outcome([&] {
+          std::vector<std::string> rows;
+          for (const auto& p : parts) rows.push_back(p.substr(1));
+          std::vector<std::string> warnings;
+          const analysis::ClockAlignment clock =
+              raw_clock ? analysis::ClockAlignment() : analysis::clock_from_samples(samples);
+          const analysis::Analysis a =
+              analysis::merge_parts(rows, clock, raw_clock, false, &warnings);
+          print(a, warnings);
+          return std::string();
+        });
+        if (done[0] == 'e')
+          std::fprintf(stderr, "lens: %s\n", done.c_str() + 1);
+        else
+          code = 0;
+      }
+    }
+    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  }
+  MPI_Finalize();
+  return code;
+}
+
+#endif
+
+}  // namespace lens::tools
