@@ -1,6 +1,6 @@
 /// \file
 /// StepTrace: the per-step protocol that puts every pipeline stage of a step
-/// into one trace (DESIGN.md, "The step protocol").
+/// into one trace (docs/DESIGN.md, "The step protocol, by name").
 ///
 ///   lens::StepTrace step_trace(telemetry, &world_comm, {.pipeline_parallel_size = P,
 ///                                                       .pipeline_rank = stage});
