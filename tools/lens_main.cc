@@ -183,6 +183,16 @@ int run_lens(int argc, char** argv) {
         })
         ->each([](const std::string& order) { ::setenv("LENS_RANK_ORDER", order.c_str(), 1); });
 
+  // Reading on a thread of its own while the views work (step_stream.h).
+  int read_threads = 0;
+  for (auto* command : {check, summary, analyze, diff, timeline, report, exp})
+    command
+        ->add_option("--threads", read_threads,
+                     "threads: 1 reads and works on one; 2 or more read the files on one while "
+                     "the view works on another (the same output); default: the machine's cores")
+        ->check(CLI::Range(1, 1024))
+        ->each([](const std::string& n) { set_default_read_threads(std::stoi(n)); });
+
   // Traces of several runs in one place: the one to read, by its run id.
   std::string run_id;
   for (auto* command : {check, summary, analyze, diff, timeline, report, exp})

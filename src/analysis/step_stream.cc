@@ -1,10 +1,15 @@
 #include "step_stream.h"
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <deque>
+#include <exception>
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -146,8 +151,13 @@ StreamOptions aligned_stream(const ClockAlignment& clock, ClockReport* report, L
   return so;
 }
 
-Run stream_steps(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
-                 const StreamOptions& options) {
+namespace {
+
+std::atomic<int> g_read_threads{0};  // 0: the machine's cores
+
+// Everything on the calling thread.
+Run stream_here(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
+                const StreamOptions& options) {
   const auto paths = run_files(dir);
   std::vector<Cursor> cursors(paths.size());
   std::uintmax_t total_bytes = 0;
@@ -249,6 +259,83 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
     rest.files.front().warnings.insert(rest.files.front().warnings.begin(), imported.begin(),
                                        imported.end());
   }
+  return rest;
+}
+
+// Windows from the reading thread to the caller's, at most kAhead waiting.
+struct WindowPipe {
+  static constexpr std::size_t kAhead = 2;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<StepWindow> windows;
+  bool finished = false;  // the reading thread has returned (or failed)
+  bool abandoned = false;  // the caller stopped taking windows
+  std::exception_ptr error;
+};
+struct Abandoned {};
+
+}  // namespace
+
+int default_read_threads() {
+  const int set = g_read_threads.load();
+  if (set > 0) return set;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void set_default_read_threads(int threads) { g_read_threads.store(std::max(0, threads)); }
+
+Run stream_steps(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
+                 const StreamOptions& options) {
+  if (options.threads < 2) return stream_here(dir, on_step, options);
+  WindowPipe pipe;
+  Run rest;
+  std::thread reader([&] {
+    try {
+      rest = stream_here(
+          dir,
+          [&](StepWindow& w) {
+            std::unique_lock<std::mutex> lock(pipe.mutex);
+            pipe.changed.wait(lock, [&] {
+              return pipe.abandoned || pipe.windows.size() < WindowPipe::kAhead;
+            });
+            if (pipe.abandoned) throw Abandoned{};
+            pipe.windows.push_back(std::move(w));
+            pipe.changed.notify_all();
+          },
+          options);
+    } catch (const Abandoned&) {
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(pipe.mutex);
+      pipe.error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(pipe.mutex);
+    pipe.finished = true;
+    pipe.changed.notify_all();
+  });
+  try {
+    for (;;) {
+      StepWindow window;
+      {
+        std::unique_lock<std::mutex> lock(pipe.mutex);
+        pipe.changed.wait(lock, [&] { return pipe.finished || !pipe.windows.empty(); });
+        if (pipe.windows.empty()) break;  // finished, every window taken
+        window = std::move(pipe.windows.front());
+        pipe.windows.pop_front();
+        pipe.changed.notify_all();
+      }
+      on_step(window);
+    }
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(pipe.mutex);
+      pipe.abandoned = true;
+      pipe.changed.notify_all();
+    }
+    reader.join();
+    throw;
+  }
+  reader.join();
+  if (pipe.error) std::rethrow_exception(pipe.error);
   return rest;
 }
 

@@ -66,6 +66,12 @@ struct LateSpans {
   nlohmann::json to_json() const;
 };
 
+// The threads a stream uses unless told (StreamOptions::threads): what
+// set_default_read_threads set (`lens --threads N`), else the machine's
+// cores.
+int default_read_threads();
+void set_default_read_threads(int threads);
+
 struct StreamOptions {
   // Called after each line read with (bytes read, bytes in all files).
   std::function<void(std::uintmax_t, std::uintmax_t)> progress;
@@ -93,6 +99,12 @@ struct StreamOptions {
     std::size_t line = 1;
   };
   std::map<std::string, Start> starts;
+  // Threads: with 2 or more, the files are read and the windows assembled on
+  // a thread of their own while on_step runs on the caller's, up to two
+  // windows ahead; on_step is called in the same order with the same
+  // windows (and the options' counts are filled by the reading thread, to
+  // be read after the call returns). 1: everything on the caller's thread.
+  int threads = default_read_threads();
 };
 
 // Options for a view on one clock: every span handed over on `clock`'s

@@ -204,6 +204,7 @@ TEST_F(StepStream, StepsAreHandedOverLongBeforeTheFilesAreRead) {
   run_.write(dir_, 16);
   std::uintmax_t read = 0, total = 0, read_at_first_step = 0;
   StreamOptions o;
+  o.threads = 1;  // progress and on_step on one thread: `read` is shared
   o.progress = [&](std::uintmax_t done, std::uintmax_t all) {
     read = done;
     total = all;
@@ -230,6 +231,7 @@ TEST_F(StepStream, StopAfterStepStopsReading) {
   run_.write(dir_, 8);
   std::uintmax_t read = 0, total = 0;
   StreamOptions o;
+  o.threads = 1;
   o.stop_after_step = 2;
   o.progress = [&](std::uintmax_t done, std::uintmax_t all) {
     read = done;
@@ -393,6 +395,45 @@ TEST_F(StepStream, ExportsWriteEverySpanAndEveryLink) {
   std::size_t jaeger_spans = 0;
   for (const auto& t : jj["data"]) jaeger_spans += t["spans"].size();
   EXPECT_EQ(jaeger_spans, spans);
+}
+
+// What a view sees of a stream: each window's step and span ids, in order.
+std::vector<std::string> windows_seen(const fs::path& dir, int threads, int stop_at = -1) {
+  std::vector<std::string> seen;
+  StreamOptions o;
+  o.threads = threads;
+  stream_steps(
+      dir,
+      [&](StepWindow& w) {
+        if (w.step == stop_at) throw std::runtime_error("the view stopped");
+        std::string ids = std::to_string(w.step) + ":";
+        for (const auto& f : w.run.files)
+          for (const auto& sp : f.spans) ids += " " + sp.span_id;
+        seen.push_back(ids);
+      },
+      o);
+  return seen;
+}
+
+TEST_F(StepStream, ReadingOnAThreadOfItsOwnHandsOverTheSameWindowsInOrder) {
+  run_.steps = 30;
+  run_.make();
+  run_.write(dir_, 7);
+  const auto one = windows_seen(dir_, 1);
+  ASSERT_EQ(one.size(), 30u);
+  EXPECT_EQ(windows_seen(dir_, 2), one);
+  EXPECT_EQ(windows_seen(dir_, 8), one);
+  // A view that stops stops the reading thread (no hang, its error out).
+  EXPECT_THROW(windows_seen(dir_, 2, 3), std::runtime_error);
+  // A malformed line: the windows before it first, then its ReadError.
+  std::ofstream(dir_ / "rank-2.otlp.jsonl", std::ios::app) << "{\"resourceSpans\": [ x\n{}\n";
+  std::vector<std::int64_t> before;
+  StreamOptions o;
+  o.threads = 2;
+  EXPECT_THROW(stream_steps(
+                   dir_, [&](StepWindow& w) { before.push_back(w.step); }, o),
+               ReadError);
+  EXPECT_EQ(before.size(), 30u) << "every window read before the bad line";
 }
 
 TEST_F(StepStream, MalformedLineIsAReadErrorNamingFileAndLine) {
