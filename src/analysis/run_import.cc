@@ -871,11 +871,10 @@ class Importer {
     for (const char* key : kRunIdAttributes)
       if (auto it = read.resource.find(key); it != read.resource.end() && run.empty())
         run = it->second;
-    if (!run.empty()) {
+    if (!run.empty() && !read.spans.empty()) {
       runs_[run] += read.spans.size();
-      if (!run_.empty() && run != run_) return;
     }
-    if (!run_.empty() && run.empty()) return;  // of no run: not the one named
+    if (!run_.empty() && run != run_) return;  // of another run, or of none
     if (rank < 0) {
       stats_.foreign_spans += read.spans.size();
       return;
@@ -1112,7 +1111,12 @@ ImportStats import_run(const std::filesystem::path& input, const std::filesystem
   std::filesystem::create_directories(out_dir);
   Importer importer(out_dir);
   for (const auto& p : paths) importer.file(p);
-  ImportStats stats = importer.finish();
+  ImportStats stats;
+  try {
+    stats = importer.finish();
+  } catch (const ReadError& e) {
+    throw ReadError(input.string() + ": " + e.what());  // named by the input as given
+  }
   if (stats.batches == 0)
     throw ReadError(input.string() + ": no spans of a lens rank (no resource with dl.rank) in " +
                     std::to_string(stats.files) + " file(s)");

@@ -1,4 +1,5 @@
-// libFuzzer target: the `lens` command's OTLP-JSON-lines reader, and the
+// libFuzzer target: the `lens` command's OTLP-JSON-lines reader (compared
+// line by line with the DOM reference it replaced), and the
 // check that runs over what it read, both whole and a step at a time, and
 // the clock alignment, causality pass and step analysis the views run. Any
 // file content must give spans or a ReadError naming the file and line,
@@ -13,9 +14,55 @@
 #include "analyze.h"
 #include "check.h"
 #include "clock_alignment.h"
+#include "reference_request_parser.h"
 #include "run_reader.h"
 
+namespace {
+
+// The parser and the DOM reference (tests/support) agree on every line: the
+// same rows and resource fields, or both refuse it.
+void compare_with_the_reference(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  std::size_t from = 0;
+  while (from < text.size()) {
+    std::size_t end = text.find('\n', from);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(from, end - from);
+    from = end + 1;
+    lens::analysis::RankFile a, b;
+    bool a_ok = true, b_ok = true;
+    try {
+      lens::analysis::parse_request(a, line);
+    } catch (const std::exception&) {
+      a_ok = false;
+    }
+    try {
+      lens::analysis::parse_request_reference(b, line);
+    } catch (const std::exception&) {
+      b_ok = false;
+    }
+    if (a_ok != b_ok) std::abort();
+    if (!a_ok) continue;
+    if (a.spans.size() != b.spans.size() || a.rank != b.rank || a.resource != b.resource ||
+        a.resource_types != b.resource_types || a.process != b.process)
+      std::abort();
+    for (std::size_t i = 0; i < a.spans.size(); ++i) {
+      const auto& x = a.spans[i];
+      const auto& y = b.spans[i];
+      if (x.trace_id != y.trace_id || x.span_id != y.span_id ||
+          x.parent_span_id != y.parent_span_id || x.name != y.name || x.start_ns != y.start_ns ||
+          x.end_ns != y.end_ns || x.kind != y.kind || x.status_code != y.status_code ||
+          x.status_message != y.status_message || x.attributes != y.attributes ||
+          x.attribute_types != y.attribute_types || x.links != y.links || x.rank != y.rank)
+        std::abort();
+    }
+  }
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  compare_with_the_reference(data, size);
   static const std::string path =
       "/tmp/lens-reader-fuzz-" + std::to_string(getpid()) + ".otlp.jsonl";
   FILE* f = std::fopen(path.c_str(), "wb");
