@@ -17,9 +17,6 @@ namespace lens::analysis {
 
 using json = nlohmann::json;
 
-namespace {
-
-// A whole decimal integer, nothing before or after it ("12abc" is not 12).
 std::optional<std::int64_t> strict_int(std::string_view text) {
   std::int64_t v = 0;
   const char* end = text.data() + text.size();
@@ -27,6 +24,8 @@ std::optional<std::int64_t> strict_int(std::string_view text) {
   if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
   return v;
 }
+
+namespace {
 
 }  // namespace
 
@@ -80,6 +79,24 @@ int resource_int(const std::map<std::string, std::string>& resource, const char*
 }
 
 }  // namespace
+
+int take_resource(RankFile& file, const std::map<std::string, std::string>& resource) {
+  const auto text = [&](const char* key, std::string& into) {
+    if (auto it = resource.find(key); it != resource.end()) into = it->second;
+  };
+  const int rank = resource_int(resource, "dl.rank");
+  if (rank >= 0) file.rank = rank;
+  if (int w = resource_int(resource, "dl.world_size"); w >= 0) file.world_size = w;
+  text("nemo.run.id", file.run_id);
+  text("service.name", file.service_name);
+  text("lens.trace_scope", file.trace_scope);
+  text("lens.export_filter", file.export_filter);
+  if (int dp = resource_int(resource, "dl.data_parallel.rank"); dp >= 0) file.replica = dp;
+  if (int tp = resource_int(resource, "dl.tensor_parallel.rank"); tp >= 0) file.tensor_rank = tp;
+  for (const auto& [k, v] : resource) file.resource[k] = v;
+  file.process = process_key(resource);
+  return rank;
+}
 
 std::uint64_t process_key(const std::map<std::string, std::string>& resource) {
   std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a over the values, each ended by a 0 byte
@@ -385,18 +402,8 @@ void resource_spans_of(dom::element rs, RankFile& file) {
       for_each_in(attrs, "attributes",
                   [&](dom::element kv) { key_value(kv, resource, file.resource_types); });
   }
-  const int rank = resource_int(resource, "dl.rank");
-  if (rank >= 0) file.rank = rank;
-  if (int w = resource_int(resource, "dl.world_size"); w >= 0) file.world_size = w;
-  if (resource.count("nemo.run.id")) file.run_id = resource["nemo.run.id"];
-  if (resource.count("service.name")) file.service_name = resource["service.name"];
-  if (resource.count("lens.trace_scope")) file.trace_scope = resource["lens.trace_scope"];
-  if (resource.count("lens.export_filter")) file.export_filter = resource["lens.export_filter"];
-  if (int dp = resource_int(resource, "dl.data_parallel.rank"); dp >= 0) file.replica = dp;
-  if (int tp = resource_int(resource, "dl.tensor_parallel.rank"); tp >= 0) file.tensor_rank = tp;
-  for (auto& [k, v] : resource) file.resource[k] = v;
-  const std::uint64_t process = process_key(resource);
-  file.process = process;
+  const int rank = take_resource(file, resource);
+  const std::uint64_t process = file.process;
   if (!member(rs, "scopeSpans", scopes)) return;
   for_each_in(scopes, "scopeSpans", [&](dom::element ss) {
     dom::element spans;

@@ -21,8 +21,10 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "line_reader.h"
@@ -90,6 +92,14 @@ class ReadError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// A whole decimal integer, nothing before or after it ("12abc" is not 12).
+std::optional<std::int64_t> strict_int(std::string_view text);
+
+// A resource's attributes (as text) onto `file`: its rank, world size, run
+// id, ... and process; returns dl.rank (-1 when absent). ReadError-worthy
+// std::runtime_error for a rank attribute that is not a rank number.
+int take_resource(RankFile& file, const std::map<std::string, std::string>& resource);
 
 // Parses one OTLP/JSON ExportTraceServiceRequest (a line's text): its spans
 // appended to file.spans, its resource's fields set on `file`.

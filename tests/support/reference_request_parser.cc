@@ -16,15 +16,6 @@ using json = nlohmann::json;
 
 namespace {
 
-// A whole decimal integer, nothing before or after it ("12abc" is not 12).
-std::optional<std::int64_t> strict_int(std::string_view text) {
-  std::int64_t v = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, v);
-  if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
-  return v;
-}
-
 std::int64_t int_field(const json& v, const char* what) {
   if (v.is_number_integer()) return v.get<std::int64_t>();
   if (v.is_string())
@@ -124,16 +115,6 @@ std::string string_or_empty(const json& object, const char* key) {
   return it->get<std::string>();
 }
 
-int resource_int(const std::map<std::string, std::string>& resource, const char* key) {
-  auto it = resource.find(key);
-  if (it == resource.end()) return -1;
-  auto v = strict_int(it->second);
-  if (!v || *v < 0 || *v > (1 << 30))
-    throw std::runtime_error(std::string("resource attribute ") + key + "='" +
-                             it->second.substr(0, 40) + "' is not a rank number");
-  return static_cast<int>(*v);
-}
-
 }  // namespace
 
 void parse_request_reference(RankFile& file, const std::string& line) {
@@ -150,18 +131,8 @@ void parse_request_reference(RankFile& file, const std::string& line) {
         resource[key] = kv.contains("value") ? scalar_text(kv.at("value")) : std::string();
         file.resource_types[key] = kv.contains("value") ? scalar_type(kv.at("value")) : 's';
       }
-    const int rank = resource_int(resource, "dl.rank");
-    if (rank >= 0) file.rank = rank;
-    if (int w = resource_int(resource, "dl.world_size"); w >= 0) file.world_size = w;
-    if (resource.count("nemo.run.id")) file.run_id = resource["nemo.run.id"];
-    if (resource.count("service.name")) file.service_name = resource["service.name"];
-    if (resource.count("lens.trace_scope")) file.trace_scope = resource["lens.trace_scope"];
-    if (resource.count("lens.export_filter")) file.export_filter = resource["lens.export_filter"];
-    if (int dp = resource_int(resource, "dl.data_parallel.rank"); dp >= 0) file.replica = dp;
-    if (int tp = resource_int(resource, "dl.tensor_parallel.rank"); tp >= 0) file.tensor_rank = tp;
-    for (auto& [k, v] : resource) file.resource[k] = v;
-    const std::uint64_t process = process_key(resource);
-    file.process = process;
+    const int rank = take_resource(file, resource);
+    const std::uint64_t process = file.process;
     for (const auto& ss : array_or_empty(rs, "scopeSpans")) {
       for (const auto& s : array_or_empty(ss, "spans")) {
         SpanRow row;
