@@ -15,15 +15,21 @@
 
 namespace lens::analysis {
 
-void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
+void for_each_record(const PipelineView& view, const Run& run, StepBaselines& baselines,
+                     bool keep_critical_path, const std::function<void(const StepRecord&)>& each) {
   const std::map<int, PipelineKey> pipeline_of = pipelines_of(run);
   for (const auto& sv : view.steps) {
     int stages = view.pipeline_stages;
     for (const auto& [rank, sr] : sv.ranks) stages = std::max(stages, sr.stage + 1);
     const StepAnalysis a = analyze_step(sv, stages, pipeline_of);
     if (!a.complete) continue;
-    add_record(record_step(a, stages, view.virtual_stages, baselines_, keep_critical_path_));
+    each(record_step(a, stages, view.virtual_stages, baselines, keep_critical_path));
   }
+}
+
+void AnalysisBuilder::add(const PipelineView& view, const Run& run) {
+  for_each_record(view, run, baselines_, keep_critical_path_,
+                  [&](const StepRecord& r) { add_record(r); });
 }
 
 StepRecord record_step(const StepAnalysis& a, int stages, int virtual_stages,

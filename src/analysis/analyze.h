@@ -166,6 +166,11 @@ using StepBaselines = std::map<std::tuple<int, int, int>, std::vector<double>>;
 StepRecord record_step(const StepAnalysis& a, int stages, int virtual_stages,
                        StepBaselines& baselines, bool keep_critical_path);
 
+// The record of every complete step of `view` (a window of `run`), in
+// order: what AnalysisBuilder::add adds, for a builder elsewhere.
+void for_each_record(const PipelineView& view, const Run& run, StepBaselines& baselines,
+                     bool keep_critical_path, const std::function<void(const StepRecord&)>& each);
+
 class AnalysisBuilder {
  public:
   // With `keep_critical_path`, every step's critical path is kept

@@ -476,21 +476,6 @@ std::map<std::string, StreamOptions::Start> starts_for(const StepIndex& index,
   return starts;
 }
 
-// Every complete step of the window, as the one-process builder takes it.
-template <typename Each>
-void records_of(const StepWindow& w, StepBaselines& baselines, bool keep_critical_path,
-                Each&& each) {
-  const PipelineView view = build_view(w.run);
-  const std::map<int, PipelineKey> pipeline_of = pipelines_of(w.run);
-  for (const auto& sv : view.steps) {
-    int stages = view.pipeline_stages;
-    for (const auto& [rank, sr] : sv.ranks) stages = std::max(stages, sr.stage + 1);
-    const StepAnalysis a = analyze_step(sv, stages, pipeline_of);
-    if (!a.complete) continue;
-    each(record_step(a, stages, view.virtual_stages, baselines, keep_critical_path));
-  }
-}
-
 }  // namespace
 
 std::string analyze_part(const std::filesystem::path& dir, const StepIndex& index,
@@ -513,7 +498,8 @@ std::string analyze_part(const std::filesystem::path& dir, const StepIndex& inde
       std::size_t seen = 0;
       try {
         stream_steps(dir, [&](StepWindow& window) {
-          records_of(window, baselines, false, [&](const StepRecord&) { ++seen; });
+          for_each_record(build_view(window.run), window.run, baselines, false,
+                          [&](const StepRecord&) { ++seen; });
           bool all = seen >= kBaselineSteps;
           for (const auto& [key, first] : baselines) all = all && first.size() >= kBaselineSteps;
           if (all) throw BaselinesComplete{};
@@ -530,7 +516,8 @@ std::string analyze_part(const std::filesystem::path& dir, const StepIndex& inde
     }
     if (!last_range) so.stop_after_step = range.last;
     rest = stream_steps(dir, [&](StepWindow& window) {
-      records_of(window, baselines, keep_critical_path, [&](const StepRecord& r) {
+      for_each_record(build_view(window.run), window.run, baselines, keep_critical_path,
+                      [&](const StepRecord& r) {
         Writer one;
         put_record(one, r);
         records.push_back(one.take());

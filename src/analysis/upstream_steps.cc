@@ -67,23 +67,18 @@ void set_default(json& span, const std::string& key, const json& value) {
 json int_attr(std::int64_t v) { return {{"intValue", std::to_string(v)}}; }
 json str_attr(const std::string& v) { return {{"stringValue", v}}; }
 
-std::int64_t start_of(const json& span) {
+// A span's time field (0 when it does not read).
+std::int64_t time_of(const json& span, const char* key) {
   try {
-    const auto& v = span.at("startTimeUnixNano");
+    const auto& v = span.at(key);
     return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<std::int64_t>();
   } catch (const std::exception&) {
     return 0;
   }
 }
+std::int64_t start_of(const json& span) { return time_of(span, "startTimeUnixNano"); }
+std::int64_t end_of(const json& span) { return time_of(span, "endTimeUnixNano"); }
 
-std::int64_t end_of(const json& span) {
-  try {
-    const auto& v = span.at("endTimeUnixNano");
-    return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<std::int64_t>();
-  } catch (const std::exception&) {
-    return 0;
-  }
-}
 
 // p2p spans: (direction, counter index, the attribute of the microbatch it
 // carries, the peer's stage from this one)
