@@ -122,9 +122,11 @@ int run_lens(int argc, char** argv) {
   analyze->add_option("RUN_DIR", dir, kRunHelp)->required();
   analyze->add_flag("--json", as_json, "machine-readable output");
   bool use_mpi = false;
-  analyze->add_flag("--mpi", use_mpi,
-                    "split the analysis over the processes of an MPI job (the default when "
-                    "started by mpirun with more than one process): mpirun -n K lens analyze RUN");
+  for (auto* command : {check, summary, analyze})
+    command->add_flag("--mpi", use_mpi,
+                      "split the reading over the processes of an MPI job (the default when "
+                      "started by mpirun with more than one process): mpirun -n K lens " +
+                          command->get_name() + " RUN");
   bool per_step = false;
   analyze->add_flag("--per-step", per_step,
                     "a row per step and stage: the columns that add up to its step span")
@@ -283,60 +285,69 @@ int run_lens(int argc, char** argv) {
     return so;
   };
   try {
+    const bool split = use_mpi || (launched_by_mpi() && have_mpi());
     if (check->parsed()) {
-      const CheckResult r = check_dir(dir, reading_options());
-      print_warnings(r.warnings);
-      for (const auto& v : r.violations)
-        std::printf("FAIL %s\n", name_imports(format_violation(v)).c_str());
-      if (r.unverifiable_links > 0)
-        std::printf(
-            "note: %zu links point at ranks the export filter left out; they cannot be "
-            "verified\n",
-            r.unverifiable_links);
-      if (!r.start_order.empty()) std::printf("note: %s\n", r.start_order.c_str());
-      const bool late_fails = r.late.late > 0 && !allow_late;
-      if (r.late.late > 0) {
-        const LateSpan& first = r.late.late_list.front();
-        std::printf(
-            "%s %zu spans arrived after their step had been checked and were not checked (the "
-            "first: rank %d, %s line %zu, %s %s of step %lld)%s\n",
-            late_fails ? "FAIL" : "note:", r.late.late, first.rank, first.path.filename().c_str(),
-            first.line, first.name.c_str(), first.span_id.c_str(),
-            static_cast<long long>(first.step), late_fails ? "; --allow-late to pass anyway" : "");
-      }
-      if (r.late.forgot)
-        std::printf(
-            "note: the run is long enough that span ids of early steps were forgotten: a span "
-            "delivered twice long after its step is counted as late, not as a duplicate\n");
-      if (r.stopped_spans > 0)
-        std::printf(
-            "note: the run was stopped by %s: %zu spans ended by it; %zu steps a rank was in "
-            "then are not held to every rank or to the schedule's counts\n",
-            r.stopped_by.c_str(), r.stopped_spans, r.interrupted_steps);
-      if (!r.inferred.empty())
-        std::printf("inferred: %s; each rank's step stays in a trace of its own (no links)\n",
-                    r.inferred.c_str());
-      std::printf("%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), r.files, r.steps,
-                  r.spans,
-                  late_fails ? (std::to_string(r.violations.size()) + " violations, " +
-                                std::to_string(r.late.late) + " spans not checked")
-                                   .c_str()
-                  : r.violations.empty()
-                      ? (!r.inferred.empty()
-                             ? "every rank's steps matched by step number (inferred: see above)"
-                         : r.pipeline_scope ? "every replica's step is one trace, linked to rank "
-                                              "0's; every link resolves"
-                                            : "every step is one trace; every link resolves")
-                      : (std::to_string(r.violations.size()) + " violations").c_str());
-      return r.violations.empty() && !late_fails ? kOk : kViolations;
+      const auto print = [&](const CheckResult& r) {
+        print_warnings(r.warnings);
+        for (const auto& v : r.violations)
+          std::printf("FAIL %s\n", name_imports(format_violation(v)).c_str());
+        if (r.unverifiable_links > 0)
+          std::printf(
+              "note: %zu links point at ranks the export filter left out; they cannot be "
+              "verified\n",
+              r.unverifiable_links);
+        if (!r.start_order.empty()) std::printf("note: %s\n", r.start_order.c_str());
+        const bool late_fails = r.late.late > 0 && !allow_late;
+        if (r.late.late > 0) {
+          const LateSpan& first = r.late.late_list.front();
+          std::printf(
+              "%s %zu spans arrived after their step had been checked and were not checked (the "
+              "first: rank %d, %s line %zu, %s %s of step %lld)%s\n",
+              late_fails ? "FAIL" : "note:", r.late.late, first.rank, first.path.filename().c_str(),
+              first.line, first.name.c_str(), first.span_id.c_str(),
+              static_cast<long long>(first.step),
+              late_fails ? "; --allow-late to pass anyway" : "");
+        }
+        if (r.late.forgot)
+          std::printf(
+              "note: the run is long enough that span ids of early steps were forgotten: a span "
+              "delivered twice long after its step is counted as late, not as a duplicate\n");
+        if (r.stopped_spans > 0)
+          std::printf(
+              "note: the run was stopped by %s: %zu spans ended by it; %zu steps a rank was in "
+              "then are not held to every rank or to the schedule's counts\n",
+              r.stopped_by.c_str(), r.stopped_spans, r.interrupted_steps);
+        if (!r.inferred.empty())
+          std::printf("inferred: %s; each rank's step stays in a trace of its own (no links)\n",
+                      r.inferred.c_str());
+        std::printf("%s: %zu ranks, %zu steps, %zu spans: %s\n", dir.c_str(), r.files, r.steps,
+                    r.spans,
+                    late_fails ? (std::to_string(r.violations.size()) + " violations, " +
+                                  std::to_string(r.late.late) + " spans not checked")
+                                     .c_str()
+                    : r.violations.empty()
+                        ? (!r.inferred.empty()
+                               ? "every rank's steps matched by step number (inferred: see above)"
+                           : r.pipeline_scope ? "every replica's step is one trace, linked to rank "
+                                                "0's; every link resolves"
+                                              : "every step is one trace; every link resolves")
+                        : (std::to_string(r.violations.size()) + " violations").c_str());
+        return r.violations.empty() && !late_fails ? kOk : kViolations;
+      };
+      if (split) return mpi_check(dir, print);
+      return print(check_dir(dir, reading_options()));
     }
     if (summary->parsed()) {
+      const auto print = [&](const Summary& s, const std::vector<std::string>& warnings) {
+        print_warnings(warnings);
+        std::fputs((as_json ? format_json(s) : format_table(s)).c_str(), stdout);
+      };
+      if (split) return mpi_summary(dir, raw_clock, print);
       std::vector<std::string> warnings;
       Summary s = summarize_dir(dir, view_options(dir), &warnings);
       s.clock = clock_report;
       s.left_out = late_spans;
-      print_warnings(warnings);
-      std::fputs((as_json ? format_json(s) : format_table(s)).c_str(), stdout);
+      print(s, warnings);
       return kOk;
     }
     const auto analyze_options = [&] {
@@ -354,7 +365,7 @@ int run_lens(int argc, char** argv) {
                        .c_str(),
                    stdout);
       };
-      if (use_mpi || (launched_by_mpi() && have_mpi())) return mpi_analyze(dir, raw_clock, print);
+      if (split) return mpi_analyze(dir, raw_clock, print);
       std::vector<std::string> warnings;
       const Analysis a = analyze_run(dir, analyze_options(), &warnings);
       print(a, warnings);

@@ -28,11 +28,25 @@ bool launched_by_mpi() {
 
 bool have_mpi() { return false; }
 
+namespace {
+int without_mpi() {
+  std::fprintf(stderr, "lens: this lens was built without MPI\n");
+  return 2;
+}
+}  // namespace
+
 int mpi_analyze(const std::string&, bool,
                 const std::function<void(const analysis::Analysis&,
                                          const std::vector<std::string>&)>&) {
-  std::fprintf(stderr, "lens: this lens was built without MPI\n");
-  return 2;
+  return without_mpi();
+}
+int mpi_summary(const std::string&, bool,
+                const std::function<void(const analysis::Summary&,
+                                         const std::vector<std::string>&)>&) {
+  return without_mpi();
+}
+int mpi_check(const std::string&, const std::function<int(const analysis::CheckResult&)>&) {
+  return without_mpi();
 }
 
 #else
@@ -93,11 +107,18 @@ std::string outcome(const std::function<std::string()>& work) {
 
 constexpr std::size_t kMaxPartBytes = std::size_t{1} << 30;
 
-}  // namespace
-
-int mpi_analyze(const std::string& dir, bool raw_clock,
-                const std::function<void(const analysis::Analysis&,
-                                         const std::vector<std::string>&)>& print) {
+// One command split over the MPI world: rank 0 reads the step index and
+// (unless `raw_clock`) the clock samples and broadcasts them; each process
+// makes its range's part (`part`); rank 0 gathers them and `finish`es,
+// returning the exit code. Returns the code every process exits with: that
+// one, or 2 after an error, which rank 0 prints (the error of the earliest
+// steps' process, the one a single process meets first).
+int split_over_world(
+    const std::string& dir, bool raw_clock,
+    const std::function<std::string(const analysis::StepIndex&, analysis::StepRange,
+                                    const analysis::ClockAlignment&)>& part,
+    const std::function<int(const std::vector<std::string>&, const analysis::ClockAlignment&)>&
+        finish) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) MPI_Init(nullptr, nullptr);
@@ -111,9 +132,9 @@ int mpi_analyze(const std::string& dir, bool raw_clock,
     first = outcome([&] {
       if (!analysis::is_lens_layout(dir) && !std::filesystem::is_regular_file(dir))
         throw analysis::ReadError(dir +
-                                  ": under MPI, lens analyze reads a run in lens's layout (a "
-                                  "directory of rank-<r>.otlp.jsonl files) on a file system every "
-                                  "process sees; for other layouts run it as one process");
+                                  ": under MPI, lens reads a run in lens's layout (a directory "
+                                  "of rank-<r>.otlp.jsonl files) on a file system every process "
+                                  "sees; for other layouts run it as one process");
       std::string index = analysis::to_bytes(analysis::step_index(dir));
       std::string samples = raw_clock ? std::string() : analysis::clock_samples(dir);
       std::string both;
@@ -133,18 +154,17 @@ int mpi_analyze(const std::string& dir, bool raw_clock,
     const std::string_view index_bytes(first.data() + 1 + sizeof n, n);
     const std::string_view samples(first.data() + 1 + sizeof n + n,
                                    first.size() - 1 - sizeof n - n);
-    const std::string part = outcome([&] {
+    const std::string mine = outcome([&] {
       const analysis::StepIndex index = analysis::step_index_from_bytes(index_bytes);
       const analysis::ClockAlignment clock =
           raw_clock ? analysis::ClockAlignment() : analysis::clock_from_samples(samples);
       const auto ranges = analysis::split_steps(index, size);
-      std::string bytes = analysis::analyze_part(dir, index, ranges[static_cast<std::size_t>(rank)],
-                                                 clock, false);
+      std::string bytes = part(index, ranges[static_cast<std::size_t>(rank)], clock);
       if (bytes.size() > kMaxPartBytes)
         throw std::runtime_error("one process's rows exceed 1 GiB: run with more processes");
       return bytes;
     });
-    const std::vector<std::string> parts = gather(part, rank, size);
+    const std::vector<std::string> parts = gather(mine, rank, size);
     if (rank == 0) {
       // The error of the earliest steps, as one process would have met it.
       const std::string* error = nullptr;
@@ -157,28 +177,79 @@ int mpi_analyze(const std::string& dir, bool raw_clock,
         std::fprintf(stderr, "lens: %s\n", error->c_str() + 1);
         code = 2;
       } else {
-        code = 2;
+        int finished = 2;
         const std::string done = outcome([&] {
           std::vector<std::string> rows;
           for (const auto& p : parts) rows.push_back(p.substr(1));
-          std::vector<std::string> warnings;
           const analysis::ClockAlignment clock =
               raw_clock ? analysis::ClockAlignment() : analysis::clock_from_samples(samples);
-          const analysis::Analysis a =
-              analysis::merge_parts(rows, clock, raw_clock, false, &warnings);
-          print(a, warnings);
+          finished = finish(rows, clock);
           return std::string();
         });
-        if (done[0] == 'e')
+        if (done[0] == 'e') {
           std::fprintf(stderr, "lens: %s\n", done.c_str() + 1);
-        else
-          code = 0;
+          code = 2;
+        } else {
+          code = finished;
+        }
       }
     }
     MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
   }
   MPI_Finalize();
   return code;
+}
+
+}  // namespace
+
+int mpi_analyze(const std::string& dir, bool raw_clock,
+                const std::function<void(const analysis::Analysis&,
+                                         const std::vector<std::string>&)>& print) {
+  return split_over_world(
+      dir, raw_clock,
+      [&](const analysis::StepIndex& index, analysis::StepRange range,
+          const analysis::ClockAlignment& clock) {
+        return analysis::analyze_part(dir, index, range, clock, false);
+      },
+      [&](const std::vector<std::string>& parts, const analysis::ClockAlignment& clock) {
+        std::vector<std::string> warnings;
+        const analysis::Analysis a = analysis::merge_parts(parts, clock, raw_clock, false, &warnings);
+        print(a, warnings);
+        return 0;
+      });
+}
+
+int mpi_summary(const std::string& dir, bool raw_clock,
+                const std::function<void(const analysis::Summary&,
+                                         const std::vector<std::string>&)>& print) {
+  return split_over_world(
+      dir, raw_clock,
+      [&](const analysis::StepIndex& index, analysis::StepRange range,
+          const analysis::ClockAlignment& clock) {
+        return analysis::summary_part(dir, index, range, clock);
+      },
+      [&](const std::vector<std::string>& parts, const analysis::ClockAlignment& clock) {
+        std::vector<std::string> warnings;
+        const analysis::Summary s =
+            analysis::merge_summary_parts(parts, clock, raw_clock, &warnings);
+        print(s, warnings);
+        return 0;
+      });
+}
+
+int mpi_check(const std::string& dir,
+              const std::function<int(const analysis::CheckResult&)>& print) {
+  // Start times are compared on the run's clock samples (check_dir); the
+  // windows themselves are read on each rank's own clock.
+  return split_over_world(
+      dir, false,
+      [&](const analysis::StepIndex& index, analysis::StepRange range,
+          const analysis::ClockAlignment& clock) {
+        return analysis::check_part(dir, index, range, analysis::start_order_of(dir, clock));
+      },
+      [&](const std::vector<std::string>& parts, const analysis::ClockAlignment& clock) {
+        return print(analysis::merge_check_parts(parts, dir, analysis::start_order_of(dir, clock)));
+      });
 }
 
 #endif

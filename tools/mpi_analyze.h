@@ -1,6 +1,7 @@
-// `lens analyze` as an MPI job (docs/scale.md): `mpirun -n K lens analyze
-// RUN` splits the run's steps between the K processes (partial_analysis.h)
-// and rank 0 prints what one process would print, byte for byte.
+// `lens analyze`, `summary` and `check` as an MPI job (docs/scale.md):
+// `mpirun -n K lens analyze RUN` splits the run's steps between the K
+// processes (partial_analysis.h) and rank 0 prints what one process would
+// print, byte for byte.
 #pragma once
 
 #include <functional>
@@ -8,6 +9,8 @@
 #include <vector>
 
 #include "analyze.h"
+#include "check.h"
+#include "summary.h"
 
 namespace lens::tools {
 
@@ -25,5 +28,12 @@ bool have_mpi();
 int mpi_analyze(const std::string& dir, bool raw_clock,
                 const std::function<void(const analysis::Analysis&,
                                          const std::vector<std::string>&)>& print);
+// The same for `lens summary` (its clock report and spans left out set).
+int mpi_summary(const std::string& dir, bool raw_clock,
+                const std::function<void(const analysis::Summary&,
+                                         const std::vector<std::string>&)>& print);
+// The same for `lens check`: `print` (rank 0) returns the exit code.
+int mpi_check(const std::string& dir,
+              const std::function<int(const analysis::CheckResult&)>& print);
 
 }  // namespace lens::tools

@@ -335,14 +335,59 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
     for (const auto& [rank, sr] : sv.ranks) members[pipeline(rank)].push_back(&sr);
     for (const auto& [p, src] : source) check_start_order(sv, *src, members[p]);
   }
-  for (const auto& trace : step_traces) {
-    auto [it, fresh] = step_of_trace_.emplace(trace, sv.step);
-    if (!fresh && it->second != sv.step)
-      found_.push_back({sv.step, -1,
+  if (part_)
+    trace_uses_.push_back({found_.size(), sv.step, {step_traces.begin(), step_traces.end()}});
+  else
+    note_traces(sv.step, step_traces);
+}
+
+template <typename Traces>
+void RunChecker::note_traces(std::int64_t step, const Traces& traces) {
+  for (const auto& trace : traces) {
+    auto [it, fresh] = step_of_trace_.emplace(trace, step);
+    if (!fresh && it->second != step)
+      found_.push_back({step, -1,
                         "trace id " + trace + " was already step " + std::to_string(it->second) +
                             "'s: two steps share one trace",
                         ""});
   }
+}
+
+void RunChecker::absorb(RunChecker&& part) {
+  pipeline_stages_ = std::max(pipeline_stages_, part.pipeline_stages_);
+  declared_stages_ = std::max(declared_stages_, part.declared_stages_);
+  microbatches_ = std::max(microbatches_, part.microbatches_);
+  virtual_stages_ = std::max(virtual_stages_, part.virtual_stages_);
+  steps_ += part.steps_;
+  stopped_spans_ += part.stopped_spans_;
+  interrupted_steps_ += part.interrupted_steps_;
+  if (!part.stopped_by_.empty()) stopped_by_ = part.stopped_by_;
+  inferred_ = inferred_ || part.inferred_;
+  unordered_seen_ = unordered_seen_ || part.unordered_seen_;
+  ordered_seen_ = ordered_seen_ || part.ordered_seen_;
+  // The part's findings with its steps' trace ids judged where one checker
+  // would have judged them: against every earlier step's.
+  std::size_t at = 0;
+  for (const TraceUse& use : part.trace_uses_) {
+    for (; at < use.found; ++at) found_.push_back(std::move(part.found_[at]));
+    note_traces(use.step, use.traces);
+  }
+  for (; at < part.found_.size(); ++at) found_.push_back(std::move(part.found_[at]));
+  for (auto& p : part.pending_) pending_.push_back(std::move(p));
+  linked_.insert(linked_.end(), part.linked_.begin(), part.linked_.end());
+  for (auto& s : part.stages_) stages_.push_back(std::move(s));
+  for (const auto& [rank, counts] : part.linked_counts_)
+    linked_counts_[rank].insert(counts.begin(), counts.end());
+  for (auto& [rank, job] : part.job_of_rank_) job_of_rank_[rank] = std::move(job);
+  // Targets beyond the counted number are left out as one checker would
+  // (which of them first, it alone knows; the job span, linked from every
+  // step, is always among a part's first).
+  for (const auto& [rank, targets] : part.step_link_targets_) {
+    auto& mine = step_link_targets_[rank];
+    for (const auto& [target, n] : targets)
+      if (mine.count(target) || mine.size() < kCountedLinkTargets) mine[target] += n;
+  }
+  for (const auto& [rank, n] : part.steps_of_rank_) steps_of_rank_[rank] += n;
 }
 
 void RunChecker::check_job(std::vector<Violation>& out) {
@@ -532,8 +577,7 @@ std::vector<Violation> check_run(const Run& run, const PipelineView& view) {
   return checker.finish(files, [](std::map<std::string, std::string>&) {});
 }
 
-CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& options) {
-  CheckResult result;
+StartOrder start_order_of(const std::filesystem::path& dir, const ClockAlignment& clock) {
   // Which clocks start times can be compared on: the files' hosts and
   // ranks (from their first lines) and the run's clock samples.
   std::set<std::string> hosts;
@@ -542,19 +586,14 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
     RankFileReader reader(path);
     if (reader.next_line()) note_host_and_rank(reader.file(), hosts, ranks);
   }
-  const ClockAlignment clock = read_clock_alignment(dir);
-  RunChecker checker(StartOrder::of(hosts, ranks, clock));
-  StreamOptions stream = options;
-  if (stream.late == nullptr) stream.late = &result.late;
-  Run rest = stream_steps(
-      dir,
-      [&](StepWindow& w) {
-        result.spans += w.run.span_count();
-        checker.add(w.run, build_view(w.run));
-      },
-      stream);
-  if (stream.late != &result.late) result.late = *stream.late;
-  result.spans += rest.span_count();
+  return StartOrder::of(hosts, ranks, clock);
+}
+
+CheckResult finish_check(const std::filesystem::path& dir, RunChecker& checker, const Run& rest,
+                         std::size_t window_spans, LateSpans late) {
+  CheckResult result;
+  result.late = std::move(late);
+  result.spans = window_spans + rest.span_count();
   result.files = rest.files.size();
   for (const auto& f : rest.files) result.pipeline_scope |= f.trace_scope == "pipeline";
   result.inferred = inferred_of(rest.files);
@@ -587,6 +626,23 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
   result.stopped_by = checker.stopped_by();
   result.unverifiable_links = checker.unverifiable_links();
   return result;
+}
+
+CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& options) {
+  const ClockAlignment clock = read_clock_alignment(dir);  // the checker keeps a pointer
+  RunChecker checker(start_order_of(dir, clock));
+  LateSpans late;
+  StreamOptions stream = options;
+  if (stream.late == nullptr) stream.late = &late;
+  std::size_t spans = 0;
+  Run rest = stream_steps(
+      dir,
+      [&](StepWindow& w) {
+        spans += w.run.span_count();
+        checker.add(w.run, build_view(w.run));
+      },
+      stream);
+  return finish_check(dir, checker, rest, spans, *stream.late);
 }
 
 }  // namespace lens::analysis

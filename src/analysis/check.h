@@ -108,7 +108,14 @@ class RunChecker {
   // Links that point at ranks an export filter left out (known after finish).
   std::size_t unverifiable_links() const { return unverifiable_; }
 
+  // Split over processes (partial_analysis.h): a checker of a part of the
+  // run's steps leaves the steps' trace ids to be judged when its state is
+  // absorbed, in step order, by the checker that finishes the run.
+  void check_as_part() { part_ = true; }
+  void absorb(RunChecker&& part);
+
  private:
+  friend struct CheckerBytes;  // a part's state as bytes (partial_analysis.cc)
   struct PendingLink {
     std::int64_t step;
     int rank;
@@ -133,6 +140,17 @@ class RunChecker {
                          const std::vector<const StepOnRank*>& pipeline);
   void check_nesting(const StepView& sv, const StepOnRank& sr, const PipelineView& view);
   void check_job(std::vector<Violation>& out);
+  template <typename Traces>
+  void note_traces(std::int64_t step, const Traces& traces);
+
+  // A part's step trace ids, with how many findings came before them.
+  struct TraceUse {
+    std::size_t found;
+    std::int64_t step;
+    std::vector<std::string> traces;
+  };
+  bool part_ = false;
+  std::vector<TraceUse> trace_uses_;
 
   std::vector<Violation> found_;
   std::vector<PendingLink> pending_;
@@ -184,6 +202,16 @@ struct CheckResult {
   LateSpans late;
 };
 CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& options = {});
+
+// The pieces of check_dir a run split over processes uses (partial_analysis.h):
+// how start times are compared (from the files' first lines and `clock`,
+// which must outlive it),
+// and the result from a checker that has seen every step window, the spans
+// in no window (`rest`, every file's metadata), the windows' span count and
+// what the stream left out.
+StartOrder start_order_of(const std::filesystem::path& dir, const ClockAlignment& clock);
+CheckResult finish_check(const std::filesystem::path& dir, RunChecker& checker, const Run& rest,
+                         std::size_t window_spans, LateSpans late);
 
 // "step 3, rank 2: what [span-name span-id]"
 std::string format_violation(const Violation& v);

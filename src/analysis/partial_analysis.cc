@@ -6,13 +6,17 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <type_traits>
+#include <unordered_map>
 
 #include "line_reader.h"
 #include "pipeline_view.h"
 #include "run_reader.h"
+#include "summary.h"
 #include "stage_verdicts.h"
 #include "step_analysis.h"
 #include "step_stream.h"
@@ -398,6 +402,12 @@ std::vector<StepRange> split_steps(const StepIndex& index, int parts) {
   const std::vector<std::int64_t> steps = index.steps();
   std::vector<StepRange> out;
   const std::size_t n = steps.size(), k = static_cast<std::size_t>(std::max(parts, 1));
+  if (n == 0) {
+    // No step spans: the first part reads the whole run, as one process.
+    out.assign(k, StepRange{1, 0});
+    out[0] = {std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
+    return out;
+  }
   std::size_t at = 0;
   for (std::size_t i = 0; i < k; ++i) {
     const std::size_t count = n / k + (i < n % k ? 1 : 0);
@@ -476,106 +486,595 @@ std::map<std::string, StreamOptions::Start> starts_for(const StepIndex& index,
   return starts;
 }
 
-}  // namespace
+// Whether `range` is the run's last (it reads every file to its end).
+bool is_last(const std::vector<std::int64_t>& steps, StepRange range) {
+  return !range.empty() && (steps.empty() || range.last >= steps.back());
+}
 
-std::string analyze_part(const std::filesystem::path& dir, const StepIndex& index,
-                         StepRange range, const ClockAlignment& clock, bool keep_critical_path) {
-  Writer w;
-  w.put<std::uint32_t>(kPartMagic);
+// The stream of one range's steps: each file read from the line before the
+// range, the steps before it handed over unseen, reading stopped after its
+// last step; the lines it owns (whose spans outside the windows it returns
+// and counts) end at the line where the next range's reading begins.
+StreamOptions part_stream(const StepIndex& index, StepRange range, StreamOptions so) {
   const std::vector<std::int64_t> steps = index.steps();
-  StepBaselines baselines;
-  ClockReport report = ClockReport::of(clock);
-  LateSpans late;
-  std::vector<std::string> records;
-  Run rest;
-  if (!range.empty()) {
-    // The stages' baselines: their first steps' costs, as the one process
-    // saw them before this range.
-    if (!steps.empty() && range.first > steps.front()) {
-      ClockReport unused = ClockReport::of(clock);
-      StreamOptions so = aligned_stream(clock, &unused, nullptr);
-      so.stop_after_step = range.first - 1;
-      std::size_t seen = 0;
-      try {
-        stream_steps(dir, [&](StepWindow& window) {
-          for_each_record(build_view(window.run), window.run, baselines, false,
-                          [&](const StepRecord&) { ++seen; });
-          bool all = seen >= kBaselineSteps;
-          for (const auto& [key, first] : baselines) all = all && first.size() >= kBaselineSteps;
-          if (all) throw BaselinesComplete{};
-        }, so);
-      } catch (const BaselinesComplete&) {
-      }
-    }
-    StreamOptions so = aligned_stream(clock, &report, &late);
-    const bool first_range = steps.empty() || range.first <= steps.front();
-    const bool last_range = steps.empty() || range.last >= steps.back();
-    if (!first_range) {
-      so.first_step = range.first;
-      so.starts = starts_for(index, range.first);
-    }
-    if (!last_range) so.stop_after_step = range.last;
-    rest = stream_steps(dir, [&](StepWindow& window) {
-      for_each_record(build_view(window.run), window.run, baselines, keep_critical_path,
-                      [&](const StepRecord& r) {
-        Writer one;
-        put_record(one, r);
-        records.push_back(one.take());
-      });
-    }, so);
+  const bool first_range = steps.empty() || range.first <= steps.front();
+  const bool last_range = is_last(steps, range);
+  std::map<std::string, StreamOptions::Start> ends;
+  if (!first_range) {
+    so.first_step = range.first;
+    so.starts = starts_for(index, range.first);
   }
-  w.put<std::uint64_t>(records.size());
-  for (const auto& r : records) w.put(r);
+  if (!last_range) {
+    so.stop_after_step = range.last;
+    ends = starts_for(index, range.last + 1);
+  }
+  for (const auto& f : index.files) {
+    StreamOptions::Owned owned;
+    if (auto start = so.starts.find(f.name); start != so.starts.end())
+      owned.after = start->second.line;
+    if (!last_range) {
+      auto end = ends.find(f.name);
+      owned.through = end != ends.end() ? end->second.line : 0;
+    }
+    so.owned[f.name] = owned;
+  }
+  return so;
+}
+
+// ---- what every part sends beside its command's rows ----------------------
+
+void put_span(Writer& w, const SpanRow& s) {
+  w.put<std::int32_t>(s.rank);
+  w.put<std::uint64_t>(s.process);
+  for (const std::string* t : {&s.trace_id, &s.span_id, &s.parent_span_id, &s.name})
+    w.put(*t);
+  w.put<std::int64_t>(s.start_ns);
+  w.put<std::int64_t>(s.end_ns);
+  w.put<std::int32_t>(s.kind);
+  w.put<std::int32_t>(s.status_code);
+  w.put(s.status_message);
+  w.put<std::uint64_t>(s.attributes.size());
+  for (const auto& [k, v] : s.attributes) {
+    w.put(k);
+    w.put(v);
+  }
+  w.put<std::uint64_t>(s.attribute_types.size());
+  for (const auto& [k, t] : s.attribute_types) {
+    w.put(k);
+    w.put<char>(t);
+  }
+  w.list(s.links, [&](const std::pair<std::string, std::string>& l) {
+    w.put(l.first);
+    w.put(l.second);
+  });
+}
+
+SpanRow get_span(Reader& r) {
+  SpanRow s;
+  s.rank = r.get<std::int32_t>();
+  s.process = r.get<std::uint64_t>();
+  for (std::string* t : {&s.trace_id, &s.span_id, &s.parent_span_id, &s.name}) *t = r.text();
+  s.start_ns = r.get<std::int64_t>();
+  s.end_ns = r.get<std::int64_t>();
+  s.kind = r.get<std::int32_t>();
+  s.status_code = r.get<std::int32_t>();
+  s.status_message = r.text();
+  for (std::size_t n = r.count(); n > 0; --n) {
+    std::string key = r.text();
+    s.attributes[std::move(key)] = r.text();
+  }
+  for (std::size_t n = r.count(); n > 0; --n) {
+    std::string key = r.text();
+    s.attribute_types[std::move(key)] = r.get<char>();
+  }
+  for (std::size_t n = r.count(); n > 0; --n) {
+    std::string trace = r.text();
+    s.links.emplace_back(std::move(trace), r.text());
+  }
+  return s;
+}
+
+void put_file(Writer& w, const RankFile& f) {
+  w.put(f.path.string());
+  for (int v : {f.rank, f.world_size, f.replica, f.tensor_rank}) w.put<std::int32_t>(v);
+  for (const std::string* t : {&f.run_id, &f.service_name, &f.trace_scope, &f.export_filter})
+    w.put(*t);
+  w.put<std::uint64_t>(f.process);
+  w.put<std::uint64_t>(f.lines);
+  w.put<std::uint64_t>(f.resource.size());
+  for (const auto& [k, v] : f.resource) {
+    w.put(k);
+    w.put(v);
+  }
+  w.put<std::uint64_t>(f.resource_types.size());
+  for (const auto& [k, t] : f.resource_types) {
+    w.put(k);
+    w.put<char>(t);
+  }
+}
+
+RankFile get_file(Reader& r) {
+  RankFile f;
+  f.path = r.text();
+  for (int* v : {&f.rank, &f.world_size, &f.replica, &f.tensor_rank}) *v = r.get<std::int32_t>();
+  for (std::string* t : {&f.run_id, &f.service_name, &f.trace_scope, &f.export_filter})
+    *t = r.text();
+  f.process = r.get<std::uint64_t>();
+  f.lines = r.get<std::uint64_t>();
+  for (std::size_t n = r.count(); n > 0; --n) {
+    std::string key = r.text();
+    f.resource[std::move(key)] = r.text();
+  }
+  for (std::size_t n = r.count(); n > 0; --n) {
+    std::string key = r.text();
+    f.resource_types[std::move(key)] = r.get<char>();
+  }
+  return f;
+}
+
+// One range's stream: its windows to `on_window`, then, as bytes, what it
+// counted (causality moves, unaligned ranks, spans left out) and, per file,
+// its warnings and the spans of its lines outside the windows (the last
+// part, which reads every file to its end, adds the files' metadata).
+std::string read_part(const std::filesystem::path& dir, const StepIndex& index, StepRange range,
+                      const ClockAlignment* clock,
+                      const std::function<void(StepWindow&)>& on_window) {
+  ClockReport report = clock != nullptr ? ClockReport::of(*clock) : ClockReport();
+  LateSpans late;
+  std::map<std::string, std::size_t> late_per_file;
+  std::map<std::string, std::vector<std::size_t>> open_lines;
+  std::map<std::string, std::int64_t> step_traces;  // the trace of each step handed over
+  Run rest;
+  const bool last_range = is_last(index.steps(), range);
+  if (!range.empty()) {
+    StreamOptions so =
+        clock != nullptr ? aligned_stream(*clock, &report, &late) : StreamOptions();
+    so.late = &late;
+    so.late_per_file = &late_per_file;
+    so.open_lines = &open_lines;
+    rest = stream_steps(dir, [&](StepWindow& window) {
+      for (const auto& f : window.run.files)
+        for (const auto& span : f.spans)
+          if (is_step_span(span)) step_traces.emplace(span.trace_id, window.step);
+      on_window(window);
+    }, part_stream(index, range, so));
+  }
+  Writer w;
   put_moves(w, report.moves);
   w.put<std::uint64_t>(report.unaligned_ranks.size());
   for (int rank : report.unaligned_ranks) w.put<std::int32_t>(rank);
   put_late(w, late);
-  // Per file (by rank): its warnings, and the inferred correlation.
+  w.put<std::uint8_t>(last_range ? 1 : 0);
   w.list(rest.files, [&](const RankFile& f) {
-    w.put<std::int32_t>(f.rank);
+    const std::string name = f.path.filename().string();
+    w.put(name);
+    w.put(f.path.string());
+    if (last_range) put_file(w, f);
     w.list(f.warnings, [&](const std::string& s) { w.put(s); });
+    const std::size_t n_late = std::min(late_per_file[name], f.spans.size());
+    const std::size_t n_open = f.spans.size() - n_late;
+    const std::vector<std::size_t>& lines = open_lines[name];
+    if (lines.size() != n_open) throw std::logic_error("a part's spans and their lines differ");
+    w.put<std::uint64_t>(n_open);
+    for (std::size_t i = 0; i < n_open; ++i) {
+      put_span(w, f.spans[i]);
+      w.put<std::uint64_t>(lines[i]);
+    }
+    w.put<std::uint64_t>(n_late);
+    for (std::size_t i = n_open; i < f.spans.size(); ++i) put_span(w, f.spans[i]);
   });
   w.put(inferred_of(rest.files));
+  w.put<std::uint64_t>(step_traces.size());
+  for (const auto& [trace, step] : step_traces) {
+    w.put(trace);
+    w.put<std::int64_t>(step);
+  }
   return w.take();
+}
+
+// Every part's stream bytes, in range order, as one process's stream would
+// have ended: its counts and the files it returns.
+class StreamMerge {
+ public:
+  StreamMerge(const std::filesystem::path& dir, const ClockAlignment& clock, bool raw_clock)
+      : dir_(dir), report_(ClockReport::of(clock)) {
+    report_.raw_asked = raw_clock;
+  }
+
+  void add(Reader& r) {
+    report_.moves.add(get_moves(r));
+    for (std::size_t n = r.count(); n > 0; --n) report_.unaligned_ranks.insert(r.get<std::int32_t>());
+    merge_late(r, late_);
+    const bool last = r.get<std::uint8_t>() != 0;
+    std::vector<std::string> order;
+    for (std::size_t n = r.count(); n > 0; --n) {
+      const std::string name = r.text();
+      const std::string path = r.text();
+      order.push_back(name);
+      File& f = files_[name];
+      if (last) f.meta = get_file(r);
+      for (std::size_t k = r.count(); k > 0; --k) f.warnings.push_back(r.text());
+      // The spans of a trace together, traces in the order first read; a
+      // span of a step an earlier part handed over came late, as one
+      // stream would have said.
+      for (std::size_t k = r.count(); k > 0; --k) {
+        SpanRow s = get_span(r);
+        const std::size_t line = r.get<std::uint64_t>();
+        if (auto step = handed_.find(s.trace_id); step != handed_.end()) {
+          late_.late += 1;
+          if (late_.late_list.size() < LateSpans::kKept)
+            late_.late_list.push_back({s.rank, path, line, step->second, s.name, s.span_id});
+          f.late.push_back(std::move(s));
+          continue;
+        }
+        auto [at, fresh] = f.trace_at.try_emplace(s.trace_id, f.open.size());
+        if (fresh) f.open.emplace_back();
+        f.open[at->second].push_back(std::move(s));
+      }
+      for (std::size_t k = r.count(); k > 0; --k) f.late.push_back(get_span(r));
+    }
+    const std::string inferred = r.text();
+    if (inferred_.empty()) inferred_ = inferred;
+    if (last) order_ = std::move(order);
+    for (std::size_t n = r.count(); n > 0; --n) {
+      std::string trace = r.text();
+      handed_.emplace(std::move(trace), r.get<std::int64_t>());
+    }
+  }
+
+  // The files as the one stream returns them (after every part's add).
+  Run rest() {
+    Run run;
+    run.dir = dir_;
+    for (const std::string& name : order_) {
+      File& f = files_[name];
+      RankFile file = std::move(f.meta);
+      file.warnings = std::move(f.warnings);
+      if (!f.late.empty()) file.warnings.push_back(late_warning(file.path, f.late.size()));
+      for (auto& trace : f.open)
+        for (auto& s : trace) file.spans.push_back(std::move(s));
+      for (auto& s : f.late) file.spans.push_back(std::move(s));
+      run.files.push_back(std::move(file));
+    }
+    return run;
+  }
+  ClockReport& report() { return report_; }
+  LateSpans& late() { return late_; }
+  const std::string& inferred() const { return inferred_; }
+
+ private:
+  struct File {
+    RankFile meta;
+    std::vector<std::string> warnings;
+    std::map<std::string, std::size_t> trace_at;
+    std::vector<std::vector<SpanRow>> open;
+    std::vector<SpanRow> late;
+  };
+  std::filesystem::path dir_;
+  ClockReport report_;
+  LateSpans late_;
+  std::string inferred_;
+  std::map<std::string, File> files_;
+  std::vector<std::string> order_;
+  std::unordered_map<std::string, std::int64_t> handed_;  // earlier parts' step traces
+};
+
+// A part: its magic, its command's rows, its stream's bytes.
+std::string make_part(std::uint32_t magic, const std::string& rows, const std::string& stream) {
+  Writer w;
+  w.put<std::uint32_t>(magic);
+  w.put(rows);
+  w.put(stream);
+  return w.take();
+}
+
+// Each part's rows to `rows` and its stream's bytes to `merge`, in order.
+void take_parts(const std::vector<std::string>& parts, std::uint32_t magic, StreamMerge& merge,
+                const std::function<void(Reader&)>& rows) {
+  for (const std::string& part : parts) {
+    Reader r(part);
+    if (r.get<std::uint32_t>() != magic) throw std::runtime_error("not a lens part of this command");
+    const std::string row_bytes = r.text();
+    Reader rr(row_bytes);
+    rows(rr);
+    if (!rr.done()) throw std::runtime_error("a lens part's rows with bytes after their end");
+    const std::string stream_bytes = r.text();
+    Reader sr(stream_bytes);
+    merge.add(sr);
+    if (!sr.done() || !r.done()) throw std::runtime_error("a lens part with bytes after its end");
+  }
+}
+
+constexpr std::uint32_t kSummaryMagic = 0x6c6e7332;  // "lns2"
+constexpr std::uint32_t kCheckMagic = 0x6c6e6332;    // "lnc2"
+
+}  // namespace
+
+// ---- analyze ---------------------------------------------------------------
+
+std::string analyze_part(const std::filesystem::path& dir, const StepIndex& index,
+                         StepRange range, const ClockAlignment& clock, bool keep_critical_path) {
+  const std::vector<std::int64_t> steps = index.steps();
+  StepBaselines baselines;
+  // The stages' baselines: their first steps' costs, as the one process saw
+  // them before this range.
+  if (!range.empty() && !steps.empty() && range.first > steps.front()) {
+    ClockReport unused = ClockReport::of(clock);
+    StreamOptions so = aligned_stream(clock, &unused, nullptr);
+    so.stop_after_step = range.first - 1;
+    std::size_t seen = 0;
+    try {
+      stream_steps(dir, [&](StepWindow& window) {
+        for_each_record(build_view(window.run), window.run, baselines, false,
+                        [&](const StepRecord&) { ++seen; });
+        bool all = seen >= kBaselineSteps;
+        for (const auto& [key, first] : baselines) all = all && first.size() >= kBaselineSteps;
+        if (all) throw BaselinesComplete{};
+      }, so);
+    } catch (const BaselinesComplete&) {
+    }
+  }
+  Writer rows;
+  std::uint64_t count = 0;
+  const std::string stream = read_part(dir, index, range, &clock, [&](StepWindow& window) {
+    for_each_record(build_view(window.run), window.run, baselines, keep_critical_path,
+                    [&](const StepRecord& r) {
+                      put_record(rows, r);
+                      ++count;
+                    });
+  });
+  Writer counted;
+  counted.put<std::uint64_t>(count);
+  return make_part(kPartMagic, counted.take() + rows.take(), stream);
 }
 
 Analysis merge_parts(const std::vector<std::string>& parts, const ClockAlignment& clock,
                      bool raw_clock, bool keep_critical_path,
                      std::vector<std::string>* warnings) {
   AnalysisBuilder builder(keep_critical_path);
-  ClockReport report = ClockReport::of(clock);
-  report.raw_asked = raw_clock;
-  LateSpans late;
-  std::map<int, std::vector<std::string>> file_warnings;  // by rank, every part's in order
-  std::string inferred;
-  for (const std::string& part : parts) {
-    Reader r(part);
-    if (r.get<std::uint32_t>() != kPartMagic) throw std::runtime_error("not a lens analysis part");
+  StreamMerge merge({}, clock, raw_clock);
+  take_parts(parts, kPartMagic, merge, [&](Reader& r) {
+    for (std::size_t n = r.count(); n > 0; --n) builder.add_record(get_record(r));
+  });
+  const Run rest = merge.rest();
+  if (warnings)
+    for (const auto& f : rest.files)
+      warnings->insert(warnings->end(), f.warnings.begin(), f.warnings.end());
+  Analysis a = builder.finish();
+  a.inferred = merge.inferred();
+  a.clock = std::move(merge.report());
+  a.left_out = std::move(merge.late());
+  return a;
+}
+
+// ---- summary ---------------------------------------------------------------
+
+std::string summary_part(const std::filesystem::path& dir, const StepIndex& index,
+                         StepRange range, const ClockAlignment& clock) {
+  SummaryRows all;
+  const std::string stream = read_part(dir, index, range, &clock, [&](StepWindow& window) {
+    SummaryRows one = SummaryBuilder::rows_of(build_view(window.run));
+    all.pipeline_stages = std::max(all.pipeline_stages, one.pipeline_stages);
+    all.microbatches = std::max(all.microbatches, one.microbatches);
+    all.virtual_stages = std::max(all.virtual_stages, one.virtual_stages);
+    all.tensor_collectives = all.tensor_collectives || one.tensor_collectives;
+    all.rows.insert(all.rows.end(), one.rows.begin(), one.rows.end());
+  });
+  Writer w;
+  for (int v : {all.pipeline_stages, all.microbatches, all.virtual_stages})
+    w.put<std::int32_t>(v);
+  w.put<std::uint8_t>(all.tensor_collectives ? 1 : 0);
+  w.list(all.rows, [&](const StageStep& s) {
+    w.put<std::int64_t>(s.step);
+    w.put<std::int32_t>(s.rank);
+    w.put<std::int32_t>(s.stage);
+    for (double v : {s.step_ms, s.forward_ms, s.backward_ms, s.p2p_ms, s.optimizer_ms, s.idle_ms,
+                     s.collective_ms, s.bubble})
+      w.put<double>(v);
+  });
+  return make_part(kSummaryMagic, w.take(), stream);
+}
+
+Summary merge_summary_parts(const std::vector<std::string>& parts, const ClockAlignment& clock,
+                            bool raw_clock, std::vector<std::string>* warnings) {
+  SummaryBuilder builder;
+  StreamMerge merge({}, clock, raw_clock);
+  take_parts(parts, kSummaryMagic, merge, [&](Reader& r) {
+    SummaryRows rows;
+    for (int* v : {&rows.pipeline_stages, &rows.microbatches, &rows.virtual_stages})
+      *v = r.get<std::int32_t>();
+    rows.tensor_collectives = r.get<std::uint8_t>() != 0;
     for (std::size_t n = r.count(); n > 0; --n) {
-      const std::string bytes = r.text();
-      Reader one(bytes);
-      builder.add_record(get_record(one));
+      StageStep s;
+      s.step = r.get<std::int64_t>();
+      s.rank = r.get<std::int32_t>();
+      s.stage = r.get<std::int32_t>();
+      for (double* v : {&s.step_ms, &s.forward_ms, &s.backward_ms, &s.p2p_ms, &s.optimizer_ms,
+                        &s.idle_ms, &s.collective_ms, &s.bubble})
+        *v = r.get<double>();
+      rows.rows.push_back(s);
     }
-    report.moves.add(get_moves(r));
-    for (std::size_t n = r.count(); n > 0; --n) report.unaligned_ranks.insert(r.get<std::int32_t>());
-    merge_late(r, late);
+    builder.add(rows);
+  });
+  const Run rest = merge.rest();
+  if (warnings)
+    for (const auto& f : rest.files)
+      warnings->insert(warnings->end(), f.warnings.begin(), f.warnings.end());
+  Summary s = builder.finish(build_view(rest));
+  s.clock = std::move(merge.report());
+  s.left_out = std::move(merge.late());
+  return s;
+}
+
+// ---- check -----------------------------------------------------------------
+
+// A part's checker as bytes (check.h: RunChecker::absorb takes it).
+struct CheckerBytes {
+  static void put(Writer& w, const RunChecker& c) {
+    w.list(c.found_, [&](const Violation& v) { put_violation(w, v); });
+    w.list(c.pending_, [&](const RunChecker::PendingLink& p) {
+      w.put<std::int64_t>(p.step);
+      w.put<std::int32_t>(p.rank);
+      for (const std::string* t : {&p.name, &p.span_id, &p.trace, &p.span}) w.put(*t);
+    });
+    w.list(c.linked_, [&](const RunChecker::LinkedCount& l) {
+      w.put<std::int64_t>(l.step);
+      w.put<std::int32_t>(l.rank);
+      w.put<std::int32_t>(l.stage);
+      w.put<std::uint64_t>(l.linked);
+      w.put<std::uint8_t>(l.has_p2p ? 1 : 0);
+    });
+    w.list(c.stages_, [&](const RunChecker::StageSeen& s) {
+      w.put<std::int64_t>(s.step);
+      w.put<std::int32_t>(s.rank);
+      w.put<std::int32_t>(s.stage);
+      w.put(s.span);
+    });
+    w.put<std::uint64_t>(c.linked_counts_.size());
+    for (const auto& [rank, counts] : c.linked_counts_) {
+      w.put<std::int32_t>(rank);
+      w.put<std::uint64_t>(counts.size());
+      for (std::size_t n : counts) w.put<std::uint64_t>(n);
+    }
+    for (int v : {c.pipeline_stages_, c.declared_stages_, c.microbatches_, c.virtual_stages_})
+      w.put<std::int32_t>(v);
+    for (std::size_t v : {c.steps_, c.stopped_spans_, c.interrupted_steps_})
+      w.put<std::uint64_t>(v);
+    w.put(c.stopped_by_);
+    for (bool b : {c.inferred_, c.unordered_seen_, c.ordered_seen_}) w.put<std::uint8_t>(b ? 1 : 0);
+    w.put<std::uint64_t>(c.job_of_rank_.size());
+    for (const auto& [rank, job] : c.job_of_rank_) {
+      w.put<std::int32_t>(rank);
+      w.put(job.first);
+      w.put(job.second);
+    }
+    w.put<std::uint64_t>(c.step_link_targets_.size());
+    for (const auto& [rank, targets] : c.step_link_targets_) {
+      w.put<std::int32_t>(rank);
+      w.put<std::uint64_t>(targets.size());
+      for (const auto& [target, n] : targets) {
+        w.put(target);
+        w.put<std::uint64_t>(n);
+      }
+    }
+    w.put<std::uint64_t>(c.steps_of_rank_.size());
+    for (const auto& [rank, n] : c.steps_of_rank_) {
+      w.put<std::int32_t>(rank);
+      w.put<std::uint64_t>(n);
+    }
+    w.list(c.trace_uses_, [&](const RunChecker::TraceUse& u) {
+      w.put<std::uint64_t>(u.found);
+      w.put<std::int64_t>(u.step);
+      w.list(u.traces, [&](const std::string& t) { w.put(t); });
+    });
+  }
+
+  static RunChecker get(Reader& r, const StartOrder& order) {
+    RunChecker c(order);
+    for (std::size_t n = r.count(); n > 0; --n) c.found_.push_back(get_violation(r));
+    for (std::size_t n = r.count(); n > 0; --n) {
+      RunChecker::PendingLink p;
+      p.step = r.get<std::int64_t>();
+      p.rank = r.get<std::int32_t>();
+      for (std::string* t : {&p.name, &p.span_id, &p.trace, &p.span}) *t = r.text();
+      c.pending_.push_back(std::move(p));
+    }
+    for (std::size_t n = r.count(); n > 0; --n) {
+      RunChecker::LinkedCount l;
+      l.step = r.get<std::int64_t>();
+      l.rank = r.get<std::int32_t>();
+      l.stage = r.get<std::int32_t>();
+      l.linked = r.get<std::uint64_t>();
+      l.has_p2p = r.get<std::uint8_t>() != 0;
+      c.linked_.push_back(l);
+    }
+    for (std::size_t n = r.count(); n > 0; --n) {
+      RunChecker::StageSeen s;
+      s.step = r.get<std::int64_t>();
+      s.rank = r.get<std::int32_t>();
+      s.stage = r.get<std::int32_t>();
+      s.span = r.text();
+      c.stages_.push_back(std::move(s));
+    }
+    for (std::size_t n = r.count(); n > 0; --n) {
+      auto& counts = c.linked_counts_[r.get<std::int32_t>()];
+      for (std::size_t k = r.count(); k > 0; --k) counts.insert(r.get<std::uint64_t>());
+    }
+    for (int* v : {&c.pipeline_stages_, &c.declared_stages_, &c.microbatches_, &c.virtual_stages_})
+      *v = r.get<std::int32_t>();
+    for (std::size_t* v : {&c.steps_, &c.stopped_spans_, &c.interrupted_steps_})
+      *v = r.get<std::uint64_t>();
+    c.stopped_by_ = r.text();
+    for (bool* b : {&c.inferred_, &c.unordered_seen_, &c.ordered_seen_})
+      *b = r.get<std::uint8_t>() != 0;
     for (std::size_t n = r.count(); n > 0; --n) {
       const int rank = r.get<std::int32_t>();
-      auto& list = file_warnings[rank];
-      for (std::size_t k = r.count(); k > 0; --k) list.push_back(r.text());
+      std::string trace = r.text();
+      c.job_of_rank_[rank] = {std::move(trace), r.text()};
     }
-    const std::string part_inferred = r.text();
-    if (inferred.empty()) inferred = part_inferred;
-    if (!r.done()) throw std::runtime_error("a lens analysis part with bytes after its end");
+    for (std::size_t n = r.count(); n > 0; --n) {
+      auto& targets = c.step_link_targets_[r.get<std::int32_t>()];
+      for (std::size_t k = r.count(); k > 0; --k) {
+        std::string target = r.text();
+        targets[std::move(target)] = r.get<std::uint64_t>();
+      }
+    }
+    for (std::size_t n = r.count(); n > 0; --n) {
+      const int rank = r.get<std::int32_t>();
+      c.steps_of_rank_[rank] = r.get<std::uint64_t>();
+    }
+    for (std::size_t n = r.count(); n > 0; --n) {
+      RunChecker::TraceUse u;
+      u.found = r.get<std::uint64_t>();
+      u.step = r.get<std::int64_t>();
+      for (std::size_t k = r.count(); k > 0; --k) u.traces.push_back(r.text());
+      if (u.found > c.found_.size()) throw std::runtime_error("a lens check part is malformed");
+      c.trace_uses_.push_back(std::move(u));
+    }
+    return c;
   }
-  if (warnings)
-    for (const auto& [rank, list] : file_warnings)
-      warnings->insert(warnings->end(), list.begin(), list.end());
-  Analysis a = builder.finish();
-  a.inferred = inferred;
-  a.clock = std::move(report);
-  a.left_out = std::move(late);
-  return a;
+
+  static void put_violation(Writer& w, const Violation& v) {
+    w.put<std::int64_t>(v.step);
+    w.put<std::int32_t>(v.rank);
+    w.put(v.what);
+    w.put(v.span);
+  }
+  static Violation get_violation(Reader& r) {
+    Violation v;
+    v.step = r.get<std::int64_t>();
+    v.rank = r.get<std::int32_t>();
+    v.what = r.text();
+    v.span = r.text();
+    return v;
+  }
+};
+
+std::string check_part(const std::filesystem::path& dir, const StepIndex& index,
+                       StepRange range, const StartOrder& order) {
+  RunChecker checker(order);
+  checker.check_as_part();
+  std::uint64_t spans = 0;
+  const std::string stream = read_part(dir, index, range, nullptr, [&](StepWindow& window) {
+    spans += window.run.span_count();
+    checker.add(window.run, build_view(window.run));
+  });
+  Writer w;
+  w.put<std::uint64_t>(spans);
+  CheckerBytes::put(w, checker);
+  return make_part(kCheckMagic, w.take(), stream);
+}
+
+CheckResult merge_check_parts(const std::vector<std::string>& parts,
+                              const std::filesystem::path& dir, const StartOrder& order) {
+  RunChecker checker(order);
+  std::size_t spans = 0;
+  StreamMerge merge(dir, ClockAlignment(), false);
+  take_parts(parts, kCheckMagic, merge, [&](Reader& r) {
+    spans += r.get<std::uint64_t>();
+    checker.absorb(CheckerBytes::get(r, order));
+  });
+  return finish_check(dir, checker, merge.rest(), spans, std::move(merge.late()));
 }
 
 }  // namespace lens::analysis

@@ -17,6 +17,13 @@
 //  5. merge_parts: the rows of every range, in order, through the same
 //     AnalysisBuilder as one process: the same figures, the same bytes.
 //
+// Each part also owns the lines of each file from the line where its reading
+// begins (not included) to the line where the next part's begins: the spans
+// of those lines outside the step windows (of no step, late, repeated) are
+// its to send and count, so the merge returns the files one stream would
+// have (the summary's tail selection and the check's job, links and
+// truncation read them). `lens summary` and `lens check` split the same way.
+//
 // Parts are plain bytes (doubles as their bits), for any transport.
 //
 // Thread safety: plain functions and values.
@@ -29,7 +36,9 @@
 #include <vector>
 
 #include "analyze.h"
+#include "check.h"
 #include "clock_alignment.h"
+#include "summary.h"
 
 namespace lens::analysis {
 
@@ -82,5 +91,19 @@ std::string analyze_part(const std::filesystem::path& dir, const StepIndex& inde
 Analysis merge_parts(const std::vector<std::string>& parts, const ClockAlignment& clock,
                      bool raw_clock, bool keep_critical_path,
                      std::vector<std::string>* warnings);
+
+// `lens summary` and `lens check` alike: a range's rows (a summary's per
+// stage rows; a checker's findings and what it judges at the end), and the
+// parts merged as one process would have ended (the summary's clock report
+// and spans left out set; the check's result as check_dir's). A check's
+// parts and its merge take the same StartOrder (start_order_of).
+std::string summary_part(const std::filesystem::path& dir, const StepIndex& index,
+                         StepRange range, const ClockAlignment& clock);
+Summary merge_summary_parts(const std::vector<std::string>& parts, const ClockAlignment& clock,
+                            bool raw_clock, std::vector<std::string>* warnings);
+std::string check_part(const std::filesystem::path& dir, const StepIndex& index,
+                       StepRange range, const StartOrder& order);
+CheckResult merge_check_parts(const std::vector<std::string>& parts,
+                              const std::filesystem::path& dir, const StartOrder& order);
 
 }  // namespace lens::analysis

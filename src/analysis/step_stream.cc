@@ -52,8 +52,20 @@ class Recent {
 // One file being read, and its spans not yet handed over.
 struct Cursor {
   std::unique_ptr<RankFileReader> reader;
-  // Spans of steps whose step span has not arrived yet, by trace id.
-  std::unordered_map<std::string, std::vector<SpanRow>> open;
+  // Spans of steps whose step span has not arrived yet, by trace id, with
+  // when their trace was first seen (what is left of them at the end is
+  // returned in that order).
+  struct Open {
+    std::size_t seen = 0;
+    std::vector<SpanRow> rows;
+    std::vector<std::size_t> lines;  // each row's
+  };
+  std::unordered_map<std::string, Open> open;
+  std::size_t traces_seen = 0;
+  // The lines whose spans outside the step windows are this reader's
+  // (StreamOptions::owned), and the span ids held in `open` from other lines.
+  StreamOptions::Owned owned;
+  std::unordered_set<std::string> borrowed_ids;
   // Completed steps not yet handed over, and their trace ids.
   std::map<std::int64_t, std::vector<SpanRow>> complete;
   std::unordered_map<std::string, std::int64_t> complete_trace;
@@ -86,26 +98,32 @@ void count_left_out(const Cursor& c, const SpanRow& row, std::int64_t step, bool
 void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
   std::vector<SpanRow> rows = std::move(c.reader->file().spans);
   c.reader->file().spans.clear();
+  const std::size_t line = c.reader->line_number();
+  const bool owned = line > c.owned.after && line <= c.owned.through;
+  // A span left out of the windows, kept and counted by the owner of its line.
+  const auto leave_out = [&](SpanRow& row, std::int64_t step, bool repeat) {
+    if (!owned) return;
+    count_left_out(c, row, step, repeat, late);
+    c.late.push_back(std::move(row));
+  };
   for (auto& row : rows) {
     if (!row.span_id.empty() && !c.held_ids.insert(row.span_id).second) {
       // The same span again while its first copy is held: left out.
       const auto done = c.complete_trace.find(row.trace_id);
-      count_left_out(c, row, done != c.complete_trace.end() ? done->second : -1, true, late);
-      c.late.push_back(std::move(row));
+      leave_out(row, done != c.complete_trace.end() ? done->second : -1, true);
       continue;
     }
     if (is_step_span(row)) {
       const std::int64_t step = row.int_attr("dl.step");
       if (step <= handed_over) {
         c.held_ids.erase(row.span_id);
-        count_left_out(c, row, step, false, late);
-        c.late.push_back(std::move(row));
+        leave_out(row, step, false);
         continue;
       }
       std::vector<SpanRow>& bucket = c.complete[step];
       auto it = c.open.find(row.trace_id);
       if (it != c.open.end()) {
-        for (auto& child : it->second) bucket.push_back(std::move(child));
+        for (auto& child : it->second.rows) bucket.push_back(std::move(child));
         c.open.erase(it);
       }
       c.complete_trace[row.trace_id] = step;
@@ -118,15 +136,23 @@ void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
       c.complete[done->second].push_back(std::move(row));  // ended after its step span
     } else if (const std::int64_t* gone = c.handed_trace.find(row.trace_id)) {
       c.held_ids.erase(row.span_id);
-      count_left_out(c, row, *gone, false, late);  // its step was handed over
-      c.late.push_back(std::move(row));
+      leave_out(row, *gone, false);  // its step was handed over
     } else {
-      c.open[row.trace_id].push_back(std::move(row));
+      auto [it, fresh] = c.open.try_emplace(row.trace_id);
+      if (fresh) it->second.seen = c.traces_seen++;
+      if (!owned) c.borrowed_ids.insert(row.span_id);
+      it->second.rows.push_back(std::move(row));
+      it->second.lines.push_back(line);
     }
   }
 }
 
 }  // namespace
+
+std::string late_warning(const std::filesystem::path& path, std::size_t spans) {
+  return path.string() + ": " + std::to_string(spans) +
+         " span(s) came after their step was read and are left out of the per-step views";
+}
 
 std::string LateSpans::describe() const {
   if (late + duplicates == 0) return {};
@@ -166,6 +192,9 @@ Run stream_here(const std::filesystem::path& dir, const std::function<void(StepW
     if (auto start = options.starts.find(paths[i].filename().string());
         start != options.starts.end())
       cursors[i].reader->start_at(start->second.offset, start->second.line);
+    if (auto owned = options.owned.find(paths[i].filename().string());
+        owned != options.owned.end())
+      cursors[i].owned = owned->second;
     std::error_code ec;
     const auto size = std::filesystem::file_size(paths[i], ec);
     if (!ec) total_bytes += size;
@@ -240,12 +269,23 @@ Run stream_here(const std::filesystem::path& dir, const std::function<void(StepW
   rest.dir = dir;
   for (auto& c : cursors) {
     RankFile f = c.reader->file().without_spans();
-    for (auto& [trace, rows] : c.open)
-      for (auto& row : rows) f.spans.push_back(std::move(row));
-    if (!c.late.empty())
-      f.warnings.push_back(f.path.string() + ": " + std::to_string(c.late.size()) +
-                           " span(s) came after their step was read and are left out of the "
-                           "per-step views");
+    std::vector<Cursor::Open*> open;
+    for (auto& [trace, o] : c.open) open.push_back(&o);
+    std::sort(open.begin(), open.end(),
+              [](const Cursor::Open* a, const Cursor::Open* b) { return a->seen < b->seen; });
+    std::vector<std::size_t>* lines =
+        options.open_lines != nullptr ? &(*options.open_lines)[f.path.filename().string()]
+                                      : nullptr;
+    for (Cursor::Open* o : open)
+      for (std::size_t i = 0; i < o->rows.size(); ++i) {
+        if (c.borrowed_ids.count(o->rows[i].span_id)) continue;
+        f.spans.push_back(std::move(o->rows[i]));
+        if (lines != nullptr) lines->push_back(o->lines[i]);
+      }
+    if (options.late_per_file != nullptr)
+      (*options.late_per_file)[f.path.filename().string()] = c.late.size();
+    else if (!c.late.empty())
+      f.warnings.push_back(late_warning(f.path, c.late.size()));
     for (auto& row : c.late) f.spans.push_back(std::move(row));
     if (options.clock && !options.clock->align(f) && options.clock_report)
       options.clock_report->unaligned_ranks.insert(f.rank);

@@ -99,6 +99,22 @@ struct StreamOptions {
     std::size_t line = 1;
   };
   std::map<std::string, Start> starts;
+  // The lines of a file (by file name; a file not named: all of them) whose
+  // spans outside the step windows (of no step, late, repeated) are this
+  // stream's to return and count: parts that each read a line at their
+  // boundary count its spans once. Lines after `after`, through `through`.
+  struct Owned {
+    std::size_t after = 0;
+    std::size_t through = std::numeric_limits<std::size_t>::max();
+  };
+  std::map<std::string, Owned> owned;
+  // When set, each file's late spans (the last ones of its returned spans)
+  // are counted here by file name, and the files' warnings leave them out
+  // (the caller words them with late_warning).
+  std::map<std::string, std::size_t>* late_per_file = nullptr;
+  // When set, the line of each returned span of no step window (before the
+  // late ones), by file name.
+  std::map<std::string, std::vector<std::size_t>>* open_lines = nullptr;
   // Threads: with 2 or more, the files are read and the windows assembled on
   // a thread of their own while on_step runs on the caller's, up to two
   // windows ahead; on_step is called in the same order with the same
@@ -107,6 +123,9 @@ struct StreamOptions {
   int threads = default_read_threads();
 };
 
+// The warning a file gets for spans left out of the windows.
+std::string late_warning(const std::filesystem::path& path, std::size_t spans);
+
 // Options for a view on one clock: every span handed over on `clock`'s
 // reference (when it has samples), the causality pass counted in `report`
 // and what the stream leaves out in `late` (either may be null).
@@ -114,7 +133,8 @@ StreamOptions aligned_stream(const ClockAlignment& clock, ClockReport* report, L
 
 // Calls `on_step` for every step, in increasing step number. Returns the
 // files' metadata and, in their `spans`, the spans that belong to no step
-// window, with the files' warnings. Throws ReadError for unreadable or
+// window (those of each trace together, traces in the order they were first
+// read), then the late ones, with the files' warnings. Throws ReadError for unreadable or
 // malformed input (naming the file and line).
 Run stream_steps(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
                  const StreamOptions& options = {});

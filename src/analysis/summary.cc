@@ -12,10 +12,11 @@ namespace {
 double ms(const SpanRow& s) { return static_cast<double>(s.end_ns - s.start_ns) / 1e6; }
 }  // namespace
 
-void SummaryBuilder::add(const PipelineView& view) {
-  out_.pipeline_stages = std::max(out_.pipeline_stages, view.pipeline_stages);
-  out_.microbatches = std::max(out_.microbatches, view.microbatches);
-  out_.virtual_stages = std::max(out_.virtual_stages, view.virtual_stages);
+SummaryRows SummaryBuilder::rows_of(const PipelineView& view) {
+  SummaryRows out;
+  out.pipeline_stages = view.pipeline_stages;
+  out.microbatches = view.microbatches;
+  out.virtual_stages = view.virtual_stages;
   for (const auto& sv : view.steps) {
     for (const auto& [rank, sr] : sv.ranks) {
       StageStep row;
@@ -37,7 +38,7 @@ void SummaryBuilder::add(const PipelineView& view) {
             break;
           case SpanKind::kCollective:  // inside a forward or backward
             row.collective_ms += ms(*s);
-            out_.tensor_collectives = true;
+            out.tensor_collectives = true;
             break;
           case SpanKind::kOptimizer:
             row.optimizer_ms += ms(*s);
@@ -52,18 +53,29 @@ void SummaryBuilder::add(const PipelineView& view) {
       row.idle_ms = std::max(
           0.0, row.step_ms - row.forward_ms - row.backward_ms - row.p2p_ms - row.optimizer_ms);
       // The pipeline's bubble: a stage at a TP collective is busy with a
-      // microbatch; the slowest stage is judged by its own compute.
+      // microbatch.
       const double busy = row.forward_ms + row.backward_ms;
-      const double compute = busy - row.collective_ms;
-      if (window > 0 && busy > 0) {
-        row.bubble = std::max(0.0, 1.0 - busy / window);
-        bubble_sum_ += row.bubble;
-        ++bubble_rows_;
-      }
-      compute_by_stage_[row.stage].first += compute;
-      compute_by_stage_[row.stage].second += 1;
-      out_.rows.push_back(row);
+      if (window > 0 && busy > 0) row.bubble = std::max(0.0, 1.0 - busy / window);
+      out.rows.push_back(row);
     }
+  }
+  return out;
+}
+
+void SummaryBuilder::add(const SummaryRows& part) {
+  out_.pipeline_stages = std::max(out_.pipeline_stages, part.pipeline_stages);
+  out_.microbatches = std::max(out_.microbatches, part.microbatches);
+  out_.virtual_stages = std::max(out_.virtual_stages, part.virtual_stages);
+  out_.tensor_collectives = out_.tensor_collectives || part.tensor_collectives;
+  for (const StageStep& row : part.rows) {
+    if (row.bubble >= 0) {
+      bubble_sum_ += row.bubble;
+      ++bubble_rows_;
+    }
+    // The slowest stage is judged by its own compute.
+    compute_by_stage_[row.stage].first += row.forward_ms + row.backward_ms - row.collective_ms;
+    compute_by_stage_[row.stage].second += 1;
+    out_.rows.push_back(row);
   }
 }
 

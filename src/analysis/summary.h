@@ -51,11 +51,21 @@ struct Summary {
   TailReport tail;
 };
 
+// One or more views' rows, and what they say of the run's shape.
+struct SummaryRows {
+  int pipeline_stages = 0, microbatches = 0, virtual_stages = 1;
+  bool tensor_collectives = false;
+  std::vector<StageStep> rows;
+};
+
 // Builds a summary a part at a time: each step's view as it is read, then
-// the view of what is left (it carries the job span's sizes).
+// the view of what is left (it carries the job span's sizes). Split over
+// processes (partial_analysis.h), each part's rows are added in step order.
 class SummaryBuilder {
  public:
-  void add(const PipelineView& view);
+  static SummaryRows rows_of(const PipelineView& view);
+  void add(const SummaryRows& rows);
+  void add(const PipelineView& view) { add(rows_of(view)); }
   Summary finish(const PipelineView& rest);
 
  private:
