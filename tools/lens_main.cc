@@ -191,7 +191,8 @@ int run_lens(int argc, char** argv) {
     command
         ->add_option("--threads", read_threads,
                      "threads: 1 reads and works on one; 2 or more read the files on one while "
-                     "the view works on another (the same output); default: the machine's cores")
+                     "the view works on another (the same output); default: the machine's cores "
+                     "(under MPI, shared between the node's processes)")
         ->check(CLI::Range(1, 1024))
         ->each([](const std::string& n) { set_default_read_threads(std::stoi(n)); });
 

@@ -1,16 +1,19 @@
 // `lens analyze` as an MPI job (mpi_analyze.h).
 #include "mpi_analyze.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <thread>
 
 #include "partial_analysis.h"
 #include "run_import.h"
 #include "run_reader.h"
+#include "step_stream.h"
 
 #ifdef LENS_WITH_MPI
 #include <mpi.h>
@@ -125,6 +128,18 @@ int split_over_world(
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // The node's cores shared between its processes, unless --threads said.
+  if (!analysis::read_threads_chosen()) {
+    MPI_Comm node;
+    int here = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+      MPI_Comm_size(node, &here);
+      MPI_Comm_free(&node);
+    }
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    analysis::set_default_read_threads(std::max(1, cores / std::max(1, here)));
+  }
   // Rank 0 reads the index and the clock samples; every process gets them,
   // or the error that stopped them.
   std::string first;

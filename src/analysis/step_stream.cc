@@ -323,6 +323,7 @@ int default_read_threads() {
 }
 
 void set_default_read_threads(int threads) { g_read_threads.store(std::max(0, threads)); }
+bool read_threads_chosen() { return g_read_threads.load() > 0; }
 
 Run stream_steps(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
                  const StreamOptions& options) {

@@ -71,6 +71,8 @@ struct LateSpans {
 // cores.
 int default_read_threads();
 void set_default_read_threads(int threads);
+// Whether set_default_read_threads chose a number (else: the cores).
+bool read_threads_chosen();
 
 struct StreamOptions {
   // Called after each line read with (bytes read, bytes in all files).
