@@ -303,7 +303,7 @@ ClockAlignment read_clock_alignment(const std::filesystem::path& dir) {
   ClockAlignment alignment;
   for (const auto& path : run_files(dir)) {
     RankFileReader reader(path);
-    reader.only_lines_containing(kClockSyncSpanName);
+    reader.only_spans_named(kClockSyncSpanName);
     while (reader.next_line()) {
       for (const auto& s : reader.file().spans) alignment.add(s);
       reader.file().spans.clear();

@@ -429,7 +429,7 @@ std::string clock_samples(const std::filesystem::path& dir) {
   std::vector<SpanRow> rows;
   for (const auto& path : run_files(dir)) {
     RankFileReader reader(path);
-    reader.only_lines_containing(kClockSyncSpanName);
+    reader.only_spans_named(kClockSyncSpanName);
     while (reader.next_line()) {
       for (auto& s : reader.file().spans)
         if (s.name == kClockSyncSpanName) rows.push_back(std::move(s));

@@ -392,7 +392,7 @@ void span_of(dom::element v, SpanRow& row) {
 
 // One resourceSpans entry: its resource's fields on `file`, its spans
 // appended to file.spans.
-void resource_spans_of(dom::element rs, RankFile& file) {
+void resource_spans_of(dom::element rs, RankFile& file, std::string_view only) {
   if (rs.type() != Type::OBJECT) return;
   std::map<std::string, std::string> resource;
   dom::element r, scopes;
@@ -409,6 +409,13 @@ void resource_spans_of(dom::element rs, RankFile& file) {
     dom::element spans;
     if (ss.type() != Type::OBJECT || !member(ss, "spans", spans)) return;
     for_each_in(spans, "spans", [&](dom::element s) {
+      if (!only.empty()) {
+        dom::element name;
+        std::string_view text;
+        if (s.type() != Type::OBJECT || !member(s, "name", name) || name.get_string().get(text) ||
+            text != only)
+          return;
+      }
       SpanRow& row = file.spans.emplace_back();
       row.rank = rank;
       row.process = process;
@@ -419,7 +426,9 @@ void resource_spans_of(dom::element rs, RankFile& file) {
 
 }  // namespace
 
-void parse_request(RankFile& file, const std::string& line) {
+void parse_request(RankFile& file, const std::string& line) { parse_request(file, line, {}); }
+
+void parse_request(RankFile& file, const std::string& line, std::string_view only) {
   ThreadParser& p = thread_parser();
   p.padded.reserve(line.size() + simdjson::SIMDJSON_PADDING);
   p.padded.assign(line);
@@ -435,7 +444,8 @@ void parse_request(RankFile& file, const std::string& line) {
   if (!member(doc, "resourceSpans", rss)) return;
   const std::size_t before = file.spans.size();
   try {
-    for_each_in(rss, "resourceSpans", [&](dom::element rs) { resource_spans_of(rs, file); });
+    for_each_in(rss, "resourceSpans",
+                [&](dom::element rs) { resource_spans_of(rs, file, only); });
   } catch (...) {
     file.spans.resize(before);
     throw;
@@ -476,7 +486,7 @@ bool RankFileReader::next_line() {
         ::memmem(line.data(), line.size(), needle_.data(), needle_.size()) == nullptr)
       continue;
     try {
-      parse_request(file_, line);
+      parse_request(file_, line, needle_);
       ++file_.lines;
       return true;
     } catch (const std::bad_alloc&) {

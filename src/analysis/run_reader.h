@@ -105,6 +105,8 @@ int take_resource(RankFile& file, const std::map<std::string, std::string>& reso
 // appended to file.spans, its resource's fields set on `file`.
 // std::runtime_error saying what is malformed (the caller names where).
 void parse_request(RankFile& file, const std::string& line);
+// The same with only the spans named `only` kept (empty: all of them).
+void parse_request(RankFile& file, const std::string& line, std::string_view only);
 
 // Reads one rank's file a line at a time: each line's spans are appended to
 // file().spans (the caller may move them out between lines), and the
@@ -123,9 +125,11 @@ class RankFileReader {
   // Before the first line is read: starts at byte `offset`, the start of
   // line `line` (1-based), so that errors name the line where it is.
   void start_at(std::uint64_t offset, std::size_t line);
-  // From now on skips, unparsed, every line without `needle` (a pass that
-  // looks for a few spans by name).
-  void only_lines_containing(std::string needle) { needle_ = std::move(needle); }
+  // From now on reads only the spans named `name` (a pass that looks for a
+  // few spans by name): a line without the name is skipped unparsed, and of
+  // the others only those spans become rows (the others are not checked:
+  // the pass that reads every span does).
+  void only_spans_named(std::string name) { needle_ = std::move(name); }
   std::uintmax_t bytes_read() const { return bytes_; }
   // The number of the line last read (1-based; 0 before the first).
   std::size_t line_number() const { return number_; }

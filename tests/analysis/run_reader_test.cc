@@ -125,6 +125,44 @@ TEST(RunReader, Proto3DefaultsAndEnumNamesAreAccepted) {
   EXPECT_EQ(s.rank, 3);
 }
 
+// A pass for spans of one name: lines without it are not parsed, and of a
+// line with it only the spans so named become rows (a span of another name
+// is not checked there; the pass that reads every span is).
+TEST(RunReader, OnlySpansNamedKeepsThoseSpansAndSkipsTheRest) {
+  const std::string wanted =
+      R"({"traceId":"0123456789abcdef0123456789abcdef","spanId":"0000000000000001",)"
+      R"("name":"lens.clock_sync","attributes":[{"key":"k","value":{"intValue":"7"}}]})";
+  const std::string other_bad = R"({"traceId":"zz","spanId":"0000000000000002","name":"x"})";
+  const std::string no_name =
+      R"({"traceId":"0123456789abcdef0123456789abcdef","spanId":"0000000000000003"})";
+  const std::string content =
+      R"({"resourceSpans":[{"resource":{"attributes":[{"key":"dl.rank","value":{"intValue":2}}]},)"
+      R"("scopeSpans":[{"spans":[)" + other_bad + "," + wanted + "," + no_name + "]}]}]}\n" +
+      "not json, and without the name\n";
+  const fs::path p = write_file("named", content);
+  RankFileReader r(p);
+  r.only_spans_named("lens.clock_sync");
+  std::size_t lines = 0;
+  while (r.next_line()) ++lines;
+  EXPECT_EQ(lines, 1u);
+  const RankFile f = r.take();
+  fs::remove(p);
+  ASSERT_EQ(f.spans.size(), 1u);
+  EXPECT_EQ(f.spans[0].span_id, "0000000000000001");
+  EXPECT_EQ(f.spans[0].attributes.at("k"), "7");
+  EXPECT_EQ(f.spans[0].rank, 2);
+  // Read whole, the same file's bad trace id is an error naming its line.
+  const fs::path q = write_file("named-all", content);
+  RankFileReader all(q);
+  EXPECT_THROW(
+      {
+        while (all.next_line()) {
+        }
+      },
+      ReadError);
+  fs::remove(q);
+}
+
 // Each malformed line is a ReadError naming the file, the line and why.
 TEST(RunReader, MalformedValuesAreErrorsNamingFileLineAndField) {
   const std::string ids =
