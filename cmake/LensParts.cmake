@@ -9,7 +9,8 @@
 # Makes lens_<name>_objects, an OBJECT library that the top-level
 # CMakeLists.txt packs into liblens (or into an adapter's library); with
 # STATIC, the static library lens_<name> instead, for parts outside the
-# installed library. What a part
+# installed library; without SOURCES, lens_<name>_headers, an interface
+# target of headers alone. What a part
 # sees is what keeps the layering: its compile has on its include path
 #   - its own folder (its private headers),
 #   - build/parts/<name>/include, holding links to its own public headers only,
@@ -35,7 +36,15 @@ function(lens_add_part name)
     endif()
     file(CREATE_LINK ${source} ${tree}/lens/${h} SYMBOLIC)
   endforeach()
-  if(P_STATIC)
+  if(NOT P_SOURCES)
+    # Headers only (names every part shares): an interface target.
+    set(target lens_${name}_headers)
+    add_library(${target} INTERFACE)
+    set_property(GLOBAL PROPERTY LENS_PART_TARGET_${name} ${target})
+    target_include_directories(${target} INTERFACE $<BUILD_INTERFACE:${tree}>)
+    set_property(GLOBAL APPEND PROPERTY LENS_PART_HEADERS ${P_HEADERS})
+    return()
+  elseif(P_STATIC)
     set(target lens_${name})
     add_library(${target} STATIC ${P_SOURCES})
   else()

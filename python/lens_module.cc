@@ -40,6 +40,7 @@
 #include "lens/telemetry.h"
 #include "lens/termination.h"
 #include "lens/trace_context.h"
+#include "lens/semconv.h"
 
 namespace py = pybind11;
 
@@ -1185,7 +1186,7 @@ PYBIND11_MODULE(_lens, m) {
         PerTelemetry& state = per_telemetry();
         if (t == nullptr || !state.tracer.enabled(lens::SpanGroup::kJob))
           return std::make_unique<PySpan>(lens::Span());
-        lens::Span job = state.tracer.start_span(lens::SpanGroup::kJob, "megatron.job",
+        lens::Span job = state.tracer.start_span(lens::SpanGroup::kJob, lens::semconv::kJobSpan,
                                                  lens::job_span_start(*t, rank));
         set_py_attributes(job, attributes);
         // Only a span that is exported: a link to a dropped one would dangle.

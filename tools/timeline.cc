@@ -7,6 +7,7 @@
 #include <map>
 
 #include "step_analysis.h"
+#include "lens/semconv.h"
 
 namespace lens::tools {
 
@@ -158,13 +159,14 @@ Wave render_wave(const PipelineView& view, const TimelineOptions& o, const std::
         const int y = lane_y[rank] + lane_row(k) * kRowHeight;
         std::string detail = fmt::format("{} | rank {} | step {} | {:.3f} ms", s->name, rank,
                                          sv->step, (s->end_ns - s->start_ns) / 1e6);
-        if (s->has("dl.microbatch_id"))
-          detail += " | microbatch " + s->attributes.at("dl.microbatch_id");
+        if (s->has(semconv::kMicrobatchId))
+          detail += " | microbatch " + s->attributes.at(semconv::kMicrobatchId);
         // The interleaved schedule's model chunk: a shade of the kind's
         // colour per chunk (chunk-0 .. chunk-3, then round again).
         std::string chunk;
-        if (s->has("dl.virtual_pipeline.rank")) {
-          const std::int64_t v = std::max<std::int64_t>(0, s->int_attr("dl.virtual_pipeline.rank"));
+        if (s->has(semconv::kVirtualPipelineRank)) {
+          const std::int64_t v =
+              std::max<std::int64_t>(0, s->int_attr(semconv::kVirtualPipelineRank));
           detail += " | chunk " + std::to_string(v);
           chunk = fmt::format(" chunk-{}\" data-chunk=\"{}", v % 4, v);
           chunks = std::max(chunks, v + 1);

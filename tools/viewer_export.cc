@@ -14,6 +14,7 @@
 #include "clock_alignment.h"
 #include "line_reader.h"
 #include "pipeline_view.h"
+#include "lens/semconv.h"
 
 namespace lens::tools {
 
@@ -188,7 +189,7 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
   for (const auto& f : rest.files) {
     std::string name = "rank " + std::to_string(f.rank);
     std::int64_t stage = -1;
-    if (const auto it = f.resource.find("dl.pipeline_parallel.rank"); it != f.resource.end()) {
+    if (const auto it = f.resource.find(semconv::kPipelineRank); it != f.resource.end()) {
       stage = std::strtoll(it->second.c_str(), nullptr, 10);
       name += " · stage " + it->second;
     }
@@ -268,7 +269,7 @@ std::map<std::string, json> jaeger_traces(const Run& part, ExportCounts& counts,
     std::string service = f.service_name.empty() ? "unknown" : f.service_name;
     if (!options.plain_service_name) {
       service += " r" + std::to_string(f.rank);
-      if (const auto stage = f.resource.find("dl.pipeline_parallel.rank");
+      if (const auto stage = f.resource.find(semconv::kPipelineRank);
           stage != f.resource.end())
         service += " s" + stage->second;
       if (tensor_parallel) service += " t" + std::to_string(std::max(0, f.tensor_rank));
@@ -276,8 +277,8 @@ std::map<std::string, json> jaeger_traces(const Run& part, ExportCounts& counts,
     json process_tags = json::array();
     for (const auto& [k, v] : f.resource)
       process_tags.push_back(jaeger_tag(k, v, type_of(f.resource_types, k)));
-    if (!f.resource.count("dl.rank"))
-      process_tags.push_back({{"key", "dl.rank"}, {"type", "int64"}, {"value", f.rank}});
+    if (!f.resource.count(semconv::kRank))
+      process_tags.push_back({{"key", semconv::kRank}, {"type", "int64"}, {"value", f.rank}});
     const json process_json = {{"serviceName", service}, {"tags", process_tags}};
     for (const auto& s : f.spans) {
       json& trace = traces[s.trace_id];

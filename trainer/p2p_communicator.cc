@@ -1,4 +1,5 @@
 #include "p2p_communicator.h"
+#include "lens/semconv.h"
 
 namespace lens::train {
 namespace {
@@ -10,11 +11,11 @@ constexpr int kBackwardTag = 1;  // gradients, stage s+1 -> s
 void describe(Span& span, const char* direction, int peer, int sent, int received) {
   if (!span.recording()) return;
   span.set_attribute("dl.p2p.direction", direction);
-  span.set_attribute("dl.pipeline_parallel.peer_rank", std::int64_t{peer});
-  if (sent >= 0) span.set_attribute("dl.microbatch_id.sent", std::int64_t{sent});
-  if (received >= 0) span.set_attribute("dl.microbatch_id.received", std::int64_t{received});
+  span.set_attribute(semconv::kPipelinePeerRank, std::int64_t{peer});
+  if (sent >= 0) span.set_attribute(semconv::kMicrobatchIdSent, std::int64_t{sent});
+  if (received >= 0) span.set_attribute(semconv::kMicrobatchIdReceived, std::int64_t{received});
   if ((sent >= 0) != (received >= 0))
-    span.set_attribute("dl.microbatch_id", std::int64_t{sent >= 0 ? sent : received});
+    span.set_attribute(semconv::kMicrobatchId, std::int64_t{sent >= 0 ? sent : received});
 }
 
 }  // namespace
@@ -131,7 +132,7 @@ torch::Tensor P2PCommunicator::recv_chunk(bool forward, int peer, int microbatch
       SpanGroup::kCommunication,
       forward ? "megatron.p2p.recv_forward" : "megatron.p2p.recv_backward", StepFigure::kP2pWait);
   describe(span, forward ? "forward" : "backward", peer, -1, microbatch);
-  span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{chunk});
+  span.set_attribute(semconv::kVirtualPipelineRank, std::int64_t{chunk});
   torch::Tensor t;
   auto work = post_recv(t, peer, forward ? kForwardTag : kBackwardTag);
   wait(work, forward ? "recv_forward" : "recv_backward", peer);
@@ -144,7 +145,7 @@ void P2PCommunicator::send_chunk(bool forward, const torch::Tensor& t, int peer,
       SpanGroup::kCommunication,
       forward ? "megatron.p2p.send_forward" : "megatron.p2p.send_backward", StepFigure::kP2pSend);
   describe(span, forward ? "forward" : "backward", peer, microbatch, -1);
-  span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{chunk});
+  span.set_attribute(semconv::kVirtualPipelineRank, std::int64_t{chunk});
   posted_.push_back({post_send(t, peer, forward ? kForwardTag : kBackwardTag),
                      forward ? "send_forward" : "send_backward", peer});
 }

@@ -1,4 +1,5 @@
 #include "pipeline_schedule.h"
+#include "lens/semconv.h"
 
 #include <algorithm>
 #include <chrono>
@@ -21,9 +22,9 @@ class Stage {
   Stage(ScheduleContext& ctx, std::int64_t step) : ctx_(ctx), step_(step) {}
 
   torch::Tensor forward(torch::Tensor input, int microbatch) {
-    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.forward",
+    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, semconv::kMicrobatchForwardSpan,
                                        ctx_.compute_span_options());
-    span.set_attribute("dl.microbatch_id", microbatch);
+    span.set_attribute(semconv::kMicrobatchId, microbatch);
     const auto start = ctx_.begin_compute(step_);
     if (ctx_.p2p->first_stage()) {
       input = ctx_.data->input(step_, microbatch, ctx_.replica);
@@ -44,9 +45,9 @@ class Stage {
   }
 
   torch::Tensor backward(const torch::Tensor& output_grad, int microbatch) {
-    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.backward",
+    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, semconv::kMicrobatchBackwardSpan,
                                        ctx_.compute_span_options());
-    span.set_attribute("dl.microbatch_id", microbatch);
+    span.set_attribute(semconv::kMicrobatchId, microbatch);
     const auto start = ctx_.begin_compute(step_);
     InFlight f = std::move(in_flight_.front());
     in_flight_.pop_front();
@@ -224,10 +225,10 @@ class Chunks {
   }
 
   void forward(int v, int microbatch, torch::Tensor input) {
-    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.forward",
+    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, semconv::kMicrobatchForwardSpan,
                                        ctx_.compute_span_options());
-    span.set_attribute("dl.microbatch_id", microbatch);
-    span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{v});
+    span.set_attribute(semconv::kMicrobatchId, microbatch);
+    span.set_attribute(semconv::kVirtualPipelineRank, std::int64_t{v});
     const auto start = ctx_.begin_compute(step_);
     if (first_chunk(v))
       input = ctx_.data->input(step_, microbatch, ctx_.replica);
@@ -249,10 +250,10 @@ class Chunks {
   void backward(int v, int microbatch) {
     torch::Tensor output_grad;
     if (!last_chunk(v)) output_grad = ctx_.p2p->recv_chunk(false, next_stage(), microbatch, v);
-    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, "megatron.microbatch.backward",
+    Span span = ctx_.tracer.start_span(SpanGroup::kMicrobatch, semconv::kMicrobatchBackwardSpan,
                                        ctx_.compute_span_options());
-    span.set_attribute("dl.microbatch_id", microbatch);
-    span.set_attribute("dl.virtual_pipeline.rank", std::int64_t{v});
+    span.set_attribute(semconv::kMicrobatchId, microbatch);
+    span.set_attribute(semconv::kVirtualPipelineRank, std::int64_t{v});
     const auto start = ctx_.begin_compute(step_);
     auto& queue = in_flight_[static_cast<std::size_t>(v)];
     InFlight f = std::move(queue.front());
@@ -295,7 +296,7 @@ double forward_backward_interleaved(ScheduleContext& ctx, std::int64_t step) {
   // A warmup (or the pre-steady-state) receive, linked on non-first stages.
   const auto linked_receive = [&](int k) {
     Span linked = ctx.step_trace->recv_forward_linked(microbatch_of(k));
-    linked.set_attribute("dl.virtual_pipeline.rank", std::int64_t{forward_chunk(k)});
+    linked.set_attribute(semconv::kVirtualPipelineRank, std::int64_t{forward_chunk(k)});
     return chunks.receive_input(forward_chunk(k), microbatch_of(k));
   };
 

@@ -1,4 +1,5 @@
 #include "tensor_parallel.h"
+#include "lens/semconv.h"
 
 #include <thread>
 
@@ -83,8 +84,8 @@ void TensorParallel::pace() {
 
 Span TensorParallel::collective_span(const char* name) {
   Span span = tracer_.start_span(SpanGroup::kCommunication, name);
-  span.set_attribute("dl.tensor_parallel.rank", std::int64_t{rank_});
-  span.set_attribute("dl.tensor_parallel.size", std::int64_t{size_});
+  span.set_attribute(semconv::kTensorRank, std::int64_t{rank_});
+  span.set_attribute(semconv::kTensorSize, std::int64_t{size_});
   span.set_attribute("dl.collective.sequence", sequence_++);
   return span;
 }

@@ -42,6 +42,7 @@
 #include "train_options.h"
 #include "train_report.h"
 #include "work_wait.h"
+#include "lens/semconv.h"
 
 namespace lens::train {
 namespace {
@@ -99,7 +100,7 @@ void settle_window(Telemetry& telemetry, TailSelector& selector,
   telemetry.settle_steps(choice.keep, choice.drop);
   StartOptions root;  // not in the step's trace, which may be one not selected
   root.root = true;
-  Span span = telemetry.tracer().start_lens_span("lens.tail_selection", root);
+  Span span = telemetry.tracer().start_lens_span(semconv::kTailSelectionSpan, root);
   span.set_attribute("lens.tail.first_step", static_cast<std::int64_t>(steps.front()));
   span.set_attribute("lens.tail.last_step", static_cast<std::int64_t>(steps.back()));
   span.set_attribute("lens.tail.held", static_cast<std::int64_t>(steps.size()));
@@ -113,10 +114,10 @@ void settle_window(Telemetry& telemetry, TailSelector& selector,
 // A straggler named live, on the step span where it was named.
 void add_straggler_event(Span& step, const LiveStraggler& s) {
   step.add_event("lens.straggler",
-                 {{"dl.rank", std::int64_t{s.who.rank}},
-                  {"dl.pipeline_parallel.rank", std::int64_t{s.who.stage}},
-                  {"dl.data_parallel.rank", std::int64_t{s.who.replica}},
-                  {"dl.tensor_parallel.rank", std::int64_t{s.who.tensor}},
+                 {{semconv::kRank, std::int64_t{s.who.rank}},
+                  {semconv::kPipelineRank, std::int64_t{s.who.stage}},
+                  {semconv::kDataRank, std::int64_t{s.who.replica}},
+                  {semconv::kTensorRank, std::int64_t{s.who.tensor}},
                   {"lens.factor", s.factor},
                   {"lens.against", std::string(s.against_peers ? "peers" : "own start")}});
 }
@@ -338,7 +339,7 @@ int run_rank(const TrainOptions& o) {
       resource = telemetry->resource();
     } else {  // not traced: enough to tell the rank's series apart
       resource.set("service.name", std::string("megatron-lm"));
-      resource.set("dl.rank", std::int64_t{rank});
+      resource.set(semconv::kRank, std::int64_t{rank});
     }
     metrics_exporter =
         std::make_unique<OtlpMetricsExporter>(metrics, std::move(resource), metrics_export.options,
@@ -503,15 +504,15 @@ int run_rank(const TrainOptions& o) {
     {
       // One job trace: every rank's job span in it (ids from the agreed run
       // key), rank 0's the one the others link to; each step links to it.
-      Span job = telemetry ? tracer.start_span(SpanGroup::kJob, "megatron.job",
+      Span job = telemetry ? tracer.start_span(SpanGroup::kJob, semconv::kJobSpan,
                                                job_span_start(*telemetry, rank))
                            : Span();
       step_trace.set_job_span(job);
-      job.set_attribute("dl.pipeline_parallel.size", o.pp);
-      job.set_attribute("dl.data_parallel.size", o.dp);
-      job.set_attribute("dl.tensor_parallel.size", o.tp);
-      job.set_attribute("dl.num_microbatches", o.microbatches);
-      job.set_attribute("dl.virtual_pipeline.size", V);
+      job.set_attribute(semconv::kPipelineSize, o.pp);
+      job.set_attribute(semconv::kDataSize, o.dp);
+      job.set_attribute(semconv::kTensorSize, o.tp);
+      job.set_attribute(semconv::kNumMicrobatches, o.microbatches);
+      job.set_attribute(semconv::kVirtualPipelineSize, V);
       for (int step = 0; step < o.steps; ++step) {
         if (termination_signal() != 0) break;  // between steps: a clean stop
         const auto start = std::chrono::steady_clock::now();
@@ -533,16 +534,16 @@ int run_rank(const TrainOptions& o) {
           if (tp) tp->begin_step();
           double loss;
           {
-            Span fb = tracer.start_span(SpanGroup::kForwardBackward, "megatron.forward_backward");
-            fb.set_attribute("dl.num_microbatches", o.microbatches);
-            fb.set_attribute("dl.virtual_pipeline.size", V);
+            Span fb = tracer.start_span(SpanGroup::kForwardBackward, semconv::kForwardBackwardSpan);
+            fb.set_attribute(semconv::kNumMicrobatches, o.microbatches);
+            fb.set_attribute(semconv::kVirtualPipelineSize, V);
             // The schedule's spans nest inside it, as Megatron's do.
             CurrentSpanScope fb_scope(fb);
             loss =
                 V > 1 ? forward_backward_interleaved(ctx, step) : forward_backward_1f1b(ctx, step);
           }
           if (dp_group) {
-            Span ar = tracer.start_span(SpanGroup::kCommunication, "megatron.grads.all_reduce",
+            Span ar = tracer.start_span(SpanGroup::kCommunication, semconv::kGradsAllReduceSpan,
                                         StepFigure::kAllReduce);
             try {
               all_reduce_gradients(parameters, *dp_group, o.dp, timeout);
@@ -554,7 +555,7 @@ int run_rank(const TrainOptions& o) {
             }
           }
           {
-            Span opt = tracer.start_span(SpanGroup::kOptimizer, "megatron.optimizer.step");
+            Span opt = tracer.start_span(SpanGroup::kOptimizer, semconv::kOptimizerStepSpan);
             optimizer.step();
           }
           figures = take_step_figures();

@@ -35,6 +35,7 @@
 #include <span>
 
 #include "lens/communicator.h"
+#include "lens/line_fit.h"
 
 namespace lens {
 
@@ -83,23 +84,22 @@ ClockSample best_sample(std::span<const ClockExchange> exchanges, int rank, int 
 /// The drift of a rank's clock against the reference: the slope of offset
 /// over local time, by least squares over samples weighted by the inverse
 /// square of their uncertainty (at least 1 µs, so that the reference rank's
-/// exact zeros do not dominate).
+/// exact zeros do not dominate), as the analysis fits it (line_fit.h).
 class ClockDriftFit {
  public:
   /// The largest standard error, in ppm, of a drift the fit reports.
   static constexpr double kMaxDriftErrorPpm = 5;
 
   void add(const ClockSample& sample);
-  std::size_t samples() const { return n_; }
+  std::size_t samples() const { return line_.points(); }
   /// Parts per million (offset change in µs per second of local time);
   /// empty until the samples pin it down to kMaxDriftErrorPpm (two samples
   /// 25 µs uncertain need about 10 s between them).
   std::optional<double> drift_ppm() const;
 
  private:
-  std::size_t n_ = 0;
   std::int64_t origin_ns_ = 0;  // the first sample's time: keeps the sums well conditioned
-  double sw_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  WeightedLineFit line_;        // offset (ns) over seconds since origin_ns_
 };
 
 /// A reading of the clock spans are stamped with, in Unix ns.

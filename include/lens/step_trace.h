@@ -52,6 +52,7 @@
 #include "lens/step_check.h"
 #include "lens/step_context.h"
 #include "lens/telemetry.h"
+#include "lens/semconv.h"
 
 namespace lens {
 
@@ -102,8 +103,8 @@ struct StepTraceOptions {
   /// the first step, at the steps global rank 0 chooses from
   /// LENS_CLOCK_SYNC_STEPS / _SECONDS, and at finish().
   Communicator* job_communicator = nullptr;
-  std::string step_span_name = "megatron.train_step";
-  std::string linked_span_name = "megatron.pp.recv_forward.linked";
+  std::string step_span_name = semconv::kStepSpan;
+  std::string linked_span_name = semconv::kLinkedReceiveSpan;
   std::string tracer_name = "nemo.lens";
 };
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "upstream_steps.h"
+#include "lens/semconv.h"
 
 namespace lens::analysis {
 namespace {
@@ -119,10 +120,11 @@ void RunChecker::check_spans(const Run& part, const PipelineView& view,
   for (const auto& f : part.files) {
     for (const auto& s : f.spans) {
       auto st = step_of_span.find(s.span_id);
-      const std::int64_t step = st != step_of_span.end() ? st->second : s.int_attr("dl.step", -1);
-      if (s.has("dl.pipeline_parallel.size"))
+      const std::int64_t step =
+          st != step_of_span.end() ? st->second : s.int_attr(semconv::kStep, -1);
+      if (s.has(semconv::kPipelineSize))
         declared_stages_ = std::max(declared_stages_,
-                                    static_cast<int>(s.int_attr("dl.pipeline_parallel.size", 0)));
+                                    static_cast<int>(s.int_attr(semconv::kPipelineSize, 0)));
       for (const auto& [trace, span] : s.links) {
         auto it = view.by_span_id.find(span);
         if (it == view.by_span_id.end())
@@ -133,13 +135,13 @@ void RunChecker::check_spans(const Run& part, const PipelineView& view,
                                 ", which is not in the run",
                             span_label(s)});
       }
-      if (s.name == "megatron.job") job_of_rank_[s.rank] = {s.trace_id, s.span_id};
-      auto t = s.attributes.find("nemo.span.truncated");
+      if (s.name == semconv::kJobSpan) job_of_rank_[s.rank] = {s.trace_id, s.span_id};
+      auto t = s.attributes.find(semconv::kTruncated);
       // Ended by the signal that stopped the process (lens.stopped_by): the
       // run was stopped on purpose, counted, not a fault.
-      if (t != s.attributes.end() && t->second == "true" && s.has("lens.stopped_by")) {
+      if (t != s.attributes.end() && t->second == "true" && s.has(semconv::kStoppedBy)) {
         ++stopped_spans_;
-        stopped_by_ = s.attributes.at("lens.stopped_by");
+        stopped_by_ = s.attributes.at(semconv::kStoppedBy);
       } else if (t != s.attributes.end() && t->second == "true")
         found_.push_back({-1, s.rank,
                           s.name + " was still open when its process shut down "
@@ -225,7 +227,7 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
   // A step some rank was in when a signal stopped it: its spans are
   // checked, but not that every rank got to it or its schedule's counts.
   const bool interrupted = std::any_of(sv.ranks.begin(), sv.ranks.end(), [](const auto& r) {
-    return r.second.step_span->has("lens.stopped_by");
+    return r.second.step_span->has(semconv::kStoppedBy);
   });
   if (interrupted) ++interrupted_steps_;
   for (int r : view.ranks)
@@ -306,16 +308,16 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
             {sv.step, rank,
              "linked span does not link to rank " + std::to_string(src->rank) + "'s step span",
              span_label(*s)});
-      const std::int64_t stage_attr = s->int_attr("dl.pipeline_parallel.rank", -1);
+      const std::int64_t stage_attr = s->int_attr(semconv::kPipelineRank, -1);
       if (stage_attr != sr.stage)
         found_.push_back({sv.step, rank,
-                          s->has("dl.pipeline_parallel.rank")
+                          s->has(semconv::kPipelineRank)
                               ? "linked span says dl.pipeline_parallel.rank=" +
-                                    s->attributes.at("dl.pipeline_parallel.rank") +
+                                    s->attributes.at(semconv::kPipelineRank) +
                                     ", but its rank is stage " + std::to_string(sr.stage)
                               : "linked span has no dl.pipeline_parallel.rank",
                           span_label(*s)});
-      const std::int64_t microbatch = s->int_attr("dl.microbatch_id", -1);
+      const std::int64_t microbatch = s->int_attr(semconv::kMicrobatchId, -1);
       if (microbatch < 0)
         found_.push_back({sv.step, rank, "linked span has no dl.microbatch_id", span_label(*s)});
       else if (view.microbatches > 0 && microbatch >= view.microbatches)
@@ -435,8 +437,8 @@ void RunChecker::add(const Run& run, const PipelineView& view) {
   for (const auto& f : run.files) {
     pipeline_scope |= f.trace_scope == "pipeline";
     pipeline_of[f.rank] = {f.replica, f.tensor_rank};
-    const auto mode = f.resource.find("lens.step_context");
-    const auto prefetch = f.resource.find("lens.step_prefetch");
+    const auto mode = f.resource.find(semconv::kStepContext);
+    const auto prefetch = f.resource.find(semconv::kStepPrefetch);
     ordered &= (mode == f.resource.end() || mode->second == "broadcast") &&
                (prefetch == f.resource.end() || prefetch->second != "true");
   }

@@ -12,6 +12,8 @@
 #include <unordered_map>
 
 #include "pipeline_view.h"
+#include "lens/semconv.h"
+#include "lens/line_fit.h"
 
 namespace lens::analysis {
 namespace {
@@ -52,8 +54,8 @@ const char* clock_model_name(ClockModel m) {
 }
 
 bool ClockAlignment::add(const SpanRow& span) {
-  if (span.name != kClockSyncSpanName) return false;
-  const int rank = static_cast<int>(span.int_attr("dl.rank", span.rank));
+  if (span.name != semconv::kClockSyncSpan) return false;
+  const int rank = static_cast<int>(span.int_attr(semconv::kRank, span.rank));
   constexpr std::int64_t kMissing = std::numeric_limits<std::int64_t>::min();
   const std::int64_t exchanges = span.int_attr("lens.clock.exchanges", kMissing);
   const std::int64_t discarded = span.int_attr("lens.clock.discarded", kMissing);
@@ -126,32 +128,23 @@ void ClockAlignment::fit(ProcessClock& c) const {
   const double tight = kLooseFactor * static_cast<double>(std::max(best, kMinWeightNs));
 
   // Weighted least squares of offset (ns) over time since the first sample
-  // (s), each sample weighed by 1 / uncertainty^2 (at least 1 µs).
+  // (s), each sample weighed by 1 / uncertainty^2 (at least 1 µs): the
+  // drift's one formula (line_fit.h), as ClockDriftFit measures it.
   c.origin_ns = points.front().local_ns;
-  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  WeightedLineFit fit;
   for (const auto& p : points) {
     const double x = static_cast<double>(p.local_ns - c.origin_ns) * 1e-9;
-    const double y = static_cast<double>(p.offset_ns);
     const double u = static_cast<double>(std::max(p.uncertainty_ns, kMinWeightNs));
-    const double w = 1.0 / (u * u);
-    sw += w;
-    sx += w * x;
-    sy += w * y;
-    sxx += w * x * x;
-    sxy += w * x * y;
+    fit.add(x, static_cast<double>(p.offset_ns), 1.0 / (u * u));
   }
-  const double denominator = sw * sxx - sx * sx;
   c.model = ClockModel::kConstant;
-  c.intercept_ns = sy / sw;
+  c.intercept_ns = fit.mean();
   c.slope = 0;
-  if (points.size() >= 2 && denominator > 0) {
-    const double slope = (sw * sxy - sx * sy) / denominator;  // ns per s
-    const double error = std::sqrt(sw / denominator);
-    if (std::abs(slope) > 2 * error) {  // a drift the samples pin down
-      c.model = ClockModel::kLine;
-      c.intercept_ns = (sy - slope * sx) / sw;
-      c.slope = slope * 1e-9;
-    }
+  const auto line = fit.line();  // ns per s
+  if (line && std::abs(line->slope) > 2 * line->slope_error) {  // a drift the samples pin down
+    c.model = ClockModel::kLine;
+    c.intercept_ns = line->intercept;
+    c.slope = line->slope * 1e-9;
   }
   // Each sample's true offset is within its uncertainty (a hard bound): a
   // fit that leaves one's bound is not how this clock moved.
@@ -303,7 +296,7 @@ ClockAlignment read_clock_alignment(const std::filesystem::path& dir) {
   ClockAlignment alignment;
   for (const auto& path : run_files(dir)) {
     RankFileReader reader(path);
-    reader.only_spans_named(kClockSyncSpanName);
+    reader.only_spans_named(semconv::kClockSyncSpan);
     while (reader.next_line()) {
       for (const auto& s : reader.file().spans) alignment.add(s);
       reader.file().spans.clear();
@@ -515,8 +508,8 @@ CausalityMoves enforce_transfer_order(Run& step, const ClockAlignment* clock) {
     for (const auto& s : f.spans) {
       pass.by_id.emplace(s.span_id, &s);
       if (is_step_span(s)) {
-        stage = static_cast<int>(s.int_attr("dl.pipeline_parallel.rank", -1));
-        pass.step = s.int_attr("dl.step", pass.step);
+        stage = static_cast<int>(s.int_attr(semconv::kPipelineRank, -1));
+        pass.step = s.int_attr(semconv::kStep, pass.step);
       }
     }
     if (stage < 0) continue;

@@ -37,10 +37,9 @@
 #include <vector>
 
 #include "run_reader.h"
+#include "lens/semconv.h"
 
 namespace lens::analysis {
-
-inline constexpr const char* kClockSyncSpanName = "lens.clock_sync";
 
 struct ClockPoint {
   std::int64_t local_ns = 0;

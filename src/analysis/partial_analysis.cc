@@ -429,10 +429,10 @@ std::string clock_samples(const std::filesystem::path& dir) {
   std::vector<SpanRow> rows;
   for (const auto& path : run_files(dir)) {
     RankFileReader reader(path);
-    reader.only_spans_named(kClockSyncSpanName);
+    reader.only_spans_named(semconv::kClockSyncSpan);
     while (reader.next_line()) {
       for (auto& s : reader.file().spans)
-        if (s.name == kClockSyncSpanName) rows.push_back(std::move(s));
+        if (s.name == semconv::kClockSyncSpan) rows.push_back(std::move(s));
       reader.file().spans.clear();
     }
   }

@@ -1,4 +1,5 @@
 #include "pipeline_view.h"
+#include "lens/semconv.h"
 
 #include <algorithm>
 
@@ -9,20 +10,22 @@ SpanKind kind_of(const SpanRow& s) {
   // lens's names and Megatron-LM upstream's (train.iteration, its
   // forward_backward child), as lens.otel records them.
   if (is_step_name(n)) return SpanKind::kStep;
-  if (n == "megatron.forward_backward" || n == "train.iteration.forward_backward")
+  if (n == semconv::kForwardBackwardSpan || n == "train.iteration.forward_backward")
     return SpanKind::kForwardBackward;
   if (n.ends_with(".linked")) return SpanKind::kLinked;
   if (n.starts_with("megatron.p2p.")) return SpanKind::kP2p;
   if (n.starts_with("megatron.tp.")) return SpanKind::kCollective;
-  if (n == "megatron.microbatch.forward") return SpanKind::kForward;
-  if (n == "megatron.microbatch.backward") return SpanKind::kBackward;
+  if (n == semconv::kMicrobatchForwardSpan) return SpanKind::kForward;
+  if (n == semconv::kMicrobatchBackwardSpan) return SpanKind::kBackward;
   if (n.starts_with("megatron.optimizer")) return SpanKind::kOptimizer;
   return SpanKind::kOther;
 }
 
-bool is_step_name(std::string_view n) { return n == "megatron.train_step" || n == "train.iteration"; }
+bool is_step_name(std::string_view n) { return n == semconv::kStepSpan || n == "train.iteration"; }
 
-bool is_step_span(const SpanRow& s) { return kind_of(s) == SpanKind::kStep && s.has("dl.step"); }
+bool is_step_span(const SpanRow& s) {
+  return kind_of(s) == SpanKind::kStep && s.has(semconv::kStep);
+}
 
 const char* kind_name(SpanKind kind) {
   switch (kind) {
@@ -74,21 +77,21 @@ PipelineView build_view(const Run& run) {
     view.ranks.push_back(f.rank);
     for (const auto& s : f.spans) {
       view.by_span_id[s.span_id] = &s;
-      if (s.has("dl.pipeline_parallel.size"))
+      if (s.has(semconv::kPipelineSize))
         view.pipeline_stages = std::max<int>(
-            view.pipeline_stages, static_cast<int>(s.int_attr("dl.pipeline_parallel.size")));
-      if (s.has("dl.num_microbatches"))
-        view.microbatches =
-            std::max<int>(view.microbatches, static_cast<int>(s.int_attr("dl.num_microbatches")));
-      if (s.has("dl.virtual_pipeline.size"))
+            view.pipeline_stages, static_cast<int>(s.int_attr(semconv::kPipelineSize)));
+      if (s.has(semconv::kNumMicrobatches))
+        view.microbatches = std::max<int>(
+            view.microbatches, static_cast<int>(s.int_attr(semconv::kNumMicrobatches)));
+      if (s.has(semconv::kVirtualPipelineSize))
         view.virtual_stages = std::max<int>(
-            view.virtual_stages, static_cast<int>(s.int_attr("dl.virtual_pipeline.size")));
+            view.virtual_stages, static_cast<int>(s.int_attr(semconv::kVirtualPipelineSize)));
       if (!is_step_span(s)) continue;
-      const std::int64_t step = s.int_attr("dl.step");
+      const std::int64_t step = s.int_attr(semconv::kStep);
       StepOnRank& sr = steps[step].ranks[s.rank];
       steps[step].step = step;
       sr.rank = s.rank;
-      sr.stage = static_cast<int>(s.int_attr("dl.pipeline_parallel.rank", s.rank));
+      sr.stage = static_cast<int>(s.int_attr(semconv::kPipelineRank, s.rank));
       sr.step_span = &s;
       max_stage = std::max(max_stage, sr.stage);
       step_of_trace[{s.rank, s.trace_id}] = step;

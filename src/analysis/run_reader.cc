@@ -12,6 +12,7 @@
 
 #include "json_depth.h"
 #include "run_import.h"
+#include "lens/semconv.h"
 
 namespace lens::analysis {
 
@@ -84,15 +85,15 @@ int take_resource(RankFile& file, const std::map<std::string, std::string>& reso
   const auto text = [&](const char* key, std::string& into) {
     if (auto it = resource.find(key); it != resource.end()) into = it->second;
   };
-  const int rank = resource_int(resource, "dl.rank");
+  const int rank = resource_int(resource, semconv::kRank);
   if (rank >= 0) file.rank = rank;
-  if (int w = resource_int(resource, "dl.world_size"); w >= 0) file.world_size = w;
-  text("nemo.run.id", file.run_id);
+  if (int w = resource_int(resource, semconv::kWorldSize); w >= 0) file.world_size = w;
+  text(semconv::kRunId, file.run_id);
   text("service.name", file.service_name);
-  text("lens.trace_scope", file.trace_scope);
-  text("lens.export_filter", file.export_filter);
-  if (int dp = resource_int(resource, "dl.data_parallel.rank"); dp >= 0) file.replica = dp;
-  if (int tp = resource_int(resource, "dl.tensor_parallel.rank"); tp >= 0) file.tensor_rank = tp;
+  text(semconv::kTraceScope, file.trace_scope);
+  text(semconv::kExportFilter, file.export_filter);
+  if (int dp = resource_int(resource, semconv::kDataRank); dp >= 0) file.replica = dp;
+  if (int tp = resource_int(resource, semconv::kTensorRank); tp >= 0) file.tensor_rank = tp;
   for (const auto& [k, v] : resource) file.resource[k] = v;
   file.process = process_key(resource);
   return rank;

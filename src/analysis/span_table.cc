@@ -6,6 +6,7 @@
 #include "clock_alignment.h"
 #include "pipeline_view.h"
 #include "step_stream.h"
+#include "lens/semconv.h"
 
 namespace lens::analysis {
 
@@ -18,8 +19,8 @@ void add_row(SpanTable& t, const RankFile& file, const SpanRow& s, int stage, st
   t.tensor.push_back(std::max(file.tensor_rank, 0));
   t.stage.push_back(stage);
   t.step.push_back(step);
-  t.microbatch.push_back(s.int_attr("dl.microbatch_id"));
-  t.chunk.push_back(s.int_attr("dl.virtual_pipeline.rank"));
+  t.microbatch.push_back(s.int_attr(semconv::kMicrobatchId));
+  t.chunk.push_back(s.int_attr(semconv::kVirtualPipelineRank));
   t.name.push_back(s.name);
   t.kind.push_back(kind_name(kind_of(s)));
   t.start_ns.push_back(s.start_ns);

@@ -1,6 +1,7 @@
 // build_step_graph: the nodes of a replica's step and their dependencies
 // (step_graph.h).
 #include "step_graph.h"
+#include "lens/semconv.h"
 
 #include <algorithm>
 #include <limits>
@@ -31,7 +32,7 @@ StepGraph build_step_graph(const std::vector<const StepOnRank*>& ranks, int stag
         fb_start = std::min(fb_start, s->start_ns);
         fb_end = std::max(fb_end, s->end_ns);
       }
-      const bool all_reduce = s->name == "megatron.grads.all_reduce";
+      const bool all_reduce = s->name == semconv::kGradsAllReduceSpan;
       if (k != SpanKind::kForward && k != SpanKind::kBackward && k != SpanKind::kOptimizer &&
           !all_reduce)
         continue;
@@ -40,9 +41,9 @@ StepGraph build_step_graph(const std::vector<const StepOnRank*>& ranks, int stag
                : k == SpanKind::kBackward ? NodeKind::kBackward
                : all_reduce               ? NodeKind::kAllReduce
                                           : NodeKind::kOptimizer;
-      n.microbatch = n.compute() ? s->int_attr("dl.microbatch_id", -1) : -2;
+      n.microbatch = n.compute() ? s->int_attr(semconv::kMicrobatchId, -1) : -2;
       n.chunk = static_cast<int>(
-          std::clamp<std::int64_t>(s->int_attr("dl.virtual_pipeline.rank", 0), 0, 1 << 20));
+          std::clamp<std::int64_t>(s->int_attr(semconv::kVirtualPipelineRank, 0), 0, 1 << 20));
       n.stage = sr->stage;
       n.rank = sr->rank;
       n.start = s->start_ns;

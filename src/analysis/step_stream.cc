@@ -16,6 +16,7 @@
 #include "clock_alignment.h"
 #include "pipeline_view.h"
 #include "run_import.h"
+#include "lens/semconv.h"
 
 namespace lens::analysis {
 namespace {
@@ -114,7 +115,7 @@ void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
       continue;
     }
     if (is_step_span(row)) {
-      const std::int64_t step = row.int_attr("dl.step");
+      const std::int64_t step = row.int_attr(semconv::kStep);
       if (step <= handed_over) {
         c.held_ids.erase(row.span_id);
         leave_out(row, step, false);

@@ -1,4 +1,5 @@
 #include "summary.h"
+#include "lens/semconv.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -96,12 +97,13 @@ Summary SummaryBuilder::finish(const PipelineView& rest) {
   add(rest);
   // Tail selection: every rank chose alike; the lowest rank's spans say it.
   for (const auto& [id, span] : rest.by_span_id) {
-    if (span->name == "lens.tail_selection" && (tail_rank_ < 0 || span->rank < tail_rank_))
+    if (span->name == semconv::kTailSelectionSpan && (tail_rank_ < 0 || span->rank < tail_rank_))
       tail_rank_ = span->rank;
   }
   std::vector<const SpanRow*> meetings;
   for (const auto& [id, span] : rest.by_span_id)
-    if (span->name == "lens.tail_selection" && span->rank == tail_rank_) meetings.push_back(span);
+    if (span->name == semconv::kTailSelectionSpan && span->rank == tail_rank_)
+      meetings.push_back(span);
   std::sort(meetings.begin(), meetings.end(), [](const SpanRow* a, const SpanRow* b) {
     return a->int_attr("lens.tail.first_step") < b->int_attr("lens.tail.first_step");
   });

@@ -1,6 +1,7 @@
 // transfer_waits: receives matched to sends, and the Scalasca wait states
 // (transfer_waits.h, docs/analysis.md).
 #include "transfer_waits.h"
+#include "lens/semconv.h"
 
 #include <algorithm>
 #include <string>
@@ -27,7 +28,7 @@ using Channel = std::tuple<int, int, bool, std::int64_t>;  // from, to, backward
 
 std::int64_t microbatch_of(const SpanRow& s, const char* key) {
   const std::int64_t m = s.int_attr(key, -1);
-  return m >= 0 ? m : s.int_attr("dl.microbatch_id", -1);
+  return m >= 0 ? m : s.int_attr(semconv::kMicrobatchId, -1);
 }
 
 }  // namespace
@@ -42,18 +43,18 @@ TransferWaits transfer_waits(const std::map<int, const StepOnRank*>& by_stage) {
       if (kind_of(*s) != SpanKind::kP2p) continue;
       const std::size_t index = spans.size();
       spans.push_back({s, stage, sr->rank});
-      const std::int64_t peer = s->int_attr("dl.pipeline_parallel.peer_rank", -1);
+      const std::int64_t peer = s->int_attr(semconv::kPipelinePeerRank, -1);
       for (const bool backward : {false, true}) {
         const std::string what = backward ? "backward" : "forward";
         if (s->name.find("recv_" + what) != std::string::npos) {
           const int from = peer >= 0 ? static_cast<int>(peer) : backward ? stage + 1 : stage - 1;
-          const std::int64_t m = microbatch_of(*s, "dl.microbatch_id.received");
+          const std::int64_t m = microbatch_of(*s, semconv::kMicrobatchIdReceived);
           if (m >= 0)
             receives[{from, stage, backward, m}].push_back({index, backward, from, stage, m});
         }
         if (s->name.find("send_" + what) != std::string::npos) {
           const int to = peer >= 0 ? static_cast<int>(peer) : backward ? stage - 1 : stage + 1;
-          const std::int64_t m = microbatch_of(*s, "dl.microbatch_id.sent");
+          const std::int64_t m = microbatch_of(*s, semconv::kMicrobatchIdSent);
           if (m >= 0) sends[{stage, to, backward, m}].push_back({index, backward, stage, to, m});
         }
       }

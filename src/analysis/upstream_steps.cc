@@ -10,6 +10,7 @@
 
 #include "pipeline_view.h"
 #include "rank_order.h"
+#include "lens/semconv.h"
 
 namespace lens::analysis {
 namespace {
@@ -90,20 +91,21 @@ struct P2p {
   int peer;
 };
 constexpr std::array<P2p, 4> kP2p = {{
-    {"megatron.p2p.recv_forward", "forward", 0, "dl.microbatch_id.received", -1},
-    {"megatron.p2p.send_forward", "forward", 1, "dl.microbatch_id.sent", +1},
-    {"megatron.p2p.recv_backward", "backward", 2, "dl.microbatch_id.received", +1},
-    {"megatron.p2p.send_backward", "backward", 3, "dl.microbatch_id.sent", -1},
+    {"megatron.p2p.recv_forward", "forward", 0, semconv::kMicrobatchIdReceived, -1},
+    {"megatron.p2p.send_forward", "forward", 1, semconv::kMicrobatchIdSent, +1},
+    {"megatron.p2p.recv_backward", "backward", 2, semconv::kMicrobatchIdReceived, +1},
+    {"megatron.p2p.send_backward", "backward", 3, semconv::kMicrobatchIdSent, -1},
 }};
 
 }  // namespace
 
 bool is_upstream_step_span(const json& span) {
-  return span.is_object() && is_step_name(name_of(span)) && attribute(span, "dl.step") == nullptr;
+  return span.is_object() && is_step_name(name_of(span)) &&
+         attribute(span, semconv::kStep) == nullptr;
 }
 
 bool is_upstream_step_span(const SpanRow& span) {
-  return is_step_name(span.name) && !span.has("dl.step");
+  return is_step_name(span.name) && !span.has(semconv::kStep);
 }
 
 std::string inferred_of(const std::vector<RankFile>& files) {
@@ -120,25 +122,25 @@ void UpstreamSteps::place(const json& resource) {
     resource_["attributes"] = json::array();
   json& r = resource_;
   const auto get = [&](const char* key) { return int_value(attribute(r, key)); };
-  const auto rank = get("dl.rank");
+  const auto rank = get(semconv::kRank);
   if (!rank) return;
   rank_ = static_cast<int>(*rank);
   std::array<int, kParallelDims> sizes{};
-  const char* keys[kParallelDims] = {"dl.tensor_parallel.size", "dl.context_parallel.size",
-                                     "dl.expert_parallel.size", "dl.data_parallel.size",
-                                     "dl.pipeline_parallel.size"};
+  const char* keys[kParallelDims] = {semconv::kTensorSize, semconv::kContextSize,
+                                     semconv::kExpertSize, semconv::kDataSize,
+                                     semconv::kPipelineSize};
   for (std::size_t d = 0; d < kParallelDims; ++d)
     sizes[d] = static_cast<int>(get(keys[d]).value_or(1));
-  const auto world = get("dl.world_size");
+  const auto world = get(semconv::kWorldSize);
   try {
     const RankPlace p = place_rank(rank_, world ? static_cast<int>(*world) : -1, sizes, order_);
     stage_ = p.coord(ParallelDim::kPp);
     stages_ = sizes[static_cast<std::size_t>(ParallelDim::kPp)];
     pipeline_source_ = p.pipeline_source;
-    set_default(r, "dl.pipeline_parallel.rank", int_attr(stage_));
-    set_default(r, "dl.data_parallel.rank", int_attr(p.coord(ParallelDim::kDp)));
-    set_default(r, "dl.tensor_parallel.rank", int_attr(p.coord(ParallelDim::kTp)));
-    if (!world) set_default(r, "dl.world_size", int_attr(p.world_size));
+    set_default(r, semconv::kPipelineRank, int_attr(stage_));
+    set_default(r, semconv::kDataRank, int_attr(p.coord(ParallelDim::kDp)));
+    set_default(r, semconv::kTensorRank, int_attr(p.coord(ParallelDim::kTp)));
+    if (!world) set_default(r, semconv::kWorldSize, int_attr(p.world_size));
   } catch (const std::invalid_argument& e) {
     if (notes_.empty())
       notes_.push_back("rank " + std::to_string(rank_) + ": its place is not known (" + e.what() +
@@ -146,7 +148,7 @@ void UpstreamSteps::place(const json& resource) {
   }
   set_default(r, kInferredAttribute, str_attr(kInferredWhat));
   // Every rank's step contexts were its own: no rank's step orders another's.
-  set_default(r, "lens.step_context", str_attr("inferred"));
+  set_default(r, semconv::kStepContext, str_attr("inferred"));
   placed_ = true;
 }
 
@@ -189,9 +191,9 @@ void UpstreamSteps::close_step(const std::string& trace, json& step_span,
   const std::int64_t step = iteration.value_or(counted_steps_);
   ++counted_steps_;
   ++steps_;
-  set_default(step_span, "dl.step", int_attr(step));
-  if (rank_ >= 0) set_default(step_span, "dl.rank", int_attr(rank_));
-  set_default(step_span, "dl.pipeline_parallel.rank", int_attr(stage_));
+  set_default(step_span, semconv::kStep, int_attr(step));
+  if (rank_ >= 0) set_default(step_span, semconv::kRank, int_attr(rank_));
+  set_default(step_span, semconv::kPipelineRank, int_attr(stage_));
   std::stable_sort(spans.begin(), spans.end(),
                    [](const json& a, const json& b) { return start_of(a) < start_of(b); });
   // Microbatch ids by start order per direction; then each transfer carries
@@ -202,10 +204,10 @@ void UpstreamSteps::close_step(const std::string& trace, json& step_span,
   std::array<std::vector<std::int64_t>, 2> starts;  // forward, backward compute starts
   for (json& s : spans) {
     const std::string n = name_of(s);
-    if (n == "megatron.microbatch.forward" || n == "megatron.microbatch.backward") {
+    if (n == semconv::kMicrobatchForwardSpan || n == semconv::kMicrobatchBackwardSpan) {
       ++microbatch_;
       auto& list = starts[n.ends_with("forward") ? 0 : 1];
-      set_default(s, "dl.microbatch_id", int_attr(static_cast<std::int64_t>(list.size())));
+      set_default(s, semconv::kMicrobatchId, int_attr(static_cast<std::int64_t>(list.size())));
       list.push_back(start_of(s));
     }
   }
@@ -224,9 +226,9 @@ void UpstreamSteps::close_step(const std::string& trace, json& step_span,
         // What bounds the clocks: a send's start, a receive's end.
         transfers_.push_back({step, p.counter, mb, receive ? end_of(s) : start_of(s)});
         set_default(s, "dl.p2p.direction", str_attr(p.direction));
-        set_default(s, "dl.pipeline_parallel.peer_rank", int_attr(stage_ + p.peer));
+        set_default(s, semconv::kPipelinePeerRank, int_attr(stage_ + p.peer));
         set_default(s, p.carries, int_attr(mb));
-        set_default(s, "dl.microbatch_id", int_attr(mb));
+        set_default(s, semconv::kMicrobatchId, int_attr(mb));
       }
   }
   // Transfers the schedule makes but the trace lacks: upstream does not
@@ -266,11 +268,11 @@ std::string UpstreamSteps::clock_sample_line(std::int64_t local_ns, std::int64_t
   std::snprintf(id, sizeof id, "c10c0000%08llx", static_cast<unsigned long long>(rank));
   json span = {{"traceId", trace},
                {"spanId", id},
-               {"name", "lens.clock_sync"},
+               {"name", semconv::kClockSyncSpan},
                {"startTimeUnixNano", std::to_string(local_ns)},
                {"endTimeUnixNano", std::to_string(local_ns)},
                {"attributes", json::array()}};
-  set_default(span, "dl.rank", int_attr(rank));
+  set_default(span, semconv::kRank, int_attr(rank));
   set_default(span, "lens.clock.local_time_ns", int_attr(local_ns));
   set_default(span, "lens.clock.offset_ns", int_attr(offset_ns));
   set_default(span, "lens.clock.uncertainty_ns", int_attr(uncertainty_ns));

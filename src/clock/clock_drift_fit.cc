@@ -1,5 +1,5 @@
 // ClockDriftFit: offset over local time by weighted least squares
-// (clock_sync.h).
+// (clock_sync.h), with the analysis's line (line_fit.h).
 #include <algorithm>
 #include <cmath>
 
@@ -7,30 +7,28 @@
 
 namespace lens {
 
+namespace {
+// The least uncertainty a sample is weighed by (ns).
+constexpr double kMinWeightNs = 1000;
+}  // namespace
+
 void ClockDriftFit::add(const ClockSample& sample) {
-  if (n_ == 0) origin_ns_ = sample.local_time_ns;
-  // Seconds since the first sample and µs of offset: sums of squares stay
-  // far from double's limits over any run.
+  if (line_.points() == 0) origin_ns_ = sample.local_time_ns;
+  // Seconds since the first sample and ns of offset, as the analysis fits.
   const double x = static_cast<double>(sample.local_time_ns - origin_ns_) * 1e-9;
-  const double y = static_cast<double>(sample.offset_ns) * 1e-3;
-  const double u = std::max<double>(static_cast<double>(sample.uncertainty_ns) * 1e-3, 1.0);
-  const double w = 1.0 / (u * u);
-  ++n_;
-  sw_ += w;
-  sx_ += w * x;
-  sy_ += w * y;
-  sxx_ += w * x * x;
-  sxy_ += w * x * y;
+  const double y = static_cast<double>(sample.offset_ns);
+  const double u = std::max(static_cast<double>(sample.uncertainty_ns), kMinWeightNs);
+  line_.add(x, y, 1.0 / (u * u));
 }
 
 std::optional<double> ClockDriftFit::drift_ppm() const {
-  if (n_ < 2) return std::nullopt;
-  const double denominator = sw_ * sxx_ - sx_ * sx_;
-  if (!(denominator > 0)) return std::nullopt;  // samples at one time
+  const auto line = line_.line();
+  if (!line) return std::nullopt;  // fewer than two samples, or all at one time
   // The slope's standard error, in ppm, with each sample's uncertainty as
-  // its error: samples milliseconds apart say little about drift.
-  if (std::sqrt(sw_ / denominator) > kMaxDriftErrorPpm) return std::nullopt;
-  return (sw_ * sxy_ - sx_ * sy_) / denominator;  // µs per s is ppm
+  // its error: samples milliseconds apart say little about drift. ns per s
+  // is 1e-3 ppm.
+  if (line->slope_error * 1e-3 > kMaxDriftErrorPpm) return std::nullopt;
+  return line->slope * 1e-3;
 }
 
 }  // namespace lens

@@ -6,6 +6,7 @@
 #include "open_spans.h"
 #include "span_clock.h"
 #include "telemetry_core.h"
+#include "lens/semconv.h"
 
 namespace lens::detail {
 
@@ -30,9 +31,9 @@ std::uint64_t TelemetryCore::truncate_open_spans(std::string_view stopped_by) {
         s->start_time_unix_ns + skewed_elapsed(now - s->start_steady_ns, s->clock_drift);
     // The marker goes in even past the attribute limit: it is what tells a
     // reader that the span did not really end here.
-    copy->attributes.push_back({"nemo.span.truncated", true});
+    copy->attributes.push_back({semconv::kTruncated, true});
     if (!stopped_by.empty())
-      copy->attributes.push_back({"lens.stopped_by", std::string(stopped_by)});
+      copy->attributes.push_back({semconv::kStoppedBy, std::string(stopped_by)});
     processor->enqueue(copy);
   }
   spans_truncated.fetch_add(count, std::memory_order_relaxed);

@@ -5,6 +5,7 @@
 
 #include "live_span.h"
 #include "span_clock.h"
+#include "lens/semconv.h"
 
 namespace lens::device {
 namespace {
@@ -144,7 +145,7 @@ void SpanTiming::deliver(detail::LiveSpan* s, std::optional<Resolver::Times> tim
     s->start_time_unix_ns = core_.clock_skew.unix_ns(times->start_ns);
     s->end_time_unix_ns = core_.clock_skew.unix_ns(times->end_ns);
   } else {
-    mark(s, "nemo.span.truncated", true);
+    mark(s, semconv::kTruncated, true);
     mark(s, "lens.device.unresolved", true);
     core_.spans_truncated.fetch_add(1, std::memory_order_relaxed);
   }

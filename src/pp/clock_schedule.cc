@@ -8,6 +8,7 @@
 
 #include "byte_order.h"
 #include "lens/ids.h"
+#include "lens/semconv.h"
 
 namespace lens {
 namespace {
@@ -84,11 +85,11 @@ void ClockSchedule::sync(std::optional<std::uint64_t> step) {
   context.trace_flags = TraceFlags::kSampled;  // readers need every sample
   so.context = context;
   so.start_time_unix_ns = start;
-  Span span = tracer_.start_lens_span("lens.clock_sync", so);
+  Span span = tracer_.start_lens_span(semconv::kClockSyncSpan, so);
   if (!span.recording()) return;
   const int global_rank = telemetry_.config().rank.value_or(world_.rank());
-  span.set_attribute("dl.rank", std::int64_t{global_rank});
-  if (step) span.set_attribute("dl.step", static_cast<std::int64_t>(*step));
+  span.set_attribute(semconv::kRank, std::int64_t{global_rank});
+  if (step) span.set_attribute(semconv::kStep, static_cast<std::int64_t>(*step));
   span.set_attribute("lens.clock.reason", step ? (first ? "start" : "interval") : "finish");
   span.set_attribute("lens.clock.reference_rank", reference_rank);
   span.set_attribute("lens.clock.exchanges", std::int64_t{sample.exchanges});

@@ -11,6 +11,7 @@
 #include "lens/linked_span.h"
 #include "lens/step_check.h"
 #include "lens/step_context.h"
+#include "lens/semconv.h"
 
 namespace lens {
 
@@ -122,8 +123,8 @@ void StepTrace::record_failure(const CommError& e) {
 Span StepTrace::recv_forward_linked(std::int64_t microbatch_id) const {
   if (!gated_ || first_stage() || !tracer_.enabled(SpanGroup::kCommunication)) return Span();
   return create_linked_span(tracer_, options_.linked_span_name, carrier_,
-                            {{"dl.pipeline_parallel.rank", std::int64_t{pipeline_rank_}},
-                             {"dl.microbatch_id", microbatch_id}});
+                            {{semconv::kPipelineRank, std::int64_t{pipeline_rank_}},
+                             {semconv::kMicrobatchId, microbatch_id}});
 }
 
 std::optional<StepCarrier> StepTrace::exchange(std::uint64_t step, Span& early) {
@@ -184,9 +185,9 @@ Span StepTrace::start_step_span(std::uint64_t step, const std::optional<StepCarr
       if (auto link = global_rank_zero_link(*telemetry_, *carrier)) start.links.push_back(*link);
   }
   Span span = tracer_.start_span(SpanGroup::kStep, options_.step_span_name, start);
-  span.set_attribute("dl.step", static_cast<std::int64_t>(step));
-  span.set_attribute("dl.rank", static_cast<std::int64_t>(global_rank_));
-  span.set_attribute("dl.pipeline_parallel.rank", static_cast<std::int64_t>(pipeline_rank_));
+  span.set_attribute(semconv::kStep, static_cast<std::int64_t>(step));
+  span.set_attribute(semconv::kRank, static_cast<std::int64_t>(global_rank_));
+  span.set_attribute(semconv::kPipelineRank, static_cast<std::int64_t>(pipeline_rank_));
   return span;
 }
 

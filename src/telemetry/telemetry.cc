@@ -17,6 +17,7 @@
 #include "span_timing.h"
 #include "spin_lock.h"
 #include "telemetry_core.h"
+#include "lens/semconv.h"
 
 namespace lens {
 namespace {
@@ -51,29 +52,29 @@ Resource build_resource(const Config& c) {
   r.set("telemetry.sdk.version", std::string(kLensVersion));
   for (const auto& a : c.resource_attributes) r.set(a.key, a.value);
   r.set("service.name", c.service_name);
-  r.set("nemo.run.id", c.run_id);
+  r.set(semconv::kRunId, c.run_id);
   if (c.rank) {
-    r.set("dl.rank", static_cast<std::int64_t>(*c.rank));
+    r.set(semconv::kRank, static_cast<std::int64_t>(*c.rank));
     r.set("service.instance.id", c.run_id + "-rank" + std::to_string(*c.rank));
   } else {
     r.set("service.instance.id", c.run_id + "-pid" + std::to_string(::getpid()));
   }
-  if (c.world_size) r.set("dl.world_size", static_cast<std::int64_t>(*c.world_size));
+  if (c.world_size) r.set(semconv::kWorldSize, static_cast<std::int64_t>(*c.world_size));
   if (c.coordinates.pp >= 0)
-    r.set("dl.pipeline_parallel.rank", static_cast<std::int64_t>(c.coordinates.pp));
+    r.set(semconv::kPipelineRank, static_cast<std::int64_t>(c.coordinates.pp));
   if (c.coordinates.dp >= 0)
-    r.set("dl.data_parallel.rank", static_cast<std::int64_t>(c.coordinates.dp));
+    r.set(semconv::kDataRank, static_cast<std::int64_t>(c.coordinates.dp));
   if (c.coordinates.tp >= 0)
-    r.set("dl.tensor_parallel.rank", static_cast<std::int64_t>(c.coordinates.tp));
-  r.set("lens.trace_scope", std::string(trace_scope_name(c.trace_scope)));
+    r.set(semconv::kTensorRank, static_cast<std::int64_t>(c.coordinates.tp));
+  r.set(semconv::kTraceScope, std::string(trace_scope_name(c.trace_scope)));
   // How steps get their context: what lens check needs to know which
   // orderings the run guarantees (a broadcast orders the ranks' steps; a
   // derived or prefetched context does not).
-  r.set("lens.step_context", std::string(step_context_mode_name(c.step_context)));
+  r.set(semconv::kStepContext, std::string(step_context_mode_name(c.step_context)));
   if (c.step_prefetch && c.step_context == StepContextMode::kBroadcast &&
       c.trace_scope == TraceScope::kWorld)
-    r.set("lens.step_prefetch", true);
-  if (!c.export_filter.empty()) r.set("lens.export_filter", c.export_filter.to_string());
+    r.set(semconv::kStepPrefetch, true);
+  if (!c.export_filter.empty()) r.set(semconv::kExportFilter, c.export_filter.to_string());
   return r;
 }
 

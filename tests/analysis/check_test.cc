@@ -244,7 +244,7 @@ TEST(Check, StartOrderOnTwoHostsNeedsClockSamples) {
   ClockAlignment clock;
   SpanRow sample;
   sample.rank = 1;
-  sample.name = kClockSyncSpanName;
+  sample.name = semconv::kClockSyncSpan;
   sample.attributes = {{"dl.rank", "1"},
                        {"lens.clock.local_time_ns", "1000000000"},
                        {"lens.clock.offset_ns", "500000"},

@@ -18,7 +18,7 @@ SpanRow sample(int rank, std::int64_t local_ns, std::int64_t offset_ns,
                std::int64_t uncertainty_ns = 20'000, const char* drift_ppm = nullptr,
                std::uint64_t process = 0) {
   SpanRow s;
-  s.name = kClockSyncSpanName;
+  s.name = semconv::kClockSyncSpan;
   s.rank = rank;
   s.process = process;
   s.attributes["dl.rank"] = std::to_string(rank);
@@ -147,7 +147,7 @@ TEST(ClockAlignment, SamplesWhoseExchangesCrossedAClockStepAreCountedNotUsed) {
   some.attributes["lens.clock.discarded"] = "3";
   ASSERT_TRUE(a.add(some));
   SpanRow none;
-  none.name = kClockSyncSpanName;
+  none.name = semconv::kClockSyncSpan;
   none.rank = 2;
   none.attributes["dl.rank"] = "2";
   none.attributes["lens.clock.exchanges"] = "8";
