@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <unordered_map>
@@ -681,49 +682,43 @@ class StreamMerge {
     report_.raw_asked = raw_clock;
   }
 
+  // A part's stream bytes, in range order.
   void add(Reader& r) {
+    const std::size_t index = parts_.size();
+    Part& part = parts_.emplace_back();
     report_.moves.add(get_moves(r));
     for (std::size_t n = r.count(); n > 0; --n) report_.unaligned_ranks.insert(r.get<std::int32_t>());
-    merge_late(r, late_);
+    merge_late(r, part.late);
     const bool last = r.get<std::uint8_t>() != 0;
-    std::vector<std::string> order;
     for (std::size_t n = r.count(); n > 0; --n) {
-      const std::string name = r.text();
-      const std::string path = r.text();
-      order.push_back(name);
-      File& f = files_[name];
+      PartFile& f = part.files.emplace_back();
+      f.name = r.text();
+      f.path = r.text();
       if (last) f.meta = get_file(r);
       for (std::size_t k = r.count(); k > 0; --k) f.warnings.push_back(r.text());
-      // The spans of a trace together, traces in the order first read; a
-      // span of a step an earlier part handed over came late, as one
-      // stream would have said.
       for (std::size_t k = r.count(); k > 0; --k) {
         SpanRow s = get_span(r);
-        const std::size_t line = r.get<std::uint64_t>();
-        if (auto step = handed_.find(s.trace_id); step != handed_.end()) {
-          late_.late += 1;
-          if (late_.late_list.size() < LateSpans::kKept)
-            late_.late_list.push_back({s.rank, path, line, step->second, s.name, s.span_id});
-          f.late.push_back(std::move(s));
-          continue;
-        }
-        auto [at, fresh] = f.trace_at.try_emplace(s.trace_id, f.open.size());
-        if (fresh) f.open.emplace_back();
-        f.open[at->second].push_back(std::move(s));
+        f.open.push_back({std::move(s), static_cast<std::size_t>(r.get<std::uint64_t>())});
       }
       for (std::size_t k = r.count(); k > 0; --k) f.late.push_back(get_span(r));
     }
     const std::string inferred = r.text();
     if (inferred_.empty()) inferred_ = inferred;
-    if (last) order_ = std::move(order);
+    if (last) {
+      order_.clear();
+      for (const PartFile& f : part.files) order_.push_back(f.name);
+    }
     for (std::size_t n = r.count(); n > 0; --n) {
       std::string trace = r.text();
-      handed_.emplace(std::move(trace), r.get<std::int64_t>());
+      const std::int64_t step = r.get<std::int64_t>();
+      auto [at, fresh] = handed_.try_emplace(std::move(trace), Handed{index, step, index});
+      if (!fresh) at->second.last_part = index;
     }
   }
 
   // The files as the one stream returns them (after every part's add).
   Run rest() {
+    finish();
     Run run;
     run.dir = dir_;
     for (const std::string& name : order_) {
@@ -739,10 +734,33 @@ class StreamMerge {
     return run;
   }
   ClockReport& report() { return report_; }
-  LateSpans& late() { return late_; }
+  LateSpans& late() {
+    finish();
+    return late_;
+  }
   const std::string& inferred() const { return inferred_; }
 
  private:
+  struct OpenRow {
+    SpanRow span;
+    std::size_t line;
+  };
+  struct PartFile {
+    std::string name, path;
+    std::optional<RankFile> meta;
+    std::vector<std::string> warnings;
+    std::vector<OpenRow> open;
+    std::vector<SpanRow> late;
+  };
+  struct Part {
+    LateSpans late;
+    std::vector<PartFile> files;
+  };
+  struct Handed {  // a step trace, by the parts that handed its windows over
+    std::size_t first_part;
+    std::int64_t step;  // its step in the first
+    std::size_t last_part;
+  };
   struct File {
     RankFile meta;
     std::vector<std::string> warnings;
@@ -750,13 +768,59 @@ class StreamMerge {
     std::vector<std::vector<SpanRow>> open;
     std::vector<SpanRow> late;
   };
+
+  // Each part's spans outside its windows, as one stream would have placed
+  // them: a span of a step an earlier part handed over came late; one of a
+  // step a later part hands over (read ahead on the line where that part
+  // begins) is in that part's window; the others are of no step, each
+  // trace's together in the order first read.
+  void finish() {
+    if (finished_) return;
+    finished_ = true;
+    for (std::size_t p = 0; p < parts_.size(); ++p) {
+      Part& part = parts_[p];
+      late_.duplicates += part.late.duplicates;
+      late_.late += part.late.late;
+      late_.forgot = late_.forgot || part.late.forgot;
+      for (auto [from, to] : {std::pair{&part.late.duplicate_list, &late_.duplicate_list},
+                              std::pair{&part.late.late_list, &late_.late_list}})
+        for (auto& s : *from)
+          if (to->size() < LateSpans::kKept) to->push_back(std::move(s));
+      for (PartFile& pf : part.files) {
+        File& f = files_[pf.name];
+        if (pf.meta) f.meta = std::move(*pf.meta);
+        for (auto& w : pf.warnings) f.warnings.push_back(std::move(w));
+        for (OpenRow& row : pf.open) {
+          SpanRow& s = row.span;
+          const auto handed = handed_.find(s.trace_id);
+          if (handed != handed_.end() && handed->second.first_part < p) {
+            late_.late += 1;
+            if (late_.late_list.size() < LateSpans::kKept)
+              late_.late_list.push_back(
+                  {s.rank, pf.path, row.line, handed->second.step, s.name, s.span_id});
+            f.late.push_back(std::move(s));
+            continue;
+          }
+          if (handed != handed_.end() && handed->second.last_part > p) continue;
+          auto [at, fresh] = f.trace_at.try_emplace(s.trace_id, f.open.size());
+          if (fresh) f.open.emplace_back();
+          f.open[at->second].push_back(std::move(s));
+        }
+        for (auto& s : pf.late) f.late.push_back(std::move(s));
+      }
+    }
+    parts_.clear();
+  }
+
   std::filesystem::path dir_;
   ClockReport report_;
   LateSpans late_;
   std::string inferred_;
+  std::vector<Part> parts_;
+  std::unordered_map<std::string, Handed> handed_;
+  bool finished_ = false;
   std::map<std::string, File> files_;
   std::vector<std::string> order_;
-  std::unordered_map<std::string, std::int64_t> handed_;  // earlier parts' step traces
 };
 
 // A part: its magic, its command's rows, its stream's bytes.
@@ -1057,7 +1121,7 @@ std::string check_part(const std::filesystem::path& dir, const StepIndex& index,
   std::uint64_t spans = 0;
   const std::string stream = read_part(dir, index, range, nullptr, [&](StepWindow& window) {
     spans += window.run.span_count();
-    checker.add(window.run, build_view(window.run));
+      checker.add(window.run, build_view(window.run));
   });
   Writer w;
   w.put<std::uint64_t>(spans);

@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "analyze.h"
 #include "check.h"
+#include "partial_analysis.h"
 #include "run_reader.h"
 #include "summary.h"
 #include "viewer_export.h"
@@ -434,6 +436,87 @@ TEST_F(StepStream, ReadingOnAThreadOfItsOwnHandsOverTheSameWindowsInOrder) {
                    dir_, [&](StepWindow& w) { before.push_back(w.step); }, o),
                ReadError);
   EXPECT_EQ(before.size(), 30u) << "every window read before the bad line";
+}
+
+// The run split into contiguous step ranges (partial_analysis.h, what `lens
+// analyze|summary|check` do under MPI), each range read on its own, the
+// parts merged: every command says what one stream says, byte for byte,
+// for 1 to 4 parts, on a run whose faults cross the ranges (a span
+// repeated, a span arriving steps late, a step span in an earlier step's
+// trace, a broken link) and with one span or six a line.
+TEST_F(StepStream, SplitIntoPartsEveryCommandSaysWhatOneStreamSays) {
+  run_.steps = 8;
+  run_.make();
+  auto& r1 = run_.by_rank[1];
+  const auto step_span_at = [](std::vector<FakeSpan>& spans, int step) {
+    return std::find_if(spans.begin(), spans.end(), [&](const FakeSpan& s) {
+      return s.name == "megatron.train_step" && s.trace == FakeRun::trace_of(step);
+    });
+  };
+  // Rank 1: a forward of step 5 again before step 5's step span (its first
+  // copy read in the same range, whatever the split); a forward of step 1
+  // arriving after step 6's step span.
+  FakeSpan repeat = *(step_span_at(r1, 5) - 2);
+  r1.insert(step_span_at(r1, 5), repeat);
+  auto late_at = step_span_at(r1, 1) - 1;
+  FakeSpan late = *late_at;
+  r1.erase(late_at);
+  r1.insert(step_span_at(r1, 6) + 1, late);
+  // Rank 2: step 6's step span in step 1's trace; a broken link in step 3.
+  step_span_at(run_.by_rank[2], 6)->trace = FakeRun::trace_of(1);
+  for (auto& s : run_.by_rank[2])
+    if (s.trace == FakeRun::trace_of(3) && !s.links.empty() && s.name.ends_with(".linked"))
+      s.links[0]["spanId"] = "00000000deadbeef";
+  const ClockAlignment clock;  // no samples: every rank on its own clock
+  for (const std::size_t batch : {std::size_t{1}, std::size_t{6}}) {
+    fs::remove_all(dir_);
+    run_.write(dir_, batch);
+    // One stream.
+    const CheckResult one_check = check_dir(dir_);
+    ClockReport report = ClockReport::of(clock);
+    LateSpans left_out;
+    std::vector<std::string> summary_warnings;
+    Summary one_summary =
+        summarize_dir(dir_, aligned_stream(clock, &report, &left_out), &summary_warnings);
+    one_summary.clock = report;
+    one_summary.left_out = left_out;
+    std::vector<std::string> analyze_warnings;
+    const Analysis one_analysis = analyze_run(dir_, {}, &analyze_warnings);
+    ASSERT_GT(one_check.late.late, 0u) << "the late span is found";
+    ASSERT_GT(one_check.late.duplicates, 0u) << "the repeated span is found";
+    const auto said = [](const CheckResult& r) {
+      std::string out;
+      for (const auto& v : r.violations) out += format_violation(v) + "\n";
+      for (const auto& w : r.warnings) out += "warning: " + w + "\n";
+      return out + r.start_order + " " + std::to_string(r.steps) + " steps, " +
+             std::to_string(r.spans) + " spans, " + std::to_string(r.files) + " files, " +
+             std::to_string(r.late.late) + " late, " + std::to_string(r.late.duplicates) +
+             " repeated, " + r.late.describe();
+    };
+    EXPECT_NE(said(one_check).find("two steps share one trace"), std::string::npos);
+    EXPECT_NE(said(one_check).find("00000000deadbeef"), std::string::npos);
+    const StepIndex index = step_index(dir_);
+    for (int k = 1; k <= 4; ++k) {
+      SCOPED_TRACE("batch " + std::to_string(batch) + ", " + std::to_string(k) + " parts");
+      const auto ranges = split_steps(index, k);
+      std::vector<std::string> checks, summaries, analyses;
+      for (const StepRange& range : ranges) {
+        checks.push_back(check_part(dir_, index, range, start_order_of(dir_, clock)));
+        summaries.push_back(summary_part(dir_, index, range, clock));
+        analyses.push_back(analyze_part(dir_, index, range, clock, false));
+      }
+      EXPECT_EQ(said(merge_check_parts(checks, dir_, start_order_of(dir_, clock))),
+                said(one_check));
+      std::vector<std::string> warnings;
+      EXPECT_EQ(format_json(merge_summary_parts(summaries, clock, false, &warnings)),
+                format_json(one_summary));
+      EXPECT_EQ(warnings, summary_warnings);
+      warnings.clear();
+      EXPECT_EQ(format_json(merge_parts(analyses, clock, false, false, &warnings)),
+                format_json(one_analysis));
+      EXPECT_EQ(warnings, analyze_warnings);
+    }
+  }
 }
 
 TEST_F(StepStream, MalformedLineIsAReadErrorNamingFileAndLine) {
