@@ -140,8 +140,10 @@ int split_over_world(
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     analysis::set_default_read_threads(std::max(1, cores / std::max(1, here)));
   }
-  // Rank 0 reads the index and the clock samples; every process gets them,
-  // or the error that stopped them.
+  // Rank 0 reads the saved step index, if the run has one that still names
+  // its files, and the clock samples; every process gets them, or the error
+  // that stopped them. Without a saved index, every process indexes a share
+  // of the files and rank 0 joins and saves them.
   std::string first;
   if (rank == 0)
     first = outcome([&] {
@@ -150,7 +152,8 @@ int split_over_world(
                                   ": under MPI, lens reads a run in lens's layout (a directory "
                                   "of rank-<r>.otlp.jsonl files) on a file system every process "
                                   "sees; for other layouts run it as one process");
-      std::string index = analysis::to_bytes(analysis::step_index(dir));
+      const auto saved = analysis::saved_step_index(dir);
+      std::string index = saved ? analysis::to_bytes(*saved) : std::string();
       std::string samples = raw_clock ? std::string() : analysis::clock_samples(dir);
       std::string both;
       const std::uint64_t n = index.size();
@@ -159,14 +162,44 @@ int split_over_world(
     });
   broadcast(first, rank);
   int code = 0;
-  if (first.empty() || first[0] == 'e') {
-    if (rank == 0)
-      std::fprintf(stderr, "lens: %s\n", first.empty() ? "no index" : first.c_str() + 1);
+  std::string built;  // 'k' and the index the processes built, or 'e' and an error
+  if (!first.empty() && first[0] == 'k') {
+    std::uint64_t n = 0;
+    std::memcpy(&n, first.data() + 1, sizeof n);
+    if (n == 0) {
+      const std::string share = outcome([&] {
+        return analysis::to_bytes(analysis::index_share(dir, rank, size));
+      });
+      const std::vector<std::string> shares = gather(share, rank, size);
+      if (rank == 0) {
+        for (const auto& s : shares)
+          if (!s.empty() && s[0] == 'e') {
+            built = s;
+            break;
+          }
+        if (built.empty())
+          built = outcome([&] {
+            std::vector<analysis::StepIndex> parts;
+            for (const auto& s : shares)
+              parts.push_back(analysis::step_index_from_bytes(std::string_view(s).substr(1)));
+            return analysis::to_bytes(analysis::join_index_shares(dir, std::move(parts)));
+          });
+      }
+      broadcast(built, rank);
+    }
+  }
+  if (first.empty() || first[0] == 'e' || (!built.empty() && built[0] == 'e')) {
+    if (rank == 0) {
+      const std::string& error = !built.empty() ? built : first;
+      std::fprintf(stderr, "lens: %s\n", error.empty() ? "no index" : error.c_str() + 1);
+    }
     code = 2;
   } else {
     std::uint64_t n = 0;
     std::memcpy(&n, first.data() + 1, sizeof n);
-    const std::string_view index_bytes(first.data() + 1 + sizeof n, n);
+    const std::string_view index_bytes = !built.empty()
+                                             ? std::string_view(built).substr(1)
+                                             : std::string_view(first.data() + 1 + sizeof n, n);
     const std::string_view samples(first.data() + 1 + sizeof n + n,
                                    first.size() - 1 - sizeof n - n);
     const std::string mine = outcome([&] {

@@ -355,33 +355,57 @@ StepIndex step_index_from_bytes(std::string_view bytes) {
   return index;
 }
 
-StepIndex step_index(const std::filesystem::path& dir) {
+namespace {
+std::filesystem::path saved_index_path(const std::filesystem::path& dir) {
+  return std::filesystem::is_directory(dir) ? dir / kIndexName : std::filesystem::path();
+}
+}  // namespace
+
+std::optional<StepIndex> saved_step_index(const std::filesystem::path& dir) {
+  const std::filesystem::path saved = saved_index_path(dir);
+  if (saved.empty()) return std::nullopt;
+  std::ifstream in(saved, std::ios::binary);
+  if (!in) return std::nullopt;
   const auto paths = run_files(dir);
-  const std::filesystem::path saved = std::filesystem::is_directory(dir) ? dir / kIndexName
-                                                                         : std::filesystem::path();
-  // The saved index, when it names these files as they are now.
-  if (!saved.empty()) {
-    std::ifstream in(saved, std::ios::binary);
-    if (in) {
-      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      try {
-        StepIndex index = step_index_from_bytes(bytes);
-        bool same = index.files.size() == paths.size();
-        for (std::size_t i = 0; same && i < paths.size(); ++i) {
-          std::error_code ec;
-          same = index.files[i].name == paths[i].filename().string() &&
-                 index.files[i].size == std::filesystem::file_size(paths[i], ec) &&
-                 index.files[i].modified ==
-                     std::filesystem::last_write_time(paths[i], ec).time_since_epoch().count();
-        }
-        if (same) return index;
-      } catch (const std::exception&) {
-        // a stale or damaged index: built again below
-      }
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    StepIndex index = step_index_from_bytes(bytes);
+    bool same = index.files.size() == paths.size();
+    for (std::size_t i = 0; same && i < paths.size(); ++i) {
+      std::error_code ec;
+      same = index.files[i].name == paths[i].filename().string() &&
+             index.files[i].size == std::filesystem::file_size(paths[i], ec) &&
+             index.files[i].modified ==
+                 std::filesystem::last_write_time(paths[i], ec).time_since_epoch().count();
     }
+    if (same) return index;
+  } catch (const std::exception&) {
+    // a stale or damaged index: built again
   }
+  return std::nullopt;
+}
+
+StepIndex index_share(const std::filesystem::path& dir, int share, int shares) {
+  const auto paths = run_files(dir);
   StepIndex index;
-  for (const auto& p : paths) index.files.push_back(index_file(p));
+  for (std::size_t i = static_cast<std::size_t>(std::max(share, 0)); i < paths.size();
+       i += static_cast<std::size_t>(std::max(shares, 1)))
+    index.files.push_back(index_file(paths[i]));
+  return index;
+}
+
+StepIndex join_index_shares(const std::filesystem::path& dir, std::vector<StepIndex> shares) {
+  StepIndex index;
+  const std::size_t k = shares.size();
+  std::size_t total = 0;
+  for (const auto& s : shares) total += s.files.size();
+  // File i is share i mod k's (i / k)-th.
+  for (std::size_t i = 0; i < total; ++i) {
+    auto& from = shares[i % k].files;
+    if (i / k >= from.size()) throw std::runtime_error("the step index's shares do not fit");
+    index.files.push_back(std::move(from[i / k]));
+  }
+  const std::filesystem::path saved = saved_index_path(dir);
   if (!saved.empty()) {
     // Written whole under another name, then renamed: a reader never sees
     // half an index. A run on a read-only file system goes without.
@@ -397,6 +421,13 @@ StepIndex step_index(const std::filesystem::path& dir) {
       std::filesystem::remove(temp, ec);
   }
   return index;
+}
+
+StepIndex step_index(const std::filesystem::path& dir) {
+  if (auto saved = saved_step_index(dir)) return std::move(*saved);
+  std::vector<StepIndex> one;
+  one.push_back(index_share(dir, 0, 1));
+  return join_index_shares(dir, std::move(one));
 }
 
 std::vector<StepRange> split_steps(const StepIndex& index, int parts) {

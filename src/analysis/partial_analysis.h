@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,6 +67,13 @@ struct StepIndex {
 // built and written there (when the directory is writable). ReadError for
 // an unreadable run.
 StepIndex step_index(const std::filesystem::path& dir);
+// The same in pieces, for processes that build it together: the saved
+// index when it names the files as they are now; the index of every
+// `shares`-th file from the `share`-th (as run_files sorts them); the shares
+// of 0 .. K-1, in that order, as one index (saved beside the run).
+std::optional<StepIndex> saved_step_index(const std::filesystem::path& dir);
+StepIndex index_share(const std::filesystem::path& dir, int share, int shares);
+StepIndex join_index_shares(const std::filesystem::path& dir, std::vector<StepIndex> shares);
 std::string to_bytes(const StepIndex& index);
 StepIndex step_index_from_bytes(std::string_view bytes);
 

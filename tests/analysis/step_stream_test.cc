@@ -496,6 +496,12 @@ TEST_F(StepStream, SplitIntoPartsEveryCommandSaysWhatOneStreamSays) {
     EXPECT_NE(said(one_check).find("two steps share one trace"), std::string::npos);
     EXPECT_NE(said(one_check).find("00000000deadbeef"), std::string::npos);
     const StepIndex index = step_index(dir_);
+    for (int k = 1; k <= 4; ++k) {  // built in shares, by k processes
+      std::vector<StepIndex> shares;
+      for (int i = 0; i < k; ++i) shares.push_back(index_share(dir_, i, k));
+      EXPECT_EQ(to_bytes(join_index_shares(dir_, std::move(shares))), to_bytes(index));
+    }
+    ASSERT_TRUE(saved_step_index(dir_).has_value());
     for (int k = 1; k <= 4; ++k) {
       SCOPED_TRACE("batch " + std::to_string(batch) + ", " + std::to_string(k) + " parts");
       const auto ranges = split_steps(index, k);
