@@ -140,66 +140,77 @@ int split_over_world(
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     analysis::set_default_read_threads(std::max(1, cores / std::max(1, here)));
   }
-  // Rank 0 reads the saved step index, if the run has one that still names
-  // its files, and the clock samples; every process gets them, or the error
-  // that stopped them. Without a saved index, every process indexes a share
-  // of the files and rank 0 joins and saves them.
-  std::string first;
+  // Rank 0 checks the layout and reads the saved step index, if the run has
+  // one that still names its files. Then every process reads a share of
+  // the files (every K-th from its rank): their clock samples and, without
+  // a saved index, their step index; rank 0 joins the shares (and saves
+  // the index), and every process gets the index and the samples, or the
+  // error that stopped them.
+  std::string saved;  // 'k' and the saved index's bytes (none: empty), or 'e' and an error
   if (rank == 0)
-    first = outcome([&] {
+    saved = outcome([&] {
       if (!analysis::is_lens_layout(dir) && !std::filesystem::is_regular_file(dir))
         throw analysis::ReadError(dir +
                                   ": under MPI, lens reads a run in lens's layout (a directory "
                                   "of rank-<r>.otlp.jsonl files) on a file system every process "
                                   "sees; for other layouts run it as one process");
-      const auto saved = analysis::saved_step_index(dir);
-      std::string index = saved ? analysis::to_bytes(*saved) : std::string();
-      std::string samples = raw_clock ? std::string() : analysis::clock_samples(dir);
-      std::string both;
-      const std::uint64_t n = index.size();
-      both.append(reinterpret_cast<const char*>(&n), sizeof n);
-      return both + index + samples;
+      const auto index = analysis::saved_step_index(dir);
+      return index ? analysis::to_bytes(*index) : std::string();
     });
-  broadcast(first, rank);
-  int code = 0;
-  std::string built;  // 'k' and the index the processes built, or 'e' and an error
-  if (!first.empty() && first[0] == 'k') {
-    std::uint64_t n = 0;
-    std::memcpy(&n, first.data() + 1, sizeof n);
-    if (n == 0) {
-      const std::string share = outcome([&] {
-        return analysis::to_bytes(analysis::index_share(dir, rank, size));
-      });
-      const std::vector<std::string> shares = gather(share, rank, size);
-      if (rank == 0) {
-        for (const auto& s : shares)
-          if (!s.empty() && s[0] == 'e') {
-            built = s;
-            break;
-          }
-        if (built.empty())
-          built = outcome([&] {
-            std::vector<analysis::StepIndex> parts;
-            for (const auto& s : shares)
-              parts.push_back(analysis::step_index_from_bytes(std::string_view(s).substr(1)));
-            return analysis::to_bytes(analysis::join_index_shares(dir, std::move(parts)));
-          });
-      }
-      broadcast(built, rank);
-    }
-  }
-  if (first.empty() || first[0] == 'e' || (!built.empty() && built[0] == 'e')) {
+  broadcast(saved, rank);
+  std::string first;  // 'k', the index's size, the index and the samples; or 'e' and an error
+  if (!saved.empty() && saved[0] == 'k') {
+    const bool build_index = saved.size() == 1;
+    const std::string share = outcome([&] {
+      const std::string index =
+          build_index ? analysis::to_bytes(analysis::index_share(dir, rank, size)) : std::string();
+      const std::string samples =
+          raw_clock ? std::string() : analysis::clock_samples_share(dir, rank, size);
+      const std::uint64_t n = index.size();
+      return std::string(reinterpret_cast<const char*>(&n), sizeof n) + index + samples;
+    });
+    const std::vector<std::string> shares = gather(share, rank, size);
     if (rank == 0) {
-      const std::string& error = !built.empty() ? built : first;
-      std::fprintf(stderr, "lens: %s\n", error.empty() ? "no index" : error.c_str() + 1);
+      for (const auto& s : shares)
+        if (!s.empty() && s[0] == 'e') {
+          first = s;
+          break;
+        }
+      if (first.empty())
+        first = outcome([&] {
+          std::vector<analysis::StepIndex> indexes;
+          std::vector<std::string> samples;
+          for (const auto& s : shares) {
+            std::uint64_t n = 0;
+            if (s.size() < 1 + sizeof n) throw std::runtime_error("a share's bytes end too soon");
+            std::memcpy(&n, s.data() + 1, sizeof n);
+            if (n > s.size() - 1 - sizeof n) throw std::runtime_error("a share is malformed");
+            if (build_index)
+              indexes.push_back(analysis::step_index_from_bytes(
+                  std::string_view(s).substr(1 + sizeof n, n)));
+            samples.push_back(s.substr(1 + sizeof n + n));
+          }
+          const std::string index =
+              build_index ? analysis::to_bytes(analysis::join_index_shares(dir, std::move(indexes)))
+                          : saved.substr(1);
+          const std::uint64_t n = index.size();
+          return std::string(reinterpret_cast<const char*>(&n), sizeof n) + index +
+                 (raw_clock ? std::string() : analysis::join_clock_samples(samples));
+        });
     }
+    broadcast(first, rank);
+  } else {
+    first = saved;
+  }
+  int code = 0;
+  if (first.empty() || first[0] == 'e') {
+    if (rank == 0)
+      std::fprintf(stderr, "lens: %s\n", first.empty() ? "no index" : first.c_str() + 1);
     code = 2;
   } else {
     std::uint64_t n = 0;
     std::memcpy(&n, first.data() + 1, sizeof n);
-    const std::string_view index_bytes = !built.empty()
-                                             ? std::string_view(built).substr(1)
-                                             : std::string_view(first.data() + 1 + sizeof n, n);
+    const std::string_view index_bytes(first.data() + 1 + sizeof n, n);
     const std::string_view samples(first.data() + 1 + sizeof n + n,
                                    first.size() - 1 - sizeof n - n);
     const std::string mine = outcome([&] {

@@ -292,16 +292,27 @@ bool ClockAlignment::align(RankFile& file) const {
   return all;
 }
 
+std::vector<SpanRow> read_file_clock_samples(const std::filesystem::path& file) {
+  std::vector<SpanRow> samples;
+  RankFileReader reader(file);
+  reader.only_spans_named(semconv::kClockSyncSpan);
+  while (reader.next_line()) {
+    for (auto& s : reader.file().spans) samples.push_back(std::move(s));
+    reader.file().spans.clear();
+  }
+  return samples;
+}
+
+std::vector<SpanRow> read_clock_samples(const std::filesystem::path& dir) {
+  std::vector<SpanRow> samples;
+  for (const auto& path : run_files(dir))
+    for (auto& s : read_file_clock_samples(path)) samples.push_back(std::move(s));
+  return samples;
+}
+
 ClockAlignment read_clock_alignment(const std::filesystem::path& dir) {
   ClockAlignment alignment;
-  for (const auto& path : run_files(dir)) {
-    RankFileReader reader(path);
-    reader.only_spans_named(semconv::kClockSyncSpan);
-    while (reader.next_line()) {
-      for (const auto& s : reader.file().spans) alignment.add(s);
-      reader.file().spans.clear();
-    }
-  }
+  for (const auto& s : read_clock_samples(dir)) alignment.add(s);
   return alignment;
 }
 

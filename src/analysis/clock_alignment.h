@@ -133,8 +133,12 @@ class ClockAlignment {
   std::size_t reference_nonzero_ = 0;  // the reference's own samples claiming an offset
 };
 
-// The samples of the run in `dir`: one pass that parses only the lines
-// naming lens.clock_sync. ReadError as the reader throws it.
+// The samples of the run in `dir` (its lens.clock_sync spans, in file
+// order): one pass that parses only the lines naming them; their
+// alignment. ReadError as the reader throws it.
+std::vector<SpanRow> read_clock_samples(const std::filesystem::path& dir);
+// The samples of one rank file.
+std::vector<SpanRow> read_file_clock_samples(const std::filesystem::path& file);
 ClockAlignment read_clock_alignment(const std::filesystem::path& dir);
 
 // A receive that ended before its matching send began by more than the

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "line_reader.h"
 #include "pipeline_view.h"
@@ -456,29 +457,58 @@ std::vector<StepRange> split_steps(const StepIndex& index, int parts) {
   return out;
 }
 
-std::string clock_samples(const std::filesystem::path& dir) {
+std::string clock_samples_share(const std::filesystem::path& dir, int share, int shares) {
+  const auto paths = run_files(dir);
   Writer w;
-  std::vector<SpanRow> rows;
-  for (const auto& path : run_files(dir)) {
-    RankFileReader reader(path);
-    reader.only_spans_named(semconv::kClockSyncSpan);
-    while (reader.next_line()) {
-      for (auto& s : reader.file().spans)
-        if (s.name == semconv::kClockSyncSpan) rows.push_back(std::move(s));
-      reader.file().spans.clear();
-    }
+  std::vector<std::string> files;
+  for (std::size_t i = static_cast<std::size_t>(std::max(share, 0)); i < paths.size();
+       i += static_cast<std::size_t>(std::max(shares, 1))) {
+    Writer one;
+    one.list(read_file_clock_samples(paths[i]), [&](const SpanRow& s) {
+      one.put<std::int32_t>(s.rank);
+      one.put<std::uint64_t>(s.process);
+      one.put(s.name);
+      one.put<std::uint64_t>(s.attributes.size());
+      for (const auto& [k, v] : s.attributes) {
+        one.put(k);
+        one.put(v);
+      }
+    });
+    files.push_back(one.take());
   }
-  w.list(rows, [&](const SpanRow& s) {
-    w.put<std::int32_t>(s.rank);
-    w.put<std::uint64_t>(s.process);
-    w.put(s.name);
-    w.put<std::uint64_t>(s.attributes.size());
-    for (const auto& [k, v] : s.attributes) {
-      w.put(k);
-      w.put(v);
-    }
-  });
+  w.list(files, [&](const std::string& f) { w.put(f); });
   return w.take();
+}
+
+std::string join_clock_samples(const std::vector<std::string>& shares) {
+  // Each share: per file, its samples as a list; file i is share i mod k's
+  // (i / k)-th. The result: every sample, in file order, as one list.
+  const std::size_t k = shares.size();
+  std::vector<std::vector<std::string>> files(k);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    Reader r(shares[i]);
+    for (std::size_t n = r.count(); n > 0; --n) files[i].push_back(r.text());
+    if (!r.done()) throw std::runtime_error("a clock samples share with bytes after its end");
+    total += files[i].size();
+  }
+  std::uint64_t count = 0;
+  std::string rows;
+  for (std::size_t i = 0; i < total; ++i) {
+    if (i / k >= files[i % k].size()) throw std::runtime_error("the clock samples' shares do not fit");
+    const std::string& list = files[i % k][i / k];
+    Reader r(list);
+    const std::size_t n = r.count();
+    count += n;
+    rows.append(list, sizeof(std::uint64_t), std::string::npos);  // its rows, after the count
+  }
+  Writer w;
+  w.put<std::uint64_t>(count);
+  return w.take() + rows;
+}
+
+std::string clock_samples(const std::filesystem::path& dir) {
+  return join_clock_samples({clock_samples_share(dir, 0, 1)});
 }
 
 ClockAlignment clock_from_samples(std::string_view bytes) {
@@ -656,6 +686,7 @@ std::string read_part(const std::filesystem::path& dir, const StepIndex& index, 
   std::map<std::string, std::size_t> late_per_file;
   std::map<std::string, std::vector<std::size_t>> open_lines;
   std::map<std::string, std::int64_t> step_traces;  // the trace of each step handed over
+  std::vector<std::string> claimed;  // spans of others' lines in this part's windows
   Run rest;
   const bool last_range = is_last(index.steps(), range);
   if (!range.empty()) {
@@ -664,6 +695,7 @@ std::string read_part(const std::filesystem::path& dir, const StepIndex& index, 
     so.late = &late;
     so.late_per_file = &late_per_file;
     so.open_lines = &open_lines;
+    so.claimed = &claimed;
     rest = stream_steps(dir, [&](StepWindow& window) {
       for (const auto& f : window.run.files)
         for (const auto& span : f.spans)
@@ -701,6 +733,7 @@ std::string read_part(const std::filesystem::path& dir, const StepIndex& index, 
     w.put(trace);
     w.put<std::int64_t>(step);
   }
+  w.list(claimed, [&](const std::string& id) { w.put(id); });
   return w.take();
 }
 
@@ -742,9 +775,9 @@ class StreamMerge {
     for (std::size_t n = r.count(); n > 0; --n) {
       std::string trace = r.text();
       const std::int64_t step = r.get<std::int64_t>();
-      auto [at, fresh] = handed_.try_emplace(std::move(trace), Handed{index, step, index});
-      if (!fresh) at->second.last_part = index;
+      handed_.try_emplace(std::move(trace), Handed{index, step});
     }
+    for (std::size_t n = r.count(); n > 0; --n) claimed_.insert(r.text());
   }
 
   // The files as the one stream returns them (after every part's add).
@@ -787,10 +820,9 @@ class StreamMerge {
     LateSpans late;
     std::vector<PartFile> files;
   };
-  struct Handed {  // a step trace, by the parts that handed its windows over
-    std::size_t first_part;
-    std::int64_t step;  // its step in the first
-    std::size_t last_part;
+  struct Handed {  // a step trace, by the first part that handed its window over
+    std::size_t part;
+    std::int64_t step;
   };
   struct File {
     RankFile meta;
@@ -801,10 +833,10 @@ class StreamMerge {
   };
 
   // Each part's spans outside its windows, as one stream would have placed
-  // them: a span of a step an earlier part handed over came late; one of a
-  // step a later part hands over (read ahead on the line where that part
-  // begins) is in that part's window; the others are of no step, each
-  // trace's together in the order first read.
+  // them: a span of a step an earlier part handed over came late; one that
+  // another part handed over in a window (read there on the line where that
+  // part begins) is that window's; the others are of no step, each trace's
+  // together in the order first read.
   void finish() {
     if (finished_) return;
     finished_ = true;
@@ -824,7 +856,8 @@ class StreamMerge {
         for (OpenRow& row : pf.open) {
           SpanRow& s = row.span;
           const auto handed = handed_.find(s.trace_id);
-          if (handed != handed_.end() && handed->second.first_part < p) {
+          if (claimed_.count(s.span_id)) continue;
+          if (handed != handed_.end() && handed->second.part < p) {
             late_.late += 1;
             if (late_.late_list.size() < LateSpans::kKept)
               late_.late_list.push_back(
@@ -832,7 +865,6 @@ class StreamMerge {
             f.late.push_back(std::move(s));
             continue;
           }
-          if (handed != handed_.end() && handed->second.last_part > p) continue;
           auto [at, fresh] = f.trace_at.try_emplace(s.trace_id, f.open.size());
           if (fresh) f.open.emplace_back();
           f.open[at->second].push_back(std::move(s));
@@ -849,6 +881,7 @@ class StreamMerge {
   std::string inferred_;
   std::vector<Part> parts_;
   std::unordered_map<std::string, Handed> handed_;
+  std::unordered_set<std::string> claimed_;  // span ids some part's windows hold
   bool finished_ = false;
   std::map<std::string, File> files_;
   std::vector<std::string> order_;

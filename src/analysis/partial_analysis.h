@@ -87,6 +87,10 @@ std::vector<StepRange> split_steps(const StepIndex& index, int parts);
 
 // Every lens.clock_sync span of the run, as bytes; the alignment of them.
 std::string clock_samples(const std::filesystem::path& dir);
+// The same in shares: the samples of every `shares`-th file from the
+// `share`-th, and the shares of 0 .. K-1 as clock_samples's bytes.
+std::string clock_samples_share(const std::filesystem::path& dir, int share, int shares);
+std::string join_clock_samples(const std::vector<std::string>& shares);
 ClockAlignment clock_from_samples(std::string_view bytes);
 
 // The rows of the steps of `range` (see the file comment). `clock`: the

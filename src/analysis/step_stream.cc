@@ -128,12 +128,14 @@ void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
         c.open.erase(it);
       }
       c.complete_trace[row.trace_id] = step;
+      if (!owned) c.borrowed_ids.insert(row.span_id);
       bucket.push_back(std::move(row));
       c.last_complete = std::max(c.last_complete, step);
       continue;
     }
     auto done = c.complete_trace.find(row.trace_id);
     if (done != c.complete_trace.end()) {
+      if (!owned) c.borrowed_ids.insert(row.span_id);
       c.complete[done->second].push_back(std::move(row));  // ended after its step span
     } else if (const std::int64_t* gone = c.handed_trace.find(row.trace_id)) {
       c.held_ids.erase(row.span_id);
@@ -225,6 +227,9 @@ Run stream_here(const std::filesystem::path& dir, const std::function<void(StepW
             return true;
           });
           for (const auto& s : f.spans) {
+            if (c.borrowed_ids.erase(s.span_id) > 0 && options.claimed != nullptr &&
+                step >= options.first_step)
+              options.claimed->push_back(s.span_id);
             c.held_ids.erase(s.span_id);
             if (options.late) c.handed_ids.remember(s.span_id, true, options.late->forgot);
           }
@@ -235,6 +240,7 @@ Run stream_here(const std::filesystem::path& dir, const std::function<void(StepW
                        [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
       handed_over = step;
       if (step < options.first_step) continue;  // before this part's steps
+
       if (options.clock)
         for (auto& f : window.run.files)
           if (!options.clock->align(f) && options.clock_report)

@@ -117,6 +117,10 @@ struct StreamOptions {
   // When set, the line of each returned span of no step window (before the
   // late ones), by file name.
   std::map<std::string, std::vector<std::size_t>>* open_lines = nullptr;
+  // When set, the span ids of the spans from lines this stream does not own
+  // that it handed over in its windows (the part that owns those lines
+  // leaves them out of its spans of no step).
+  std::vector<std::string>* claimed = nullptr;
   // Threads: with 2 or more, the files are read and the windows assembled on
   // a thread of their own while on_step runs on the caller's, up to two
   // windows ahead; on_step is called in the same order with the same

@@ -467,10 +467,32 @@ TEST_F(StepStream, SplitIntoPartsEveryCommandSaysWhatOneStreamSays) {
   for (auto& s : run_.by_rank[2])
     if (s.trace == FakeRun::trace_of(3) && !s.links.empty() && s.name.ends_with(".linked"))
       s.links[0]["spanId"] = "00000000deadbeef";
-  const ClockAlignment clock;  // no samples: every rank on its own clock
+  // Clock samples: ranks 1 and 2 a few µs off rank 0.
+  for (int rank = 1; rank < run_.ranks; ++rank) {
+    FakeSpan sample{hex_id(0xc10c0 + rank, 32), hex_id(0xc10c0 + rank, 16), "",
+                    "lens.clock_sync", 999'000'000, 999'000'100};
+    for (const auto& [key, value] :
+         std::vector<std::pair<const char*, std::int64_t>>{{"lens.clock.local_time_ns", 999'000'000},
+                                                           {"lens.clock.offset_ns", 3000 * rank},
+                                                           {"lens.clock.uncertainty_ns", 400},
+                                                           {"lens.clock.reference_rank", 0},
+                                                           {"lens.clock.exchanges", 8},
+                                                           {"lens.clock.discarded", 0}})
+      sample.attributes.push_back(int_attr(key, value));
+    run_.by_rank[rank].insert(run_.by_rank[rank].begin(), sample);
+  }
   for (const std::size_t batch : {std::size_t{1}, std::size_t{6}}) {
     fs::remove_all(dir_);
     run_.write(dir_, batch);
+    // The samples read in shares, as the processes of an MPI job read them.
+    const std::string samples = clock_samples(dir_);
+    for (int k = 2; k <= 4; ++k) {
+      std::vector<std::string> shares;
+      for (int i = 0; i < k; ++i) shares.push_back(clock_samples_share(dir_, i, k));
+      EXPECT_EQ(join_clock_samples(shares), samples) << k << " shares";
+    }
+    const ClockAlignment clock = clock_from_samples(samples);
+    ASSERT_FALSE(clock.empty());
     // One stream.
     const CheckResult one_check = check_dir(dir_);
     ClockReport report = ClockReport::of(clock);
