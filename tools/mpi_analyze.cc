@@ -272,7 +272,8 @@ int mpi_analyze(const std::string& dir, bool raw_clock,
       },
       [&](const std::vector<std::string>& parts, const analysis::ClockAlignment& clock) {
         std::vector<std::string> warnings;
-        const analysis::Analysis a = analysis::merge_parts(parts, clock, raw_clock, false, &warnings);
+        const analysis::Analysis a =
+            analysis::merge_parts(parts, clock, raw_clock, false, &warnings);
         print(a, warnings);
         return 0;
       });

@@ -40,6 +40,15 @@ class Writer {
     put<std::uint64_t>(s.size());
     out_ += s;
   }
+  // A map of text keys to text (or to a trivially copyable value).
+  template <typename V>
+  void put_map(const std::map<std::string, V>& m) {
+    put<std::uint64_t>(m.size());
+    for (const auto& [k, v] : m) {
+      put(k);
+      put(v);
+    }
+  }
   template <typename T, typename Each>
   void list(const std::vector<T>& items, Each&& each) {
     put<std::uint64_t>(items.size());
@@ -69,6 +78,16 @@ class Reader {
     std::string s(in_.substr(at_, n));
     at_ += n;
     return s;
+  }
+  template <typename V>
+  void get_map(std::map<std::string, V>& m) {
+    for (std::size_t n = count(); n > 0; --n) {
+      std::string key = text();
+      if constexpr (std::is_same_v<V, std::string>)
+        m[std::move(key)] = text();
+      else
+        m[std::move(key)] = get<V>();
+    }
   }
   std::size_t count() {
     const auto n = get<std::uint64_t>();
@@ -468,11 +487,7 @@ std::string clock_samples_share(const std::filesystem::path& dir, int share, int
       one.put<std::int32_t>(s.rank);
       one.put<std::uint64_t>(s.process);
       one.put(s.name);
-      one.put<std::uint64_t>(s.attributes.size());
-      for (const auto& [k, v] : s.attributes) {
-        one.put(k);
-        one.put(v);
-      }
+      one.put_map(s.attributes);
     });
     files.push_back(one.take());
   }
@@ -495,7 +510,8 @@ std::string join_clock_samples(const std::vector<std::string>& shares) {
   std::uint64_t count = 0;
   std::string rows;
   for (std::size_t i = 0; i < total; ++i) {
-    if (i / k >= files[i % k].size()) throw std::runtime_error("the clock samples' shares do not fit");
+    if (i / k >= files[i % k].size())
+      throw std::runtime_error("the clock samples' shares do not fit");
     const std::string& list = files[i % k][i / k];
     Reader r(list);
     const std::size_t n = r.count();
@@ -519,10 +535,7 @@ ClockAlignment clock_from_samples(std::string_view bytes) {
     s.rank = r.get<std::int32_t>();
     s.process = r.get<std::uint64_t>();
     s.name = r.text();
-    for (std::size_t k = r.count(); k > 0; --k) {
-      std::string key = r.text();
-      s.attributes[std::move(key)] = r.text();
-    }
+    r.get_map(s.attributes);
     clock.add(s);
   }
   return clock;
@@ -595,16 +608,8 @@ void put_span(Writer& w, const SpanRow& s) {
   w.put<std::int32_t>(s.kind);
   w.put<std::int32_t>(s.status_code);
   w.put(s.status_message);
-  w.put<std::uint64_t>(s.attributes.size());
-  for (const auto& [k, v] : s.attributes) {
-    w.put(k);
-    w.put(v);
-  }
-  w.put<std::uint64_t>(s.attribute_types.size());
-  for (const auto& [k, t] : s.attribute_types) {
-    w.put(k);
-    w.put<char>(t);
-  }
+  w.put_map(s.attributes);
+  w.put_map(s.attribute_types);
   w.list(s.links, [&](const std::pair<std::string, std::string>& l) {
     w.put(l.first);
     w.put(l.second);
@@ -621,14 +626,8 @@ SpanRow get_span(Reader& r) {
   s.kind = r.get<std::int32_t>();
   s.status_code = r.get<std::int32_t>();
   s.status_message = r.text();
-  for (std::size_t n = r.count(); n > 0; --n) {
-    std::string key = r.text();
-    s.attributes[std::move(key)] = r.text();
-  }
-  for (std::size_t n = r.count(); n > 0; --n) {
-    std::string key = r.text();
-    s.attribute_types[std::move(key)] = r.get<char>();
-  }
+  r.get_map(s.attributes);
+  r.get_map(s.attribute_types);
   for (std::size_t n = r.count(); n > 0; --n) {
     std::string trace = r.text();
     s.links.emplace_back(std::move(trace), r.text());
@@ -643,16 +642,8 @@ void put_file(Writer& w, const RankFile& f) {
     w.put(*t);
   w.put<std::uint64_t>(f.process);
   w.put<std::uint64_t>(f.lines);
-  w.put<std::uint64_t>(f.resource.size());
-  for (const auto& [k, v] : f.resource) {
-    w.put(k);
-    w.put(v);
-  }
-  w.put<std::uint64_t>(f.resource_types.size());
-  for (const auto& [k, t] : f.resource_types) {
-    w.put(k);
-    w.put<char>(t);
-  }
+  w.put_map(f.resource);
+  w.put_map(f.resource_types);
 }
 
 RankFile get_file(Reader& r) {
@@ -663,14 +654,8 @@ RankFile get_file(Reader& r) {
     *t = r.text();
   f.process = r.get<std::uint64_t>();
   f.lines = r.get<std::uint64_t>();
-  for (std::size_t n = r.count(); n > 0; --n) {
-    std::string key = r.text();
-    f.resource[std::move(key)] = r.text();
-  }
-  for (std::size_t n = r.count(); n > 0; --n) {
-    std::string key = r.text();
-    f.resource_types[std::move(key)] = r.get<char>();
-  }
+  r.get_map(f.resource);
+  r.get_map(f.resource_types);
   return f;
 }
 
@@ -751,7 +736,8 @@ class StreamMerge {
     const std::size_t index = parts_.size();
     Part& part = parts_.emplace_back();
     report_.moves.add(get_moves(r));
-    for (std::size_t n = r.count(); n > 0; --n) report_.unaligned_ranks.insert(r.get<std::int32_t>());
+    for (std::size_t n = r.count(); n > 0; --n)
+      report_.unaligned_ranks.insert(r.get<std::int32_t>());
     merge_late(r, part.late);
     const bool last = r.get<std::uint8_t>() != 0;
     for (std::size_t n = r.count(); n > 0; --n) {
@@ -901,7 +887,8 @@ void take_parts(const std::vector<std::string>& parts, std::uint32_t magic, Stre
                 const std::function<void(Reader&)>& rows) {
   for (const std::string& part : parts) {
     Reader r(part);
-    if (r.get<std::uint32_t>() != magic) throw std::runtime_error("not a lens part of this command");
+    if (r.get<std::uint32_t>() != magic)
+      throw std::runtime_error("not a lens part of this command");
     const std::string row_bytes = r.text();
     Reader rr(row_bytes);
     rows(rr);

@@ -471,14 +471,11 @@ TEST_F(StepStream, SplitIntoPartsEveryCommandSaysWhatOneStreamSays) {
   for (int rank = 1; rank < run_.ranks; ++rank) {
     FakeSpan sample{hex_id(0xc10c0 + rank, 32), hex_id(0xc10c0 + rank, 16), "",
                     "lens.clock_sync", 999'000'000, 999'000'100};
-    for (const auto& [key, value] :
-         std::vector<std::pair<const char*, std::int64_t>>{{"lens.clock.local_time_ns", 999'000'000},
-                                                           {"lens.clock.offset_ns", 3000 * rank},
-                                                           {"lens.clock.uncertainty_ns", 400},
-                                                           {"lens.clock.reference_rank", 0},
-                                                           {"lens.clock.exchanges", 8},
-                                                           {"lens.clock.discarded", 0}})
-      sample.attributes.push_back(int_attr(key, value));
+    const std::vector<std::pair<const char*, std::int64_t>> fields = {
+        {"lens.clock.local_time_ns", 999'000'000}, {"lens.clock.offset_ns", 3000 * rank},
+        {"lens.clock.uncertainty_ns", 400},        {"lens.clock.reference_rank", 0},
+        {"lens.clock.exchanges", 8},               {"lens.clock.discarded", 0}};
+    for (const auto& [key, value] : fields) sample.attributes.push_back(int_attr(key, value));
     run_.by_rank[rank].insert(run_.by_rank[rank].begin(), sample);
   }
   for (const std::size_t batch : {std::size_t{1}, std::size_t{6}}) {
