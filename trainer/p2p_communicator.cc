@@ -1,4 +1,5 @@
 #include "p2p_communicator.h"
+
 #include "lens/semconv.h"
 
 namespace lens::train {

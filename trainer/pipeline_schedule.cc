@@ -1,5 +1,4 @@
 #include "pipeline_schedule.h"
-#include "lens/semconv.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,6 +7,8 @@
 #include <limits>
 #include <thread>
 #include <vector>
+
+#include "lens/semconv.h"
 
 namespace lens::train {
 namespace {

@@ -1,7 +1,8 @@
 #include "tensor_parallel.h"
-#include "lens/semconv.h"
 
 #include <thread>
+
+#include "lens/semconv.h"
 
 namespace lens::train {
 namespace {

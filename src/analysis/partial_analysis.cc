@@ -668,19 +668,15 @@ std::string read_part(const std::filesystem::path& dir, const StepIndex& index, 
                       const std::function<void(StepWindow&)>& on_window) {
   ClockReport report = clock != nullptr ? ClockReport::of(*clock) : ClockReport();
   LateSpans late;
-  std::map<std::string, std::size_t> late_per_file;
-  std::map<std::string, std::vector<std::size_t>> open_lines;
+  StreamOptions::PartTally tally;
   std::map<std::string, std::int64_t> step_traces;  // the trace of each step handed over
-  std::vector<std::string> claimed;  // spans of others' lines in this part's windows
   Run rest;
   const bool last_range = is_last(index.steps(), range);
   if (!range.empty()) {
     StreamOptions so =
         clock != nullptr ? aligned_stream(*clock, &report, &late) : StreamOptions();
     so.late = &late;
-    so.late_per_file = &late_per_file;
-    so.open_lines = &open_lines;
-    so.claimed = &claimed;
+    so.part_tally = &tally;
     rest = stream_steps(dir, [&](StepWindow& window) {
       for (const auto& f : window.run.files)
         for (const auto& span : f.spans)
@@ -700,9 +696,9 @@ std::string read_part(const std::filesystem::path& dir, const StepIndex& index, 
     w.put(f.path.string());
     if (last_range) put_file(w, f);
     w.list(f.warnings, [&](const std::string& s) { w.put(s); });
-    const std::size_t n_late = std::min(late_per_file[name], f.spans.size());
+    const std::size_t n_late = std::min(tally.late[name], f.spans.size());
     const std::size_t n_open = f.spans.size() - n_late;
-    const std::vector<std::size_t>& lines = open_lines[name];
+    const std::vector<std::size_t>& lines = tally.open_lines[name];
     if (lines.size() != n_open) throw std::logic_error("a part's spans and their lines differ");
     w.put<std::uint64_t>(n_open);
     for (std::size_t i = 0; i < n_open; ++i) {
@@ -718,7 +714,7 @@ std::string read_part(const std::filesystem::path& dir, const StepIndex& index, 
     w.put(trace);
     w.put<std::int64_t>(step);
   }
-  w.list(claimed, [&](const std::string& id) { w.put(id); });
+  w.list(tally.claimed, [&](const std::string& id) { w.put(id); });
   return w.take();
 }
 
@@ -968,12 +964,7 @@ std::string summary_part(const std::filesystem::path& dir, const StepIndex& inde
                          StepRange range, const ClockAlignment& clock) {
   SummaryRows all;
   const std::string stream = read_part(dir, index, range, &clock, [&](StepWindow& window) {
-    SummaryRows one = SummaryBuilder::rows_of(build_view(window.run));
-    all.pipeline_stages = std::max(all.pipeline_stages, one.pipeline_stages);
-    all.microbatches = std::max(all.microbatches, one.microbatches);
-    all.virtual_stages = std::max(all.virtual_stages, one.virtual_stages);
-    all.tensor_collectives = all.tensor_collectives || one.tensor_collectives;
-    all.rows.insert(all.rows.end(), one.rows.begin(), one.rows.end());
+    all.append(SummaryBuilder::rows_of(build_view(window.run)));
   });
   Writer w;
   for (int v : {all.pipeline_stages, all.microbatches, all.virtual_stages})

@@ -1,7 +1,8 @@
 #include "pipeline_view.h"
-#include "lens/semconv.h"
 
 #include <algorithm>
+
+#include "lens/semconv.h"
 
 namespace lens::analysis {
 

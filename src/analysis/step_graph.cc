@@ -1,11 +1,12 @@
 // build_step_graph: the nodes of a replica's step and their dependencies
 // (step_graph.h).
 #include "step_graph.h"
-#include "lens/semconv.h"
 
 #include <algorithm>
 #include <limits>
 #include <tuple>
+
+#include "lens/semconv.h"
 
 namespace lens::analysis {
 

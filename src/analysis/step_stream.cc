@@ -227,9 +227,9 @@ Run stream_here(const std::filesystem::path& dir, const std::function<void(StepW
             return true;
           });
           for (const auto& s : f.spans) {
-            if (c.borrowed_ids.erase(s.span_id) > 0 && options.claimed != nullptr &&
-                step >= options.first_step)
-              options.claimed->push_back(s.span_id);
+            if (!c.borrowed_ids.empty() && c.borrowed_ids.erase(s.span_id) > 0 &&
+                options.part_tally != nullptr && step >= options.first_step)
+              options.part_tally->claimed.push_back(s.span_id);
             c.held_ids.erase(s.span_id);
             if (options.late) c.handed_ids.remember(s.span_id, true, options.late->forgot);
           }
@@ -240,7 +240,6 @@ Run stream_here(const std::filesystem::path& dir, const std::function<void(StepW
                        [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
       handed_over = step;
       if (step < options.first_step) continue;  // before this part's steps
-
       if (options.clock)
         for (auto& f : window.run.files)
           if (!options.clock->align(f) && options.clock_report)
@@ -280,17 +279,17 @@ Run stream_here(const std::filesystem::path& dir, const std::function<void(StepW
     for (auto& [trace, o] : c.open) open.push_back(&o);
     std::sort(open.begin(), open.end(),
               [](const Cursor::Open* a, const Cursor::Open* b) { return a->seen < b->seen; });
+    const std::string name = f.path.filename().string();
     std::vector<std::size_t>* lines =
-        options.open_lines != nullptr ? &(*options.open_lines)[f.path.filename().string()]
-                                      : nullptr;
+        options.part_tally != nullptr ? &options.part_tally->open_lines[name] : nullptr;
     for (Cursor::Open* o : open)
       for (std::size_t i = 0; i < o->rows.size(); ++i) {
-        if (c.borrowed_ids.count(o->rows[i].span_id)) continue;
+        if (!c.borrowed_ids.empty() && c.borrowed_ids.count(o->rows[i].span_id)) continue;
         f.spans.push_back(std::move(o->rows[i]));
         if (lines != nullptr) lines->push_back(o->lines[i]);
       }
-    if (options.late_per_file != nullptr)
-      (*options.late_per_file)[f.path.filename().string()] = c.late.size();
+    if (options.part_tally != nullptr)
+      options.part_tally->late[name] = c.late.size();
     else if (!c.late.empty())
       f.warnings.push_back(late_warning(f.path, c.late.size()));
     for (auto& row : c.late) f.spans.push_back(std::move(row));

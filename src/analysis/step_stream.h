@@ -110,17 +110,18 @@ struct StreamOptions {
     std::size_t through = std::numeric_limits<std::size_t>::max();
   };
   std::map<std::string, Owned> owned;
-  // When set, each file's late spans (the last ones of its returned spans)
-  // are counted here by file name, and the files' warnings leave them out
-  // (the caller words them with late_warning).
-  std::map<std::string, std::size_t>* late_per_file = nullptr;
-  // When set, the line of each returned span of no step window (before the
-  // late ones), by file name.
-  std::map<std::string, std::vector<std::size_t>>* open_lines = nullptr;
-  // When set, the span ids of the spans from lines this stream does not own
-  // that it handed over in its windows (the part that owns those lines
-  // leaves them out of its spans of no step).
-  std::vector<std::string>* claimed = nullptr;
+  // What a part of the run needs beyond the returned files (when set): per
+  // file name, how many of its returned spans are late (the last ones; the
+  // files' warnings then leave them out, the caller words them with
+  // late_warning) and the line of each of the others; and the ids of spans
+  // from lines this stream does not own that it handed over in its windows
+  // (the part that owns those lines leaves them out of its spans of no step).
+  struct PartTally {
+    std::map<std::string, std::size_t> late;
+    std::map<std::string, std::vector<std::size_t>> open_lines;
+    std::vector<std::string> claimed;
+  };
+  PartTally* part_tally = nullptr;
   // Threads: with 2 or more, the files are read and the windows assembled on
   // a thread of their own while on_step runs on the caller's, up to two
   // windows ahead; on_step is called in the same order with the same
@@ -140,8 +141,8 @@ StreamOptions aligned_stream(const ClockAlignment& clock, ClockReport* report, L
 // Calls `on_step` for every step, in increasing step number. Returns the
 // files' metadata and, in their `spans`, the spans that belong to no step
 // window (those of each trace together, traces in the order they were first
-// read), then the late ones, with the files' warnings. Throws ReadError for unreadable or
-// malformed input (naming the file and line).
+// read), then the late ones, with the files' warnings. Throws ReadError for
+// unreadable or malformed input (naming the file and line).
 Run stream_steps(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
                  const StreamOptions& options = {});
 

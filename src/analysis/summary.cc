@@ -1,11 +1,12 @@
 #include "summary.h"
-#include "lens/semconv.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
+
+#include "lens/semconv.h"
 
 namespace lens::analysis {
 
@@ -61,6 +62,14 @@ SummaryRows SummaryBuilder::rows_of(const PipelineView& view) {
     }
   }
   return out;
+}
+
+void SummaryRows::append(const SummaryRows& more) {
+  pipeline_stages = std::max(pipeline_stages, more.pipeline_stages);
+  microbatches = std::max(microbatches, more.microbatches);
+  virtual_stages = std::max(virtual_stages, more.virtual_stages);
+  tensor_collectives = tensor_collectives || more.tensor_collectives;
+  rows.insert(rows.end(), more.rows.begin(), more.rows.end());
 }
 
 void SummaryBuilder::add(const SummaryRows& part) {

@@ -56,6 +56,8 @@ struct SummaryRows {
   int pipeline_stages = 0, microbatches = 0, virtual_stages = 1;
   bool tensor_collectives = false;
   std::vector<StageStep> rows;
+  // Another view's shape and rows, after these.
+  void append(const SummaryRows& more);
 };
 
 // Builds a summary a part at a time: each step's view as it is read, then

@@ -1,10 +1,11 @@
 // transfer_waits: receives matched to sends, and the Scalasca wait states
 // (transfer_waits.h, docs/analysis.md).
 #include "transfer_waits.h"
-#include "lens/semconv.h"
 
 #include <algorithm>
 #include <string>
+
+#include "lens/semconv.h"
 
 namespace lens::analysis {
 namespace {
