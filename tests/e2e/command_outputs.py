@@ -80,7 +80,19 @@ def cases():
         ("diff.pp4-interleaved", ["diff", "run-pp4", "run-interleaved"], []),
         ("diff.pp4-pp4", ["diff", "run-pp4", "run-pp4"], []),
         ("no-such-run.analyze", ["analyze", "no-such-run"], []),
+        ("run-pp4.timeline-bad-steps", ["timeline", "run-pp4", "-o", "t.html", "--steps", "5-2"],
+         ["t.html"]),
+        ("run-pp4.timeline-no-step", ["timeline", "run-pp4", "-o", "t.html", "--steps", "40-41"],
+         ["t.html"]),
+        ("run-pp4.export-no-format", ["export", "run-pp4"], []),
+        ("run-pp4.check-bad-rank-order", ["check", "--rank-order", "tp-pp", "run-pp4"], []),
+        ("upload.bad-endpoint", ["upload", "run-pp4", "--endpoint", "ftp://host/v1/traces"], []),
+        ("help", ["--help"], []),
+        ("no-command", [], []),
+        ("version", ["--version"], []),
     ]
+    for command in ["check", "summary", "analyze", "diff", "timeline", "report", "export", "upload"]:
+        out.append((f"help.{command}", [command, "--help"], []))
     return out
 
 
@@ -93,7 +105,9 @@ def outputs_of(lens, work, argv, files):
     env = dict(os.environ)
     for var in ("LENS_RANK_ORDER", "LENS_RUN", "LENS_TRACE_DIR"):
         env.pop(var, None)
-    done = subprocess.run([lens] + argv, cwd=work, capture_output=True, env=env, timeout=300)
+    # argv[0] is "lens" wherever the build is, as the usage lines print it.
+    done = subprocess.run(["lens"] + argv, executable=lens, cwd=work, capture_output=True,
+                          env=env, timeout=300)
     parts = [("exit", b"%d\n" % done.returncode), ("stdout", done.stdout), ("stderr", done.stderr)]
     for name in files:
         path = os.path.join(work, name)
