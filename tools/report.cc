@@ -13,6 +13,7 @@
 
 #include "analyze.h"
 #include "pipeline_view.h"
+#include "lens_assets.h"
 #include "timeline.h"
 
 namespace lens::tools {
@@ -105,133 +106,6 @@ std::string wave_section(const std::string& id, const std::string& heading,
   return fmt::format("<section><h3>{}</h3>\n{}<div class=\"wave-box\">{}</div></section>\n",
                      html_escape(heading), wave_legend(wave), wave.svg);
 }
-
-constexpr const char* kStyle = R"(
- body { font: 13px sans-serif; margin: 16px 24px; color: #222; max-width: 1500px; }
- h2 { margin-bottom: 4px; } h3 { margin: 22px 0 6px; }
- .facts { color: #444; line-height: 1.5; }
- .verdict { color: #b22; white-space: pre-wrap; }
- .wave-box { overflow-x: auto; }
- .chart { position: relative; height: 300px; }
- .chart.small { height: 200px; display: inline-block; width: 48%; margin-right: 1%; }
- .note { color: #666; font-size: 12px; }
- pre { background: #f7f7f9; padding: 8px; overflow-x: auto; font-size: 12px; }
-)";
-
-// Records every error and console error of the page, before anything runs.
-constexpr const char* kErrorCapture = R"(<script>
-window.lensErrors = [];
-window.addEventListener('error', function (e) { window.lensErrors.push(String(e.message)); });
-(function () {
-  var error = console.error;
-  console.error = function () {
-    window.lensErrors.push(Array.prototype.join.call(arguments, ' '));
-    error.apply(console, arguments);
-  };
-})();
-</script>
-)";
-
-// Draws the charts from the data element, then records what they hold in
-// #rendered (for tests and for reading without a canvas).
-constexpr const char* kDraw = R"(<script>
-(function () {
-  var data = JSON.parse(document.getElementById('lens-data').textContent);
-  var colours = ['#3d7dd8', '#3aa564', '#e8912d', '#d62728', '#8e44ad', '#17becf', '#8c564b',
-                 '#e377c2', '#7f7f7f', '#bcbd22'];
-  function points(xs, ys) {
-    var out = [];
-    for (var i = 0; i < xs.length; i++) out.push({x: xs[i], y: ys[i]});
-    return out;
-  }
-  function flat(x0, x1, y) { return [{x: x0, y: y}, {x: x1, y: y}]; }
-  function options(xTitle, yTitle, stacked) {
-    return {
-      animation: false, responsive: true, maintainAspectRatio: false, parsing: true,
-      interaction: {mode: 'nearest', intersect: false},
-      scales: {
-        x: {type: 'linear', title: {display: true, text: xTitle}},
-        y: {stacked: !!stacked, beginAtZero: true, title: {display: true, text: yTitle}}
-      },
-      plugins: {legend: {position: 'bottom'}}
-    };
-  }
-  var charts = {};
-  function draw(id, config) { charts[id] = new Chart(document.getElementById(id), config); }
-  var s = data.step, last = s.x.length ? s.x[s.x.length - 1] : 0, first = s.x.length ? s.x[0] : 0;
-  var stepSets = [
-    {label: data.bucket > 1 ? 'step time (mean of ' + data.bucket + ' steps)' : 'step time',
-     data: points(s.x, s.mean), borderColor: colours[0], pointRadius: 0, borderWidth: 1.2},
-    {label: 'p50 ' + data.p50_ms.toFixed(2) + ' ms', data: flat(first, last, data.p50_ms),
-     borderColor: colours[1], borderDash: [6, 3], pointRadius: 0, borderWidth: 1},
-    {label: 'p95 ' + data.p95_ms.toFixed(2) + ' ms', data: flat(first, last, data.p95_ms),
-     borderColor: colours[2], borderDash: [6, 3], pointRadius: 0, borderWidth: 1}];
-  if (data.bucket > 1)
-    stepSets.splice(1, 0, {label: 'slowest step of each ' + data.bucket, data: points(s.x, s.max),
-                           borderColor: '#9ab8e8', pointRadius: 0, borderWidth: 1});
-  data.markers.forEach(function (m, i) {
-    stepSets.push({type: 'scatter', label: m.label, data: [{x: m.step, y: m.ms}],
-                   borderColor: colours[3 + (i % 5)], backgroundColor: colours[3 + (i % 5)],
-                   pointStyle: 'triangle', pointRadius: 9});
-  });
-  draw('chart-step', {type: 'line', data: {datasets: stepSets},
-                      options: options('step', 'ms')});
-  var parts = [['compute', '#3d7dd8'], ['waits', '#f08c84'], ['transfer', '#f2c14e'],
-               ['rest', '#b8b8b8']];
-  data.stages.forEach(function (st, i) {
-    draw('chart-stage-' + i, {type: 'line', data: {datasets: parts.map(function (p) {
-      return {label: p[0], data: points(st.x, st[p[0]]), borderColor: p[1],
-              backgroundColor: p[1], fill: true, pointRadius: 0, borderWidth: 0.5};
-    })}, options: options('step', 'ms (stacked)', true)});
-    charts['chart-stage-' + i].options.plugins.title = {display: true, text: st.label};
-    charts['chart-stage-' + i].update();
-  });
-  draw('chart-critical', {type: 'bar', data: {
-    labels: data.stages.map(function (st) { return st.label; }),
-    datasets: [{label: 'p50 share of the critical path', backgroundColor: colours[3],
-                data: data.stages.map(function (st) { return 100 * st.critical_share_p50; })},
-               {label: 'p95', backgroundColor: '#f4a6a6',
-                data: data.stages.map(function (st) { return 100 * st.critical_share_p95; })}]},
-    options: {animation: false, responsive: true, maintainAspectRatio: false,
-              scales: {y: {beginAtZero: true, title: {display: true, text: '%'}}},
-              plugins: {legend: {position: 'bottom'}}}});
-  var b = data.bubble, bubbleSets = [{label: 'measured (stages\u2019 mean idle share)',
-      data: points(b.x, b.measured), borderColor: colours[0], pointRadius: 0, borderWidth: 1.2}];
-  if (b.theoretical !== null)
-    bubbleSets.push({label: 'schedule ' + b.formula + ' = ' + b.theoretical.toFixed(3),
-                     data: flat(first, last, b.theoretical), borderColor: colours[2],
-                     borderDash: [6, 3], pointRadius: 0, borderWidth: 1});
-  draw('chart-bubble', {type: 'line', data: {datasets: bubbleSets},
-                        options: options('step', 'share of the forward-backward window')});
-  function clockSets(field) {
-    return data.clock.map(function (c, i) {
-      return {label: 'rank ' + c.rank, data: points(c.t_s, c[field]),
-              borderColor: colours[i % colours.length], pointRadius: 2, borderWidth: 1};
-    });
-  }
-  draw('chart-clock-offset', {type: 'line', data: {datasets: clockSets('offset_us')},
-       options: options('seconds into the run', 'offset to the reference (\u00b5s)')});
-  charts['chart-clock-offset'].options.scales.y.beginAtZero = false;
-  charts['chart-clock-offset'].update();
-  draw('chart-clock-uncertainty', {type: 'line', data: {datasets: clockSets('uncertainty_us')},
-       options: options('seconds into the run', 'uncertainty (\u00b5s)')});
-  var rendered = {};
-  Object.keys(charts).forEach(function (id) {
-    var c = charts[id];
-    rendered[id] = {type: c.config.type, labels: c.data.labels || null,
-                    datasets: c.data.datasets.map(function (d) {
-                      return {label: d.label, data: d.data.map(function (p) {
-                        return typeof p === 'object' ? [p.x, p.y] : p; })};
-                    })};
-  });
-  document.getElementById('rendered').textContent = JSON.stringify(rendered);
-  document.body.setAttribute('data-ready', 'charts=' + Object.keys(charts).length +
-      ' canvases=' + document.querySelectorAll('canvas').length +
-      ' waves=' + document.querySelectorAll('svg.wave').length +
-      ' errors=' + window.lensErrors.length);
-})();
-</script>
-)";
 
 }  // namespace
 
@@ -412,12 +286,15 @@ Report render_report(const std::filesystem::path& dir, const ReportOptions& opti
        at = data_text.find("</", at))
     data_text.replace(at, 2, "<\\/");
 
+  // The page's own style and error capture first, Chart.js, then the body.
   std::string html = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>" +
-                     html_escape(title) + "</title>\n<style>" + kStyle + wave_style() +
-                     "</style>\n" + kErrorCapture + "<script>\n" + chart_js + "\n</script>\n" +
-                     "</head><body>\n<h2>" + html_escape(title) + "</h2>\n<p class=\"facts\">" +
-                     html_escape(facts) + "<br>" + html_escape(a.clock.describe()) +
-                     "</p>\n<pre class=\"verdict\">" + html_escape(verdicts) + "</pre>\n";
+                     html_escape(title) + "</title>\n";
+  html += "<style>\n" + std::string(assets::kReportCss) + "\n" + wave_style() + "</style>\n";
+  html += "<script>\n" + std::string(assets::kReportErrorsJs) + "</script>\n";
+  html += "<script>\n" + chart_js + "\n</script>\n";
+  html += "</head><body>\n<h2>" + html_escape(title) + "</h2>\n<p class=\"facts\">" +
+          html_escape(facts) + "<br>" + html_escape(a.clock.describe()) +
+          "</p>\n<pre class=\"verdict\">" + html_escape(verdicts) + "</pre>\n";
   html += R"(<section><h3>Step time</h3><div class="chart"><canvas id="chart-step"></canvas></div>
 <p class="note">Triangles: where a straggler began, or a stage that does more work from the first steps (imbalance).</p></section>
 <section><h3>Each stage's step: compute, waits, transfer and the rest</h3>
@@ -433,7 +310,9 @@ Report render_report(const std::filesystem::path& dir, const ReportOptions& opti
   html += "<section><h3>lens analyze</h3><pre id=\"analyze\">" + html_escape(format_table(a)) +
           "</pre></section>\n<pre id=\"rendered\" hidden></pre>\n";
   html += "<script type=\"application/json\" id=\"lens-data\">" + data_text + "</script>\n";
-  html += kDraw;
+  // Draws the charts from the data element, then records what they hold in
+  // #rendered (for tests and for reading without a canvas).
+  html += "<script>\n" + std::string(assets::kReportDrawJs) + "</script>\n";
   html += "</body></html>\n";
   report.html = std::move(html);
   return report;

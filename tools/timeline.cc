@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 
+#include "lens_assets.h"
 #include "step_analysis.h"
 #include "lens/semconv.h"
 
@@ -223,24 +224,7 @@ Wave render_wave(const PipelineView& view, const TimelineOptions& o, const std::
   return wave;
 }
 
-std::string wave_style() {
-  return R"(
- .lane-bg { fill: #f7f7f9; }
- .span { stroke: none; } .span:hover { stroke: #000; stroke-width: 1; }
- .step { fill: #c9ccd3; } .forward_backward { fill: #dde1e8; }
- .forward { fill: #3d7dd8; } .backward { fill: #3aa564; } .optimizer { fill: #e8912d; }
- .p2p { fill: #9a9a9a; } .linked { fill: #8e44ad; } .other { fill: #b0b0b0; }
- .chunk-1 { fill-opacity: 0.55; } .chunk-2 { fill-opacity: 0.8; stroke: #222; stroke-width: 0.6; }
- .chunk-3 { fill-opacity: 0.4; stroke: #222; stroke-width: 0.6; }
- .link { fill: none; stroke: #8e44ad; stroke-width: 1.2; opacity: 0.8; }
- .critical { fill: none; stroke: #d62728; stroke-width: 1.6; pointer-events: none; }
- .critical.transfer { stroke-dasharray: 3 2; }
- .wait-late-sender { fill: #f4c7c3; } .wait-late-receiver { fill: #d6c8f0; } .wait-transfer { fill: #fde9c4; }
- .wait-collective { fill: #e377c2; opacity: 0.7; } .collective { fill: #17becf; }
- .tick { stroke: #e0e0e0; } .axis { font-size: 10px; fill: #666; }
- .legend span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
-)";
-}
+std::string wave_style() { return std::string(assets::kWaveCss); }
 
 std::string wave_legend(const Wave& wave) {
   return std::string(R"(<div class="legend">)") +
@@ -265,36 +249,12 @@ std::string wave_legend(const Wave& wave) {
 
 std::string render_timeline(const PipelineView& view, const TimelineOptions& o) {
   const Wave wave = render_wave(view, o, "wave");
-  std::string html = R"(<!doctype html>
-<html><head><meta charset="utf-8"><title>)" +
-                     html_escape(o.title) + R"(</title>
-<style>
- body { font: 13px sans-serif; margin: 16px; color: #222; }
- #detail { position: fixed; bottom: 8px; left: 16px; background: #fff; border: 1px solid #ccc;
-           padding: 4px 8px; min-height: 1em; })" +
-                     wave_style() + R"(</style></head><body>
-<h3>)" + html_escape(o.title) +
-                     "</h3>\n" + wave_legend(wave) + wave.svg + "<div id=\"detail\"></div>\n";
-  html += R"(<script>
-(function () {
-  var detail = document.getElementById('detail');
-  var spans = document.querySelectorAll('rect.span');
-  for (var i = 0; i < spans.length; i++) {
-    spans[i].addEventListener('mouseenter', function (e) {
-      detail.textContent = e.target.getAttribute('data-detail');
-    });
-  }
-  var wave = document.getElementById('wave');
-  document.body.setAttribute('data-ready', 'lanes=' + document.querySelectorAll('g.lane').length +
-      ' links=' + document.querySelectorAll('path.link').length + ' spans=' + spans.length +
-      ' critical=' + document.querySelectorAll('rect.critical').length +
-      ' waits=' + document.querySelectorAll('rect.wait-late-sender, rect.wait-late-receiver, rect.wait-transfer, rect.wait-collective').length +
-      ' chunks=' + new Set(Array.prototype.map.call(document.querySelectorAll('rect[data-chunk]'),
-                                                    function (r) { return r.getAttribute('data-chunk'); })).size);
-})();
-</script>
-</body></html>
-)";
+  std::string html = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>" +
+                     html_escape(o.title) + "</title>\n";
+  html += "<style>\n" + std::string(assets::kTimelineCss) + wave_style() + "</style></head><body>\n";
+  html += "<h3>" + html_escape(o.title) + "</h3>\n" + wave_legend(wave) + wave.svg +
+          "<div id=\"detail\"></div>\n";
+  html += "<script>\n" + std::string(assets::kTimelineJs) + "</script>\n</body></html>\n";
   return html;
 }
 
