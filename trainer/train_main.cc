@@ -26,6 +26,7 @@
 #include "lens/c10d_communicator.h"
 #include "lens/error.h"
 #include "lens/live_stragglers.h"
+#include "lens/step_meeting.h"
 #include "lens/metrics.h"
 #include "lens/metrics_endpoint.h"
 #include "lens/metrics_exporter.h"
@@ -35,7 +36,6 @@
 #include "lens/step_figures.h"
 #include "lens/step_metrics.h"
 #include "lens/step_trace.h"
-#include "lens/tail_selection.h"
 #include "lens/termination.h"
 #include "local_launcher.h"
 #include "pipeline_schedule.h"
@@ -66,60 +66,6 @@ c10::intrusive_ptr<c10d::ProcessGroup> subgroup(const c10::intrusive_ptr<c10d::S
                                                 const std::string& addr) {
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
   return make_gloo_process_group(prefixed, rank, size, timeout, addr);
-}
-
-// The live meeting: every rank's words (the same count on every rank: the
-// window's figures as the bits of doubles, its encoded step metrics), one
-// all-gather; rank r's are [r * n, (r + 1) * n).
-std::vector<std::int64_t> gather_meeting(c10d::ProcessGroup& world, int world_size,
-                                         const std::vector<std::int64_t>& mine,
-                                         std::chrono::milliseconds timeout,
-                                         const FailureCallback& on_failure) {
-  const auto n = static_cast<std::int64_t>(mine.size());
-  std::vector<torch::Tensor> input{torch::tensor(mine, torch::kInt64)};
-  std::vector<std::vector<torch::Tensor>> output(1);
-  for (int r = 0; r < world_size; ++r) output[0].push_back(torch::empty({n}, torch::kInt64));
-  wait_or_fail(
-      world.allgather(output, input), timeout,
-      [] { return std::string("the live meeting's all-gather"); }, on_failure);
-  std::vector<std::int64_t> words;
-  for (const auto& t : output[0]) {
-    const torch::Tensor c = t.contiguous();
-    words.insert(words.end(), c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + n);
-  }
-  return words;
-}
-
-// Tail selection's choice at a meeting, on every rank alike: the window's
-// steps settled, and a lens span that says what was kept and why (it is
-// outside every step's trace, so it is exported whatever is chosen).
-void settle_window(Telemetry& telemetry, TailSelector& selector,
-                   const std::vector<std::uint64_t>& steps,
-                   const std::vector<std::vector<double>>& seconds) {
-  const TailChoice choice = selector.choose(steps, seconds);
-  telemetry.settle_steps(choice.keep, choice.drop);
-  StartOptions root;  // not in the step's trace, which may be one not selected
-  root.root = true;
-  Span span = telemetry.tracer().start_lens_span(semconv::kTailSelectionSpan, root);
-  span.set_attribute("lens.tail.first_step", static_cast<std::int64_t>(steps.front()));
-  span.set_attribute("lens.tail.last_step", static_cast<std::int64_t>(steps.back()));
-  span.set_attribute("lens.tail.held", static_cast<std::int64_t>(steps.size()));
-  span.set_attribute("lens.tail.not_selected", static_cast<std::int64_t>(choice.drop.size()));
-  std::string kept;
-  for (const TailChoice::Kept& k : choice.kept)
-    kept += (kept.empty() ? "" : ",") + std::to_string(k.step) + ":" + k.reason;
-  span.set_attribute("lens.tail.kept", kept);
-}
-
-// A straggler named live, on the step span where it was named.
-void add_straggler_event(Span& step, const LiveStraggler& s) {
-  step.add_event("lens.straggler",
-                 {{semconv::kRank, std::int64_t{s.who.rank}},
-                  {semconv::kPipelineRank, std::int64_t{s.who.stage}},
-                  {semconv::kDataRank, std::int64_t{s.who.replica}},
-                  {semconv::kTensorRank, std::int64_t{s.who.tensor}},
-                  {"lens.factor", s.factor},
-                  {"lens.against", std::string(s.against_peers ? "peers" : "own start")}});
 }
 
 // Sums the gradients of the data-parallel replicas (one all-reduce of all
@@ -374,43 +320,32 @@ int run_rank(const TrainOptions& o) {
                  o.metrics_job ? "the job's metrics" : "metrics", o.metrics_host.c_str(),
                  endpoint->port());
   }
-  // Live stragglers: every --live-every steps one all-gather of each rank's
-  // median compute over the window; every rank applies the rule to the same
-  // figures, rank 0 says what it found.
-  std::unique_ptr<LiveStragglerRule> live_rule;
-  std::vector<double> window_compute_ms;
+  // The meeting (step_meeting.h): every --live-every steps one all-gather
+  // of each rank's median compute over the window, which every rank judges
+  // alike (rank 0 says what it found); with tail selection (agreed at
+  // start-up, so the same on every rank) each step is held and at each
+  // meeting every rank's time of each step of the window gathered and the
+  // same steps kept everywhere; with --metrics-job every rank's step
+  // metrics go to rank 0. The meeting is --live-every's, else every 10
+  // steps.
+  StepMeetingOptions mopts;
+  mopts.live_every = o.live_every;
+  for (int r = 0; r < o.world(); ++r)
+    mopts.ranks.push_back({r, o.stage_of(r), o.replica_of(r), o.tensor_of(r)});
+  if (o.metrics_job) mopts.extra_words = [&] { return step_metrics->encode(); };
+  mopts.timeout = timeout;
+  mopts.who = "lens-train: rank " + std::to_string(rank);
+  StepMeeting meeting(telemetry.get(), world_comm, mopts);
+  const bool tail = meeting.tail_selection();
+  if (rank == 0 && !meeting.hold_warning().empty())
+    std::fprintf(stderr, "lens-train: warning: %s\n", meeting.hold_warning().c_str());
   Gauge* straggler_score = nullptr;
-  // Tail selection (docs/tail-selection.md; agreed at start-up, so the same
-  // on every rank): each step held, and at each meeting every rank's time
-  // of each step of the window gathered and the same steps kept everywhere.
-  // The meeting is --live-every's, else every 10 steps.
-  const bool tail = telemetry && telemetry->config().tail_selection;
-  const int meet_every = o.live_every > 0 ? o.live_every : ((tail || o.metrics_job) ? 10 : 0);
-  std::unique_ptr<TailSelector> selector;
-  if (tail)
-    selector = std::make_unique<TailSelector>(telemetry->config().tail_keep,
-                                              telemetry->config().tail_baseline_percent,
-                                              telemetry->config().run_key);
-  if (tail && rank == 0 &&
-      telemetry->config().batch.hold.max_steps < static_cast<std::uint32_t>(meet_every))
-    std::fprintf(stderr,
-                 "lens-train: warning: LENS_TAIL_HOLD_STEPS is %u, fewer than the %d steps between "
-                 "meetings: the steps past it in each window are not held, and lost if chosen\n",
-                 telemetry->config().batch.hold.max_steps, meet_every);
-  std::vector<std::uint64_t> window_steps;  // the held steps since the last meeting
-  std::vector<double> window_seconds;       // this rank's time of each
-  if (o.live_every > 0) {
-    std::vector<RankCoordinates> ranks;
-    for (int r = 0; r < o.world(); ++r)
-      ranks.push_back({r, o.stage_of(r), o.replica_of(r), o.tensor_of(r)});
-    live_rule = std::make_unique<LiveStragglerRule>(std::move(ranks));
-    if (endpoint)
-      straggler_score = &metrics.gauge(
-          "lens_straggler_score",
-          "This rank's compute over the last window against its own start or its stage's other "
-          "ranks, whichever is larger (1: as expected; the live rule names 1.5 and more).",
-          {}, labels);
-  }
+  if (o.live_every > 0 && endpoint)
+    straggler_score = &metrics.gauge(
+        "lens_straggler_score",
+        "This rank's compute over the last window against its own start or its stage's other "
+        "ranks, whichever is larger (1: as expected; the live rule names 1.5 and more).",
+        {}, labels);
   // The same metrics as OTLP/JSON lines beside the rank's trace file
   // (rank-<r>.metrics.jsonl), one cumulative request at each live meeting
   // and at the end, when the traces go to files.
@@ -431,62 +366,19 @@ int run_rank(const TrainOptions& o) {
     const SpanAccount account = SpanAccount::of(telemetry->stats());
     step_metrics->record_spans(account.ended, account.dropped());
   };
-  // The meeting, every meet_every steps and once after the last (`last`):
-  // one all-gather of each rank's words (the window's median compute for
-  // the live rule, its step times for tail selection, its step metrics for
-  // --metrics-job), and every rank reaches the same verdicts from them.
-  const auto meet = [&](std::int64_t step, Span* step_span, bool last) {
-    std::vector<std::int64_t> mine;
-    double median = NAN;
-    if (!window_compute_ms.empty() && !last) {
-      std::sort(window_compute_ms.begin(), window_compute_ms.end());
-      median = window_compute_ms[window_compute_ms.size() / 2];
-    }
-    window_compute_ms.clear();
-    mine.push_back(std::bit_cast<std::int64_t>(median));
-    if (tail) {
-      for (int i = 0; i < meet_every; ++i)
-        mine.push_back(std::bit_cast<std::int64_t>(i < static_cast<int>(window_seconds.size())
-                                                       ? window_seconds[static_cast<std::size_t>(i)]
-                                                       : NAN));
-    }
-    const std::size_t metrics_at = mine.size();
-    if (o.metrics_job) {
-      const std::vector<std::int64_t> words = step_metrics->encode();
-      mine.insert(mine.end(), words.begin(), words.end());
-    }
-    const std::size_t n = mine.size();
-    const std::vector<std::int64_t> gathered =
-        gather_meeting(*world_group, o.world(), mine, timeout, record_failure);
-    const auto word = [&](int r, std::size_t i) {
-      return gathered[static_cast<std::size_t>(r) * n + i];
-    };
-    if (live_rule && !last) {
-      std::vector<double> medians;
-      for (int r = 0; r < o.world(); ++r) medians.push_back(std::bit_cast<double>(word(r, 0)));
-      for (const LiveStraggler& s : live_rule->observe(step, medians)) {
-        if (rank != 0) continue;
+  // What a meeting brought: rank 0 names the stragglers, the scores and
+  // the job's metrics are brought up to date, the metrics line written.
+  const auto after_meeting = [&](const MeetingOutcome& met) {
+    if (rank == 0)
+      for (const LiveStraggler& s : met.stragglers)
         std::fprintf(stderr, "lens-train: live: %s\n", s.describe().c_str());
-        if (step_span != nullptr) add_straggler_event(*step_span, s);
-      }
-      if (straggler_score != nullptr) straggler_score->set(live_rule->score(rank));
-      for (std::size_t r = 0; r < job_scores.size(); ++r)
-        job_scores[r]->set(live_rule->score(static_cast<int>(r)));
+    if (!met.scores.empty()) {
+      if (straggler_score != nullptr) straggler_score->set(met.scores[static_cast<std::size_t>(rank)]);
+      for (std::size_t r = 0; r < job_scores.size(); ++r) job_scores[r]->set(met.scores[r]);
     }
-    if (tail && !window_steps.empty()) {
-      std::vector<std::vector<double>> seconds(static_cast<std::size_t>(o.world()));
-      for (int r = 0; r < o.world(); ++r)
-        for (std::size_t i = 0; i < window_steps.size(); ++i)
-          seconds[static_cast<std::size_t>(r)].push_back(std::bit_cast<double>(word(r, 1 + i)));
-      settle_window(*telemetry, *selector, window_steps, seconds);
-    }
-    window_steps.clear();
-    window_seconds.clear();
-    for (std::size_t r = 0; r < job_metrics.size(); ++r) {
-      const auto* from = gathered.data() + r * n + metrics_at;
-      if (!job_metrics[r]->assign(std::vector<std::int64_t>(from, from + (n - metrics_at))))
+    for (std::size_t r = 0; r < job_metrics.size() && r < met.words.size(); ++r)
+      if (!job_metrics[r]->assign(met.words[r]))
         std::fprintf(stderr, "lens-train: rank 0: rank %zu's metrics did not decode\n", r);
-    }
     write_metrics_line();
   };
   std::unique_ptr<SimulatedDevice> device;
@@ -563,18 +455,13 @@ int run_rank(const TrainOptions& o) {
             sr.loss = loss;
             step_scope.span().set_attribute("dl.loss", loss);
           }
-          if (meet_every > 0) {
-            window_compute_ms.push_back(figures.seconds(StepFigure::kCompute) * 1e3);
-            if (tail) {
-              window_steps.push_back(static_cast<std::uint64_t>(step));
-              // The step's work, from before its span opened to after the
-              // optimizer: what a slow step is slow in.
-              window_seconds.push_back(
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-            }
-          }
-          if (meet_every > 0 && static_cast<int>(window_compute_ms.size()) == meet_every)
-            meet(step, &step_scope.span(), false);
+          // The step's work, from before its span opened to after the
+          // optimizer: what a slow step is slow in.
+          const double step_seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          if (meeting.step_done(static_cast<std::uint64_t>(step),
+                                figures.seconds(StepFigure::kCompute) * 1e3, step_seconds))
+            after_meeting(meeting.meet(step, &step_scope.span()));
         } catch (...) {
           // Stopping, and a peer stopped first (its transfers fail): what
           // is open ends truncated, marked with the signal, before the
@@ -595,9 +482,8 @@ int run_rank(const TrainOptions& o) {
       }
       // After the last step (every rank ran the same steps): tail
       // selection's last, partial window, and the job's final metrics.
-      if ((tail && !window_steps.empty()) || o.metrics_job) {
-        if (termination_signal() == 0) meet(o.steps - 1, nullptr, true);
-      }
+      if (termination_signal() == 0)
+        if (const auto met = meeting.finish(o.steps - 1)) after_meeting(*met);
       if (tail && rank == 0) {
         const auto hold = telemetry->stats().hold;
         if (hold)
