@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,7 +25,6 @@
 #include "lens/c10d_communicator.h"
 #include "lens/error.h"
 #include "lens/live_stragglers.h"
-#include "lens/step_meeting.h"
 #include "lens/metrics.h"
 #include "lens/metrics_endpoint.h"
 #include "lens/metrics_exporter.h"
@@ -34,6 +32,7 @@
 #include "lens/startup_agreement.h"
 #include "lens/step_context.h"
 #include "lens/step_figures.h"
+#include "lens/step_meeting.h"
 #include "lens/step_metrics.h"
 #include "lens/step_trace.h"
 #include "lens/termination.h"
@@ -337,8 +336,8 @@ int run_rank(const TrainOptions& o) {
   mopts.who = "lens-train: rank " + std::to_string(rank);
   StepMeeting meeting(telemetry.get(), world_comm, mopts);
   const bool tail = meeting.tail_selection();
-  if (rank == 0 && !meeting.hold_warning().empty())
-    std::fprintf(stderr, "lens-train: warning: %s\n", meeting.hold_warning().c_str());
+  if (const std::string w = meeting.hold_warning(); rank == 0 && !w.empty())
+    std::fprintf(stderr, "lens-train: warning: %s\n", w.c_str());
   Gauge* straggler_score = nullptr;
   if (o.live_every > 0 && endpoint)
     straggler_score = &metrics.gauge(

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <limits>
 
 #include "byte_order.h"
@@ -78,9 +77,10 @@ StepMeeting::StepMeeting(Telemetry* telemetry, Communicator& world, StepMeetingO
     const Config& c = telemetry_->config();
     selector_ = std::make_unique<TailSelector>(c.tail_keep, c.tail_baseline_percent, c.run_key);
   }
-  every_ = options_.live_every > 0                       ? options_.live_every
-           : (selector_ || options_.extra_words) ? kDefaultEvery
-                                                         : 0;
+  if (options_.live_every > 0)
+    every_ = options_.live_every;
+  else if (selector_ || options_.extra_words)
+    every_ = kDefaultEvery;
 }
 
 StepMeeting::~StepMeeting() = default;

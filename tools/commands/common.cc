@@ -105,9 +105,7 @@ AnalyzeOptions analyze_options(bool raw_clock) {
   return o;
 }
 
-AlignedReading::AlignedReading(bool raw_clock) : raw_clock_(raw_clock) {
-  clock_report_.raw_asked = raw_clock;
-}
+AlignedReading::AlignedReading(bool raw_clock) : raw_clock_(raw_clock) {}
 
 StreamOptions AlignedReading::options(const std::string& run_dir) {
   late_spans_ = {};
