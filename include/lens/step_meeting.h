@@ -10,8 +10,8 @@
 ///     (TailSelector), and a `lens.tail_selection` span saying why;
 ///   - words a rank adds (its encoded step metrics, for a rank 0 that
 ///     serves every rank's metrics), handed back per rank.
-/// Both trainers call it: lens-train over its c10d world group, the Python
-/// one over torch.distributed (lens.distributed.StepMeeting).
+/// lens-train calls it over its c10d world group (the Python example
+/// trainer still meets on its own, over torch.distributed).
 ///
 ///   lens::StepMeeting meeting(telemetry, world, {.live_every = 5, .ranks = places});
 ///   for (step ...) {
