@@ -198,6 +198,13 @@ class StepTrace {
 /// fails, the constructor adds a lens.failure event to the open spans, writes
 /// them and the last ended span to stderr ("lens: rank R was in: ...") and
 /// throws CommError.
+///
+/// A step the process was stopped in: when an exception ends the step (or
+/// its broadcast) while the process is stopping on a signal
+/// (Telemetry::stop_signal; a peer that stopped first fails this rank's
+/// transfers), the step span ends marked as a shutdown marks what it ends
+/// (nemo.span.truncated, lens.stopped_by), so a reader does not hold the
+/// step to every rank.
 class StepScope {
  public:
   StepScope(StepTrace& trace, std::uint64_t step);
@@ -213,6 +220,8 @@ class StepScope {
  private:
   StepTrace::OpenedStep opened_;
   std::optional<CurrentSpanScope> scope_;
+  Telemetry* telemetry_ = nullptr;
+  int exceptions_ = 0;  ///< std::uncaught_exceptions() when opened
 };
 
 }  // namespace lens

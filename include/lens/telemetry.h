@@ -127,6 +127,9 @@ class Telemetry {
   /// signal's name, e.g. SIGTERM) and
   /// its account says they were ended by it. Async-signal-safe.
   void note_stop_signal(int signo);
+  /// The signal the process is stopping on: note_stop_signal's, else the
+  /// watched one received (termination_signal), else 0.
+  int stop_signal() const;
 
   TelemetryStats stats() const;
 

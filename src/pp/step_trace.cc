@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <exception>
 
 #include "byte_order.h"
 #include "lens/carrier_slot.h"
@@ -12,8 +13,22 @@
 #include "lens/step_check.h"
 #include "lens/step_context.h"
 #include "lens/semconv.h"
+#include "lens/termination.h"
 
 namespace lens {
+namespace {
+
+// A step span an exception ends while the process stops on a signal: the
+// signal, not the step, ended it (StepScope).
+void mark_stopped(Telemetry* telemetry, Span& span) {
+  if (telemetry == nullptr || !span.recording()) return;
+  const int signo = telemetry->stop_signal();
+  if (signo == 0) return;
+  span.set_attribute(semconv::kTruncated, true);
+  span.set_attribute(semconv::kStoppedBy, signal_name(signo));
+}
+
+}  // namespace
 
 StepTrace::StepTrace(Telemetry* telemetry, Communicator* comm, StepTraceOptions options)
     : telemetry_(telemetry), comm_(comm), options_(std::move(options)) {
@@ -199,7 +214,12 @@ StepTrace::OpenedStep StepTrace::open_step(std::uint64_t step) {
     return opened;
   }
   Span early;  // the source's, opened before its broadcast
-  opened.carrier = exchange(step, early);
+  try {
+    opened.carrier = exchange(step, early);
+  } catch (...) {
+    mark_stopped(telemetry_, early);
+    throw;
+  }
   carrier_ = opened.carrier;
   set_pp_trace_carrier(opened.carrier);
   opened.span = early.recording() ? std::move(early) : start_step_span(step, opened.carrier);
@@ -212,11 +232,15 @@ StepTrace::~StepTrace() {
   pending_.drain(std::min(timeout_, std::chrono::milliseconds(5000)));
 }
 
-StepScope::StepScope(StepTrace& trace, std::uint64_t step) : opened_(trace.open_step(step)) {
-  if (trace.telemetry() != nullptr) scope_.emplace(opened_.span);
+StepScope::StepScope(StepTrace& trace, std::uint64_t step)
+    : opened_(trace.open_step(step)),
+      telemetry_(trace.telemetry()),
+      exceptions_(std::uncaught_exceptions()) {
+  if (telemetry_ != nullptr) scope_.emplace(opened_.span);
 }
 
 StepScope::~StepScope() {
+  if (std::uncaught_exceptions() > exceptions_) mark_stopped(telemetry_, opened_.span);
   scope_.reset();
   opened_.span.end();
 }

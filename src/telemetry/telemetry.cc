@@ -244,6 +244,8 @@ bool Telemetry::shutdown() {
 
 void Telemetry::note_stop_signal(int signo) { impl_->stop_signal.store(signo); }
 
+int Telemetry::stop_signal() const { return impl_->stop_signal_received(); }
+
 void SpanAccount::add(const SpanAccount& o) {
   ended += o.ended;
   exported += o.exported;

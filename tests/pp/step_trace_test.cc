@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <set>
 #include <thread>
 
@@ -280,6 +281,43 @@ TEST(LinkedSpan, DisabledCommunicationGroupCreatesNothing) {
   mt.telemetry->set_span_groups(SpanGroupSet::parse("step"));
   Span s = create_linked_span(mt.telemetry->tracer(), "x", get_pp_trace_carrier());
   EXPECT_FALSE(s.recording());
+}
+
+// Ends step 0 of a one-stage StepTrace by an exception when `throws`, after
+// noting `stop_signal` (0: none) on the telemetry; returns the step span.
+SpanRecord step_span_ended(int stop_signal, bool throws) {
+  testing::MemoryTelemetry mt;
+  StepTraceOptions so;
+  so.pipeline_parallel_size = 1;
+  StepTrace trace(mt.telemetry.get(), nullptr, so);
+  if (stop_signal != 0) mt.telemetry->note_stop_signal(stop_signal);
+  try {
+    StepScope scope(trace, 0);
+    if (throws) throw CommError("the peer stopped first");
+  } catch (const CommError&) {
+  }
+  auto steps = mt.spans();
+  EXPECT_EQ(steps.size(), 1u);
+  return steps.empty() ? SpanRecord() : steps.front();
+}
+
+TEST(StepStoppedBySignal, AStepAnExceptionEndsWhileStoppingIsMarkedWithTheSignal) {
+  const SpanRecord step = step_span_ended(SIGTERM, true);
+  const auto* truncated = find_attribute(step.attributes, "nemo.span.truncated");
+  ASSERT_NE(truncated, nullptr);
+  EXPECT_TRUE(std::get<bool>(*truncated));
+  const auto* by = find_attribute(step.attributes, "lens.stopped_by");
+  ASSERT_NE(by, nullptr);
+  EXPECT_EQ(std::get<std::string>(*by), "SIGTERM");
+}
+
+TEST(StepStoppedBySignal, AFailureWithoutASignalOrAStepThatEndsIsNotMarked) {
+  for (const auto& [signo, throws] : {std::pair{0, true}, std::pair{SIGTERM, false}}) {
+    const SpanRecord step = step_span_ended(signo, throws);
+    EXPECT_EQ(step.name, "megatron.train_step");
+    EXPECT_EQ(find_attribute(step.attributes, "nemo.span.truncated"), nullptr) << signo;
+    EXPECT_EQ(find_attribute(step.attributes, "lens.stopped_by"), nullptr) << signo;
+  }
 }
 
 TEST(StepTraceSettings, ThePipelineSizeIsRequired) {
