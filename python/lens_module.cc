@@ -41,39 +41,10 @@
 #include "lens/termination.h"
 #include "lens/trace_context.h"
 #include "lens/semconv.h"
+#include "bindings.h"
 
-namespace py = pybind11;
+namespace lens_python {
 
-namespace {
-
-// A step carrier as Python sees it. reserved_here marks the carrier this
-// process reserved as the broadcast's source: its step span takes the
-// carrier's span id. It is not part of the frame.
-struct PyCarrier {
-  lens::StepCarrier carrier;
-  bool reserved_here = false;
-  // On the source: when its context was reserved, before the broadcast, on
-  // the span clock. Its step span starts then, so that it is the step's
-  // first span and every link points back in time.
-  std::optional<std::int64_t> reserved_at_unix_ns;
-};
-
-lens::SpanGroup group_from_name(std::string_view name) {
-  for (int i = 0; i < lens::kSpanGroupCount; ++i) {
-    const auto g = static_cast<lens::SpanGroup>(i);
-    if (lens::span_group_name(g) == name) return g;
-  }
-  std::string valid;
-  for (int i = 0; i < lens::kSpanGroupCount; ++i)
-    valid += std::string(i ? ", " : "") +
-             std::string(lens::span_group_name(static_cast<lens::SpanGroup>(i)));
-  throw py::value_error("lens: unknown span group '" + std::string(name) + "' (valid: " + valid +
-                        ")");
-}
-
-// A Python value as an attribute value: bool, int, float and str map to their
-// OTel types, lists and tuples of one of them to arrays; anything else is
-// recorded as its str() so that instrumentation never fails on a value.
 lens::AttributeValue to_value(const py::handle& v) {
   if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
   if (py::isinstance<py::int_>(v)) {
@@ -115,72 +86,33 @@ lens::Attributes to_attributes(const py::dict& attributes) {
   for (const auto& [k, v] : attributes) out.push_back({std::string(py::str(k)), to_value(v)});
   return out;
 }
+std::optional<lens::StepCarrier> unwrap(const std::optional<PyCarrier>& c) {
+  if (!c) return std::nullopt;
+  return c->carrier;
+}
 
-// A span from Python: a context manager that makes the span current on entry
-// and ends it on exit, recording an exception that escapes the block.
-class PySpan {
- public:
-  explicit PySpan(lens::Span span) : span_(std::move(span)) {
-    if (span_.recording()) context_ = span_.context();
-  }
+std::chrono::milliseconds to_ms(double seconds) {
+  if (!(seconds >= 0)) throw py::value_error("lens: a timeout must be a number of seconds >= 0");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+}
 
-  bool recording() const { return span_.recording(); }
-  bool sampled() const { return context_ && context_->sampled(); }
-  // Kept after the span ends, so it can be read after its with block.
-  const std::optional<lens::SpanContext>& context() const { return context_; }
-  void set_attribute(const std::string& key, const py::handle& value) {
-    if (span_.recording()) span_.set_attribute(key, to_value(value));
-  }
-  void add_event(const std::string& name, const py::dict& attributes) {
-    if (span_.recording()) span_.add_event(name, to_attributes(attributes));
-  }
-  void add_link(const lens::SpanContext& context, const py::dict& attributes) {
-    if (span_.recording()) span_.add_link(context, to_attributes(attributes));
-  }
-  void set_status(const std::string& code, const std::string& message) {
-    if (code == "ok")
-      span_.set_status(lens::StatusCode::kOk, message);
-    else if (code == "error")
-      span_.set_status(lens::StatusCode::kError, message);
-    else if (code == "unset")
-      span_.set_status(lens::StatusCode::kUnset, message);
-    else
-      throw py::value_error("lens: span status must be 'ok', 'error' or 'unset', not '" + code +
-                            "'");
-  }
-  PySpan& enter() {
-    if (!scope_) scope_.emplace(span_);
-    return *this;
-  }
-  bool exit(const py::handle& type, const py::handle& value, const py::handle&) {
-    if (!type.is_none() && span_.recording()) {
-      const std::string message = py::str(value);
-      span_.add_event("exception",
-                      {{"exception.type", std::string(py::str(type.attr("__qualname__")))},
-                       {"exception.message", message}});
-      span_.set_status(lens::StatusCode::kError, message);
-    }
-    end();
-    return false;
-  }
-  void end() {
-    scope_.reset();
-    span_.end();
-  }
-  // Ends it at a time on the span clock (OpenTelemetry's end(end_time)).
-  void end_at(std::int64_t end_unix_ns) {
-    scope_.reset();
-    span_.end_at(end_unix_ns);
-  }
-  void update_name(const std::string& name) {
-    if (span_.recording()) span_.update_name(name);
-  }
 
- private:
-  lens::Span span_;
-  std::optional<lens::SpanContext> context_;
-  std::optional<lens::CurrentSpanScope> scope_;
-};
+namespace {
+
+
+lens::SpanGroup group_from_name(std::string_view name) {
+  for (int i = 0; i < lens::kSpanGroupCount; ++i) {
+    const auto g = static_cast<lens::SpanGroup>(i);
+    if (lens::span_group_name(g) == name) return g;
+  }
+  std::string valid;
+  for (int i = 0; i < lens::kSpanGroupCount; ++i)
+    valid += std::string(i ? ", " : "") +
+             std::string(lens::span_group_name(static_cast<lens::SpanGroup>(i)));
+  throw py::value_error("lens: unknown span group '" + std::string(name) + "' (valid: " + valid +
+                        ")");
+}
+
 
 // The span's context-manager protocol as plain CPython methods: a `with`
 // block then crosses into pybind's dispatcher once (start_span), not three
@@ -229,6 +161,8 @@ PyMethodDef span_exit_def{"__exit__",
                           reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(span_exit)),
                           METH_FASTCALL, "Records an escaping exception and ends the span."};
 
+}  // namespace
+
 void add_context_manager_methods(const py::object& cls) {
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   for (PyMethodDef* def : {&span_enter_def, &span_exit_def}) {
@@ -237,6 +171,8 @@ void add_context_manager_methods(const py::object& cls) {
     cls.attr(def->ml_name) = method;
   }
 }
+
+namespace {
 
 // The world group of torch.distributed as a Communicator, for the clock
 // sync only: point-to-point messages go through Python callables
@@ -625,24 +561,21 @@ std::unique_ptr<PySpan> start_otel_span(std::string_view name, std::string_view 
   return started(tracer, g, name, start, attributes);
 }
 
-std::optional<lens::StepCarrier> unwrap(const std::optional<PyCarrier>& c) {
-  if (!c) return std::nullopt;
-  return c->carrier;
-}
-
-std::chrono::milliseconds to_ms(double seconds) {
-  if (!(seconds >= 0)) throw py::value_error("lens: a timeout must be a number of seconds >= 0");
-  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
-}
-
 }  // namespace
+}  // namespace lens_python
+
+using namespace lens_python;
 
 PYBIND11_MODULE(_lens, m) {
   m.doc() = "lens core binding; use the lens package rather than this module";
   m.attr("__version__") = std::string(lens::kLensVersion);
 
   py::register_exception<lens::ConfigError>(m, "ConfigError", PyExc_ValueError);
-  py::register_exception<lens::StepCheckError>(m, "StepCheckError", PyExc_RuntimeError);
+  // CommError before StepCheckError, its subclass: the translator
+  // registered last is tried first.
+  const auto& comm_error =
+      py::register_exception<lens::CommError>(m, "CommError", PyExc_RuntimeError);
+  py::register_exception<lens::StepCheckError>(m, "StepCheckError", comm_error.ptr());
 
   py::class_<lens::SpanContext>(m, "SpanContext")
       .def_property_readonly("trace_id",
@@ -757,18 +690,7 @@ PYBIND11_MODULE(_lens, m) {
           "observe",
           [](lens::LiveStragglerRule& rule, std::int64_t step, const std::vector<double>& figures) {
             py::list named;
-            for (const auto& s : rule.observe(step, figures)) {
-              py::dict d;
-              d["rank"] = s.who.rank;
-              d["stage"] = s.who.stage;
-              d["replica"] = s.who.replica;
-              d["tensor"] = s.who.tensor;
-              d["step"] = s.step;
-              d["factor"] = s.factor;
-              d["against_peers"] = s.against_peers;
-              d["line"] = s.describe();
-              named.append(d);
-            }
+            for (const auto& s : rule.observe(step, figures)) named.append(straggler_dict(s));
             return named;
           },
           py::arg("step"), py::arg("figures"))
@@ -1012,6 +934,7 @@ PYBIND11_MODULE(_lens, m) {
       },
       py::arg("my_rank"), py::arg("failed"));
 
+  bind_steps(m);
   m.def("is_initialized", [] { return lens::get_telemetry() != nullptr; });
   m.def("group_names", [] {
     std::vector<std::string> names;

@@ -213,6 +213,11 @@ class StepScope {
   StepScope& operator=(const StepScope&) = delete;
 
   Span& span() { return opened_.span; }
+  /// What an exception escaping the step does to it, said before the scope
+  /// ends, for a binding whose exceptions are not C++ ones (Python's
+  /// `with`): the step span marked when the process stops on a signal. The
+  /// destructor does it for a C++ exception.
+  void exception_escaped();
   /// The carrier every rank decoded this step (nullopt when not gated or the
   /// frame did not decode).
   const std::optional<StepCarrier>& carrier() const { return opened_.carrier; }

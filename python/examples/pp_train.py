@@ -195,18 +195,16 @@ def run_rank(args):
                                         0 if args.metrics_port == 0 else args.metrics_port + rank)
         print(f"pp_train: rank {rank}: metrics at http://127.0.0.1:{endpoint.port}/metrics",
               file=sys.stderr, flush=True)
-    rule = lens.LiveStragglerRule([(r, r, 0, 0) for r in range(world)]) if args.live_every > 0 else None
-    window = []
     # Tail selection (docs/tail-selection.md; LENS_TAIL_SELECTION, agreed at
     # start-up): each step held, and at each meeting (--live-every, else
     # every 10 steps) every rank's step times gathered in the same
-    # all-gather, the same steps kept on every rank.
-    config = lens.get_telemetry().config if lens.get_telemetry() is not None else {}
-    tail = bool(config.get("tail_selection"))
-    meet_every = args.live_every if args.live_every > 0 else (10 if tail else 0)
-    selector = lens.TailSelector(config["tail_keep"], config["tail_baseline_percent"],
-                                 config["run_key"]) if tail else None
-    held, held_seconds = [], []
+    # all-gather, the same steps kept on every rank. Both are lens's step
+    # meeting, the one lens-train runs.
+    meeting = lens.distributed.StepMeeting(live_every=args.live_every,
+                                           ranks=[(r, r, 0, 0) for r in range(world)],
+                                           who=f"pp_train: rank {rank}")
+    if rank == 0 and meeting.hold_warning():
+        print(f"pp_train: {meeting.hold_warning()}", file=sys.stderr, flush=True)
     slow_rank, slow_factor, slow_from = -1, 1.0, 0
     if args.test_slow_rank:  # TEST AID: RANK:FACTOR:FROM_STEP
         slow_rank, slow_factor, slow_from = args.test_slow_rank.split(":")
@@ -214,30 +212,10 @@ def run_rank(args):
     # TEST AID: only these steps slowed (a test then knows which are slow).
     slow_steps = {int(s) for s in args.test_slow_steps.split(",")} if args.test_slow_steps else set()
 
-    def meet(step, span, partial=False):
-        """The live meeting: one all_gather of [median compute, step times...] per rank."""
-        mine = [sorted(window)[len(window) // 2] if window and not partial else float("nan")]
-        mine += held_seconds + [float("nan")] * (meet_every - len(held_seconds))
-        window.clear()
-        figures = [torch.zeros(len(mine), dtype=torch.float64) for _ in range(world)]
-        dist.all_gather(figures, torch.tensor(mine, dtype=torch.float64))
-        if rule is not None and not partial:
-            for named in rule.observe(step, [f[0].item() for f in figures]):
-                if rank == 0:
-                    print(f"pp_train: live: {named['line']}", file=sys.stderr, flush=True)
-                    span.add_event("lens.straggler", {"dl.rank": named["rank"],
-                                                      "lens.factor": named["factor"]})
-        if selector is not None:
-            seconds = [f[1:1 + len(held)].tolist() for f in figures]
-            choice = selector.choose(held, seconds)
-            lens.settle_steps(choice["keep"], choice["drop"])
-            # Outside the step's trace, which may be one not selected.
-            lens._lens.start_lens_span("lens.tail_selection", {
-                "lens.tail.first_step": held[0], "lens.tail.last_step": held[-1],
-                "lens.tail.held": len(held), "lens.tail.not_selected": len(choice["drop"]),
-                "lens.tail.kept": ",".join(f"{k}:{why}" for k, why, _ in choice["kept"])}).end()
-            held.clear()
-            held_seconds.clear()
+    def met(verdict):
+        """What a meeting found, said by rank 0 (the step span has its events)."""
+        for named in verdict["stragglers"] if rank == 0 else ():
+            print(f"pp_train: live: {named['line']}", file=sys.stderr, flush=True)
 
     def computed(started, step):
         """A forward or backward that began at `started` is done: slowed by the aid."""
@@ -248,11 +226,15 @@ def run_rank(args):
     first, last = stage == 0, stage == stages - 1
     losses = []
 
-    traced = stages > 1 and lens.get_telemetry() is not None
+    # The step protocol (lens's, over torch.distributed): every rank's step
+    # in one trace, its receives linked to the source's step span, clock
+    # samples and step checks as the settings say.
+    trace = lens.distributed.StepTrace(pipeline_parallel_size=stages)
     # One job trace: every rank's megatron.job span in it; each step span
     # links to its rank's (a no-op span without telemetry).
     job = lens.distributed.job_span(rank, **{"dl.pipeline_parallel.size": stages,
                                              "dl.num_microbatches": args.microbatches})
+    trace.set_job_span(job)
     # Preemption (SIGTERM) and Ctrl-C (SIGINT, given back its default
     # action first so that the watch owns it): each rank finishes its step,
     # ends what is open (truncated), flushes, says why, and exits 128 + the
@@ -265,29 +247,16 @@ def run_rank(args):
         for step in range(args.steps):
             if lens.termination_signal():  # between steps: a clean stop
                 break
-            # Clock samples (docs/clock-alignment.md): at the first step, then
-            # when the schedule says, never per step.
-            if traced and lens.distributed.clock_sync_due(step):
-                lens.distributed.sync_clocks(step=step)
-            # The reference page's broadcast, just before the step span opens
-            # (with LENS_STEP_CONTEXT=derived: derived, no collective per step).
-            if traced:
-                numbered = step + (1 if rank == args.test_step_skew_rank else 0)  # TEST AID
-                try:
-                    carrier = lens.distributed.step_trace_context(numbered, rank=rank, src_rank=0)
-                except lens.StepCheckError as error:  # every rank raises it alike
-                    print(f"pp_train: rank {rank}: {error}", file=sys.stderr, flush=True)
-                    job.end()
-                    lens.shutdown()
-                    return 1
-                lens.state.set_pp_trace_carrier(carrier)
-
             step_started = time.perf_counter()
             lens.take_step_figures()  # from here on, this step's
-            with lens.managed_span("megatron.train_step", group="step", **{
-                    "dl.step": step, "dl.rank": rank, "dl.pipeline_parallel.rank": stage,
-                    "dl.pipeline_parallel.size": stages, "dl.num_microbatches": args.microbatches}) as step_span:
-                if tail and step_span.recording:
+            numbered = step + (1 if rank == args.test_step_skew_rank else 0)  # TEST AID
+            # The reference page's broadcast (with LENS_STEP_CONTEXT=derived:
+            # derived, no collective per step), a clock sample when one is
+            # due (docs/clock-alignment.md), then the step span.
+            with trace.step(numbered) as step_span:
+                step_span.set_attribute("dl.pipeline_parallel.size", stages)
+                step_span.set_attribute("dl.num_microbatches", args.microbatches)
+                if meeting.tail_selection and step_span.recording:
                     lens.hold_step(step, step_span.context)
                 inputs = dataset  # the same microbatches every step: the loss goes down
                 saved = {}
@@ -305,10 +274,7 @@ def run_rank(args):
                                 x = torch.empty(args.batch, hidden)
                                 link = None
                                 if phase in ("warmup", "pre-1f1b"):
-                                    link = lens.distributed.create_linked_span(
-                                        "megatron.pp.recv_forward.linked",
-                                        remote_carrier=lens.state.get_pp_trace_carrier(),
-                                        **{"dl.pipeline_parallel.rank": stage, "dl.microbatch_id": mb})
+                                    link = trace.recv_forward_linked(mb)
                                 with lens.managed_span("megatron.p2p.recv_forward", group="communication",
                                                        figure="p2p_wait",
                                                        stream=stream,
@@ -365,17 +331,19 @@ def run_rank(args):
                 with lens.managed_span("megatron.optimizer.step", group="optimizer"):
                     optimizer.step()
                 measured = lens.take_step_figures()
-                if meet_every > 0:
-                    window.append(measured["compute"]["seconds"] * 1e3)
-                    if tail:
-                        held.append(step)
-                        held_seconds.append(time.perf_counter() - step_started)
-                    if len(window) == meet_every:
-                        meet(step, step_span)
+                if meeting.step_done(step, measured["compute"]["seconds"] * 1e3,
+                                     time.perf_counter() - step_started):
+                    met(meeting.meet(step, step_span))
                 if last:
                     losses.append(step_loss)
-            context = step_span.context if step_span.recording else None
-            step_metrics.record_step(time.perf_counter() - step_started, measured, context)
+            # The step span's context, kept after it ended (None: not recorded).
+            step_metrics.record_step(time.perf_counter() - step_started, measured, step_span.context)
+            completed += 1
+    except lens.StepCheckError as error:  # every rank raises it alike
+        print(f"pp_train: rank {rank}: {error}", file=sys.stderr, flush=True)
+        job.end()
+        lens.shutdown()
+        return 1
     except RuntimeError as error:  # a peer that stopped first: this rank's transfer fails
         if not lens.termination_signal():
             raise
@@ -394,10 +362,8 @@ def run_rank(args):
         if not all(l == l for l in losses):  # NaN check
             print("pp_train: the loss is not a number", file=sys.stderr)
             return 1
-    if held:  # the last, partial window (every rank ran the same steps)
-        meet(args.steps - 1, None, partial=True)
-    if traced:
-        lens.distributed.sync_clocks()  # the closing sample, on every rank
+    meeting.finish(args.steps - 1)  # the last, partial window (every rank ran the same steps)
+    trace.finish()  # the closing clock sample, on every rank
     job.end()
     stats = lens.distributed._lens.pipeline_stats()
     dist.barrier()

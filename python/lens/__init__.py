@@ -24,7 +24,7 @@ groups are read from the core at ``init``, ``set_span_groups`` and
 from time import monotonic_ns as _monotonic_ns
 
 from . import _lens
-from ._lens import Carrier, ConfigError, Span, SpanContext, StepCheckError, __version__
+from ._lens import Carrier, CommError, ConfigError, Span, SpanContext, StepCheckError, __version__
 # Live metrics and stragglers (docs/metrics.md).
 from ._lens import LiveStragglerRule, MetricRegistry, MetricsEndpoint, StepMetrics
 from ._lens import take_step_figures
@@ -32,7 +32,8 @@ from ._lens import take_step_figures
 from ._lens import TailSelector, hold_step, holds_steps, settle_steps
 
 __all__ = [
-    "Carrier", "ConfigError", "Span", "SpanContext", "StepCheckError", "Telemetry", "__version__",
+    "Carrier", "CommError", "ConfigError", "Span", "SpanContext", "StepCheckError", "Telemetry",
+    "__version__",
     "LiveStragglerRule", "MetricRegistry", "MetricsEndpoint", "StepMetrics",
     "metrics_exporter_from_environment", "set_step_figures", "take_step_figures",
     "TailSelector", "hold_step", "holds_steps", "settle_steps",

@@ -46,6 +46,190 @@ def _frame_device(group):
     return torch.device("cpu")
 
 
+def _global_rank(group, group_rank):
+    """The global rank of ``group_rank`` in ``group`` (torch names ranks
+    globally in its calls)."""
+    import torch.distributed as dist
+
+    if group is None:
+        return group_rank
+    if hasattr(dist, "get_global_rank"):  # torch 2
+        return dist.get_global_rank(group, group_rank)
+    return dist.distributed_c10d._get_global_rank(group, group_rank)  # torch 1.13
+
+
+class _TorchGroup:
+    """A torch.distributed group as lens's C++ core calls it: a broadcast,
+    an all-gather and messages of bytes, ranks in the group, timeouts in
+    seconds. Each call is one torch.distributed call of a uint8 tensor on
+    the device the backend needs; one that fails or outlives its timeout
+    raises, which the core reports as a failed collective."""
+
+    def __init__(self, group=None):
+        import torch.distributed as dist
+
+        self._group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.engine = "torch.distributed/" + str(dist.get_backend(group))
+        self._device = _frame_device(group)
+        self._global = [_global_rank(group, r) for r in range(self.size)]
+
+    def _tensor(self, data):
+        import torch
+
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self._device)
+
+    @staticmethod
+    def _wait(work, timeout):
+        work.wait(timeout=datetime.timedelta(seconds=timeout))
+
+    def broadcast(self, data, root, timeout):
+        import torch.distributed as dist
+
+        tensor = self._tensor(data)
+        self._wait(dist.broadcast(tensor, src=self._global[root], group=self._group, async_op=True),
+                   timeout)
+        return bytes(tensor.cpu().tolist())
+
+    def all_gather(self, data, timeout):
+        import torch
+        import torch.distributed as dist
+
+        tensor = self._tensor(data)
+        out = [torch.empty(len(data), dtype=torch.uint8, device=self._device)
+               for _ in range(self.size)]
+        self._wait(dist.all_gather(out, tensor, group=self._group, async_op=True), timeout)
+        return b"".join(bytes(t.cpu().tolist()) for t in out)
+
+    def send(self, data, peer, tag, timeout):
+        import torch.distributed as dist
+
+        self._wait(dist.isend(self._tensor(data), dst=self._global[peer], group=self._group,
+                              tag=tag), timeout)
+
+    def recv(self, size, peer, tag, timeout):
+        import torch
+        import torch.distributed as dist
+
+        tensor = torch.empty(size, dtype=torch.uint8, device=self._device)
+        self._wait(dist.irecv(tensor, src=self._global[peer], group=self._group, tag=tag),
+                   timeout)
+        return bytes(tensor.cpu().tolist())
+
+
+class StepTrace:
+    """The step protocol of lens's C++ core (lens/step_trace.h, the one
+    lens-train runs) over torch.distributed: every step of every rank in one
+    trace, linked receives, step checks and clock samples.
+
+    ``group`` is the pipeline's group (default: the world) and
+    ``pipeline_parallel_size`` the job's PP size (required: 1 never runs a
+    collective); ``src_rank`` is the source's rank in ``group`` (its first
+    stage); ``job_group`` the group of every rank of the job, where it is
+    not ``group`` (pipeline scope: clock samples and step checks run over
+    it). Make it on every rank after lens.distributed.init, enabled or not:
+    the protocol runs only where telemetry is on, the same on every rank.
+
+        trace = lens.distributed.StepTrace(pipeline_parallel_size=P)
+        trace.set_job_span(job)            # each step span links to it
+        for step in range(steps):
+            with trace.step(step) as step_span:   # the collective, then the span
+                ... link = trace.recv_forward_linked(mb); recv; link.end() ...
+        trace.finish()                     # the closing clock sample
+
+    ``step(n)`` is a ``with`` block: on entry every rank agrees on step n's
+    context (the broadcast, or the derivation and its periodic check, as
+    LENS_STEP_CONTEXT says; a clock sample when one is due) and the
+    ``megatron.train_step`` span opens, current inside; a rank at another
+    step raises lens.StepCheckError on every rank, a failed collective
+    lens.CommError (both RuntimeError). An exception leaving the block
+    while the process stops on a signal marks the step as stopped by it.
+    """
+
+    def __init__(self, pipeline_parallel_size, group=None, job_group=None, src_rank=0,
+                 pipeline_rank=None, timeout=None):
+        self._trace = _lens.StepTrace(_TorchGroup(group),
+                                      None if job_group is None else _TorchGroup(job_group),
+                                      int(pipeline_parallel_size), int(src_rank), pipeline_rank,
+                                      timeout)
+
+    def step(self, step):
+        """Step ``step``'s ``with`` block; ``as`` gives the step span (its
+        set_attribute, add_event, context, recording and carrier)."""
+        return self._trace.step(int(step))
+
+    @property
+    def gated(self):
+        """True when steps run the protocol (the same on every rank)."""
+        return self._trace.gated
+
+    def recv_forward_linked(self, microbatch_id):
+        """The linked span of a warmup or pre-1F1B recv_forward on a
+        non-first stage (child of the step span, linked to the source's):
+        start it before the receive, end() it after. A no-op span on the
+        first stage or with the ``communication`` group off."""
+        return self._trace.recv_forward_linked(int(microbatch_id))
+
+    def set_job_span(self, job):
+        """Each step span started after this links to ``job`` (job_span's)."""
+        self._trace.set_job_span(job)
+
+    def finish(self):
+        """After the last step, on every rank: the closing clock sample."""
+        self._trace.finish()
+
+
+class StepMeeting:
+    """lens's step meeting (lens/step_meeting.h) over torch.distributed:
+    every few steps one all-gather over ``group`` (default: the world), and
+    every rank reaches the same verdicts: live stragglers (``live_every``
+    steps, ``ranks`` every rank's (rank, stage, replica, tensor) place,
+    rank 0 putting a ``lens.straggler`` event on its step span) and tail
+    selection (LENS_TAIL_SELECTION: the same steps kept on every rank).
+
+        meeting = lens.distributed.StepMeeting(live_every=5, ranks=places)
+        with trace.step(step) as step_span:
+            ...
+            if meeting.step_done(step, compute_ms, step_seconds):
+                verdict = meeting.meet(step, step_span)
+        meeting.finish(last_step)
+
+    meet and finish return {"stragglers": [...], "scores": [...]}, the same on
+    every rank (finish: None when no meeting was needed).
+    """
+
+    def __init__(self, live_every=0, ranks=(), group=None, timeout=None, who=""):
+        self._meeting = _lens.StepMeeting(_TorchGroup(group), int(live_every), list(ranks),
+                                          timeout, who)
+
+    @property
+    def every(self):
+        """Steps between meetings (0: it never meets)."""
+        return self._meeting.every
+
+    @property
+    def tail_selection(self):
+        """True when steps are held (lens.hold_step) and chosen at meetings."""
+        return self._meeting.tail_selection
+
+    def hold_warning(self):
+        """A line to print when the hold keeps fewer steps than a window has."""
+        return self._meeting.hold_warning()
+
+    def step_done(self, step, compute_ms, step_seconds):
+        """True when a meeting is due now, on every rank."""
+        return self._meeting.step_done(int(step), float(compute_ms), float(step_seconds))
+
+    def meet(self, step, step_span=None):
+        """The meeting (a collective) ending the window at ``step``."""
+        return self._meeting.meet(int(step), step_span)
+
+    def finish(self, last_step):
+        """After the last step: the last, partial window."""
+        return self._meeting.finish(int(last_step))
+
+
 def init(group=None, pipeline_parallel_size=None, **options):
     """lens.init for a torch.distributed job, with lens's start-up check.
 

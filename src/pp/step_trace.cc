@@ -239,8 +239,10 @@ StepScope::StepScope(StepTrace& trace, std::uint64_t step)
   if (telemetry_ != nullptr) scope_.emplace(opened_.span);
 }
 
+void StepScope::exception_escaped() { mark_stopped(telemetry_, opened_.span); }
+
 StepScope::~StepScope() {
-  if (std::uncaught_exceptions() > exceptions_) mark_stopped(telemetry_, opened_.span);
+  if (std::uncaught_exceptions() > exceptions_) exception_escaped();
   scope_.reset();
   opened_.span.end();
 }
