@@ -10,8 +10,9 @@
 ///     (TailSelector), and a `lens.tail_selection` span saying why;
 ///   - words a rank adds (its encoded step metrics, for a rank 0 that
 ///     serves every rank's metrics), handed back per rank.
-/// lens-train calls it over its c10d world group (the Python example
-/// trainer still meets on its own, over torch.distributed).
+/// lens-train calls it over its c10d world group, and Python loops through
+/// lens.distributed.StepMeeting over a torch.distributed group (the example
+/// trainer python/examples/pp_train.py does).
 ///
 ///   lens::StepMeeting meeting(telemetry, world, {.live_every = 5, .ranks = places});
 ///   for (step ...) {

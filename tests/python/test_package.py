@@ -3,6 +3,7 @@ its own telemetry writing to a fresh directory and reads the file back)."""
 
 import json
 import os
+import struct
 import tempfile
 import unittest
 
@@ -220,6 +221,130 @@ class StepCarrier(Traced):
         self.assertEqual(lens._lens.pipeline_stats()["frames_malformed"] - before, len(bad_frames))
         self.assertIsNone(lens._lens.accept_carrier_frame(lens._lens.encode_carrier(None)))
 
+
+
+class SourceGroup:
+    """A two-rank group as lens's core calls it, seen from rank 0 (the
+    source): a broadcast returns the source's bytes, as every rank would
+    receive them; ``reply`` replaces what a call returns (a wrong size, not
+    bytes) and ``fail`` makes it raise, as a broken torch group does."""
+
+    rank, size, engine = 0, 2, "test"
+
+    def __init__(self, reply=None, fail=None):
+        self.calls, self.reply, self.fail = [], reply, fail
+
+    def _answer(self, name, data):
+        self.calls.append((name, len(data)))
+        if self.fail is not None:
+            raise self.fail
+        return data if self.reply is None else self.reply
+
+    def broadcast(self, data, root, timeout):
+        return self._answer("broadcast", data)
+
+    def all_gather(self, data, timeout):
+        return self._answer("all_gather", data * self.size)
+
+
+class StepProtocol(Traced):
+    """lens.distributed's StepTrace is the C++ StepTrace over a Python group:
+    the broadcast, the failures and the step span are the core's."""
+
+    def setUp(self):
+        self.clock = os.environ.get("LENS_CLOCK_SYNC")
+        os.environ["LENS_CLOCK_SYNC"] = "off"  # no peer answers a clock exchange here
+        super().setUp()
+
+    def tearDown(self):
+        super().tearDown()
+        if self.clock is None:
+            del os.environ["LENS_CLOCK_SYNC"]
+        else:
+            os.environ["LENS_CLOCK_SYNC"] = self.clock
+
+    def test_each_step_is_one_broadcast_and_its_span_the_sources(self):
+        group = SourceGroup()
+        trace = lens._lens.StepTrace(group, None, 2)
+        self.assertTrue(trace.gated)
+        contexts = []
+        for step in (7, 8):
+            with trace.step(step) as scope:
+                scope.set_attribute("dl.num_microbatches", 4)
+                self.assertEqual(scope.carrier.step, step)
+                self.assertEqual(scope.carrier.span_id, scope.context.span_id)
+            contexts.append(scope.context)
+        trace.finish()
+        self.assertEqual(group.calls, [("broadcast", lens._lens.FRAME_BYTES)] * 2)
+        self.assertNotEqual(contexts[0].trace_id, contexts[1].trace_id)
+        steps = {s["attrs"]["dl.step"]["intValue"]: s for s in self.finish()
+                 if s["name"] == "megatron.train_step"}
+        self.assertEqual(sorted(steps), ["7", "8"])
+        self.assertEqual(steps["7"]["traceId"], contexts[0].trace_id)
+        self.assertEqual(steps["7"]["attrs"]["dl.num_microbatches"], {"intValue": "4"})
+
+    def test_a_reply_of_the_wrong_size_or_type_is_a_comm_error(self):
+        for reply, said in ((b"\x00" * 10, "10 bytes, 256 expected"), ("text", "did not return bytes")):
+            trace = lens._lens.StepTrace(SourceGroup(reply=reply), None, 2)
+            with self.assertRaises(lens.CommError) as caught:
+                with trace.step(0):
+                    self.fail("the step must not open")
+            self.assertIn(said, str(caught.exception))
+
+    def test_a_group_that_raises_fails_the_step_naming_the_call(self):
+        trace = lens._lens.StepTrace(SourceGroup(fail=RuntimeError("peer 1 is gone")), None, 2)
+        with self.assertRaises(lens.CommError) as caught:
+            with trace.step(3):
+                pass
+        self.assertIn("broadcast", str(caught.exception))
+        self.assertIn("peer 1 is gone", str(caught.exception))
+        self.assertIsInstance(caught.exception, RuntimeError)
+
+    def test_one_stage_runs_no_collective(self):
+        group = SourceGroup(fail=AssertionError("no call expected"))
+        trace = lens._lens.StepTrace(group, None, 1)
+        self.assertFalse(trace.gated)
+        with trace.step(0) as scope:
+            self.assertIsNone(scope.carrier)
+        self.assertEqual(group.calls, [])
+
+    def test_a_trace_outlived_by_its_telemetry_refuses_steps(self):
+        trace = lens._lens.StepTrace(SourceGroup(), None, 2)
+        lens.shutdown()
+        with self.assertRaises(RuntimeError) as caught:
+            trace.step(0).__enter__()
+        self.assertIn("shut down or replaced", str(caught.exception))
+
+    def test_a_group_whose_rank_is_outside_it_is_refused(self):
+        group = SourceGroup()
+        group.rank = 2
+        with self.assertRaises(lens.ConfigError):
+            lens._lens.StepTrace(group, None, 2)
+
+    def test_the_meeting_names_a_peer_three_times_slower_on_the_step_span(self):
+        class SlowPeer(SourceGroup):
+            def all_gather(self, data, timeout):  # rank 1: the same words, 3x the median
+                self.calls.append(("all_gather", len(data)))
+                (median,) = struct.unpack_from("<d", data)
+                return data + struct.pack("<d", 3 * median) + data[8:]
+
+        world = SlowPeer()
+        meeting = lens._lens.StepMeeting(world, live_every=2, ranks=[(0, 0, 0, 0), (1, 0, 1, 0)])
+        trace = lens._lens.StepTrace(SourceGroup(), None, 1)
+        verdicts = []
+        for step in range(4):
+            with trace.step(step) as scope:
+                if meeting.step_done(step, 10.0, 0.02):
+                    verdicts.append(meeting.meet(step, scope))
+        self.assertIsNone(meeting.finish(3))  # nothing held: no last meeting
+        self.assertEqual(len(world.calls), 2)
+        # Named when it becomes a straggler, not again while it stays as slow.
+        self.assertEqual([[n["rank"] for n in v["stragglers"]] for v in verdicts], [[1], []])
+        self.assertAlmostEqual(verdicts[0]["stragglers"][0]["factor"], 3.0)
+        self.assertEqual(verdicts[1]["scores"], [1.0, 3.0])
+        events = [e for s in self.finish() if s["name"] == "megatron.train_step"
+                  for e in s.get("events", []) if e["name"] == "lens.straggler"]
+        self.assertEqual([e["attributes"][0]["value"] for e in events], [{"intValue": "1"}])
 
 class Configuration(unittest.TestCase):
     def test_disabled_telemetry_is_none_and_spans_cost_nothing(self):
