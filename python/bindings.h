@@ -1,17 +1,28 @@
 // What the binding files of lens._lens share (python/*_binding.cc and
-// lens_module.cc): the carrier and span types Python holds, and the
-// conversions of Python values. Internal to the extension.
+// lens_module.cc): the carrier and span types Python holds, the conversions
+// of Python values, the module's state per telemetry, and each file's bind_
+// function. Internal to the extension.
 #pragma once
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "lens/carrier.h"
+#include "lens/clock_schedule.h"
+#include "lens/communicator.h"
 #include "lens/span.h"
+#include "lens/span_groups.h"
+#include "lens/step_budget.h"
+#include "lens/step_check.h"
+#include "lens/step_figures.h"
+#include "lens/tracer.h"
 
 namespace lens {
 struct LiveStraggler;
@@ -109,13 +120,46 @@ class PySpan {
   std::optional<lens::CurrentSpanScope> scope_;
 };
 
-// lens.Span's __enter__ and __exit__ as plain CPython methods on `cls`.
-void add_context_manager_methods(const py::object& cls);
-
-// The step protocol's binding (step_binding.cc): lens._lens.StepTrace,
-// StepScope and StepMeeting over a torch.distributed group.
-void bind_steps(py::module_& m);
+// A span group by its name; ValueError naming the valid ones otherwise.
+lens::SpanGroup group_from_name(std::string_view name);
+// A step figure by its name ("compute", "p2p_wait", ...); ValueError otherwise.
+lens::StepFigure figure_from_name(std::string_view name);
 // A straggler the live rule named, as Python sees it (a dict).
 py::dict straggler_dict(const lens::LiveStraggler& straggler);
+// One attribute from Python onto a span (exact bool, int, float and str
+// without a copy of the key), and a dict's.
+void set_py_attribute(lens::Span& span, PyObject* key, PyObject* value);
+void set_py_attributes(lens::Span& span, const py::dict& attributes);
+
+// What the module keeps per process-wide telemetry: its tracer and, as a
+// step source, its step budget (LENS_STEP_BUDGET). Rebuilt whenever the
+// telemetry changes (init, shutdown): keyed on Telemetry::instance(), since a
+// new telemetry may take the address of the one before it.
+struct PerTelemetry {
+  std::uint64_t owner = 0;  // 0: none
+  lens::Tracer tracer;
+  lens::StepBudget budget;
+  // The step checks of derived step contexts (step_check.h).
+  lens::StepCheckSchedule checks;
+  // The clock sync's engine (Python's point-to-point calls) and schedule,
+  // made at the first sample.
+  std::unique_ptr<lens::Communicator> clock_engine;
+  std::unique_ptr<lens::ClockSchedule> clock;
+  // The rank's job span (start_job_span), which every step span links to.
+  std::optional<lens::SpanContext> job;
+};
+// The current telemetry's (protocol_binding.cc).
+PerTelemetry& per_telemetry();
+
+// Each binding file's part of the module, in the order lens_module.cc
+// calls them.
+void bind_core(py::module_& m);       // core_binding.cc
+void bind_metrics(py::module_& m);    // metrics_binding.cc
+void bind_spans(py::module_& m);      // span_binding.cc
+void bind_telemetry(py::module_& m);  // telemetry_binding.cc
+void bind_protocol(py::module_& m);   // protocol_binding.cc
+// lens._lens.StepTrace, StepScope and StepMeeting over a torch.distributed
+// group (step_binding.cc).
+void bind_steps(py::module_& m);
 
 }  // namespace lens_python

@@ -230,20 +230,9 @@ class PyStepMeeting {
 
 }  // namespace
 
-py::dict straggler_dict(const lens::LiveStraggler& s) {
-  py::dict d;
-  d["rank"] = s.who.rank;
-  d["stage"] = s.who.stage;
-  d["replica"] = s.who.replica;
-  d["tensor"] = s.who.tensor;
-  d["step"] = s.step;
-  d["factor"] = s.factor;
-  d["against_peers"] = s.against_peers;
-  d["line"] = s.describe();
-  return d;
-}
-
 void bind_steps(py::module_& m) {
+  // Registered first, so that StepTrace.step's signature names it.
+  py::class_<PyStepScope, std::unique_ptr<PyStepScope>> step_scope(m, "StepScope");
   py::class_<PyStepTrace>(m, "StepTrace")
       .def(py::init<py::object, py::object, int, int, std::optional<int>, std::optional<double>>(),
            py::arg("group"), py::arg("job_group"), py::arg("pipeline_parallel_size"),
@@ -269,8 +258,7 @@ void bind_steps(py::module_& m) {
           py::arg("job"))
       .def("finish", [](PyStepTrace& t) { t.trace().finish(); });
 
-  py::class_<PyStepScope, std::unique_ptr<PyStepScope>>(m, "StepScope")
-      .def("__enter__", &PyStepScope::enter, py::return_value_policy::reference_internal)
+  step_scope.def("__enter__", &PyStepScope::enter, py::return_value_policy::reference_internal)
       .def("__exit__", &PyStepScope::exit)
       .def_property_readonly("recording", &PyStepScope::recording)
       .def_property_readonly("context", &PyStepScope::context)

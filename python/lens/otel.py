@@ -527,7 +527,7 @@ class _CurrentSpan:
 
     The common case (a span under the current one, no links, start time or
     kind, no step or schedule name, ended on exit) starts and ends in C
-    (otel_fast_start / otel_fast_end in lens_module.cc), with the same
+    (otel_fast_start / otel_fast_end in span_binding.cc), with the same
     result as start_span and _attach; anything else, or what that path
     declines (a foreign or unsampled parent, a group off), goes through
     start_span."""

@@ -1,0 +1,356 @@
+// lens._lens's step protocol one call at a time (lens.distributed's
+// lower-level functions, nemo-lens's call shapes): step contexts reserved,
+// derived and checked, carrier frames, the carrier slot, the job span, clock
+// samples and tail selection's pieces. lens.distributed.StepTrace runs the
+// whole protocol instead (step_binding.cc).
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "lens/broadcast_trace_context.h"
+#include "lens/carrier.h"
+#include "lens/carrier_slot.h"
+#include "lens/clock_schedule.h"
+#include "lens/communicator.h"
+#include "lens/error.h"
+#include "lens/pipeline_stats.h"
+#include "lens/semconv.h"
+#include "lens/step_check.h"
+#include "lens/step_context.h"
+#include "lens/tail_selection.h"
+#include "lens/telemetry.h"
+
+namespace lens_python {
+namespace {
+
+// The world group of torch.distributed as a Communicator, for the clock
+// sync only: point-to-point messages go through Python callables
+// (lens.distributed passes ones over dist.isend / dist.irecv of byte
+// tensors), so the exchange and its rules stay in C++. Collectives are not
+// needed by the clock sync and refuse. The callables are held only during a
+// sample (Use), so that nothing of Python's is left in the module's static
+// state when the interpreter finalises.
+class PythonPointToPoint : public lens::Communicator {
+ public:
+  PythonPointToPoint(int rank, int size, std::string engine)
+      : rank_(rank), size_(size), engine_(std::move(engine)) {}
+
+  struct Use {
+    Use(PythonPointToPoint& p, py::function send, py::function recv) : p_(p) {
+      p_.send_ = std::move(send);
+      p_.recv_ = std::move(recv);
+    }
+    ~Use() {
+      p_.send_ = py::function();
+      p_.recv_ = py::function();
+    }
+    PythonPointToPoint& p_;
+  };
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string engine() const override { return engine_; }
+  void broadcast(std::span<std::uint8_t>, int, std::chrono::milliseconds) override {
+    throw lens::CommError(describe_failure("broadcast", "point-to-point only"));
+  }
+  void send(std::span<const std::uint8_t> data, int peer, int tag,
+            std::chrono::milliseconds timeout) override {
+    try {
+      send_(py::bytes(reinterpret_cast<const char*>(data.data()), data.size()), peer, tag,
+            static_cast<double>(timeout.count()) / 1e3);
+    } catch (const py::error_already_set& e) {
+      throw lens::CommError(describe_failure("send", e.what()));
+    }
+  }
+  void recv(std::span<std::uint8_t> data, int peer, int tag,
+            std::chrono::milliseconds timeout) override {
+    std::string got;
+    try {
+      got = py::bytes(recv_(data.size(), peer, tag, static_cast<double>(timeout.count()) / 1e3));
+    } catch (const py::error_already_set& e) {
+      throw lens::CommError(describe_failure("recv", e.what()));
+    } catch (const py::cast_error& e) {
+      throw lens::CommError(describe_failure("recv", "the receive did not return bytes"));
+    }
+    if (got.size() != data.size())
+      throw lens::CommError(describe_failure(
+          "recv",
+          std::to_string(got.size()) + " bytes, " + std::to_string(data.size()) + " expected"));
+    std::copy(got.begin(), got.end(), data.begin());
+  }
+
+ protected:
+  void gather_from_all(std::span<const std::uint8_t>, std::span<std::uint8_t>,
+                       std::chrono::milliseconds) override {
+    throw lens::CommError(describe_failure("all_gather", "point-to-point only"));
+  }
+
+ private:
+  int rank_, size_;
+  std::string engine_;
+  py::function send_, recv_;
+};
+
+}  // namespace
+
+PerTelemetry& per_telemetry() {
+  static PerTelemetry state;
+  lens::Telemetry* t = lens::get_telemetry();
+  const std::uint64_t instance = t ? t->instance() : 0;
+  if (instance != state.owner) {
+    state.tracer = t ? t->tracer(lens::kDefaultTracerName) : lens::Tracer();
+    // As StepTrace does (step_context.h): a shared budget where more than
+    // one rank decides a step, and the step checks that renew it. A setting
+    // that cannot work is raised by step_check_due, at the first step.
+    const lens::TraceScope scope = t ? t->config().trace_scope : lens::TraceScope::kWorld;
+    state.budget = lens::StepBudget(t ? t->config().step_budget_per_minute : 0,
+                                    t && lens::step_budget_shared(t->config(), scope));
+    std::uint32_t every = 0;
+    try {
+      if (t) every = lens::step_check_interval(t->config(), scope);
+    } catch (const lens::ConfigError&) {
+    }
+    state.checks = lens::StepCheckSchedule(every);
+    state.clock.reset();
+    state.clock_engine.reset();
+    state.job.reset();
+    state.owner = instance;
+  }
+  return state;
+}
+
+namespace {
+
+// The telemetry a step's context is made with; refuses pipeline scope
+// without its settings, as StepTrace does.
+lens::Telemetry* step_telemetry() {
+  lens::Telemetry* t = lens::get_telemetry();
+  if (!t) throw std::runtime_error("lens: telemetry is not initialised");
+  if (t->config().trace_scope == lens::TraceScope::kPipeline)
+    lens::require_pipeline_scope_settings(t->config());
+  return t;
+}
+
+}  // namespace
+
+void bind_protocol(py::module_& m) {
+  // Tail selection (docs/tail-selection.md).
+  m.def("holds_steps", [] {
+    const lens::Telemetry* t = lens::get_telemetry();
+    return t != nullptr && t->holds_steps();
+  });
+  m.def(
+      "hold_step",
+      [](std::uint64_t step, const lens::SpanContext& context) {
+        if (lens::Telemetry* t = lens::get_telemetry()) t->hold_step(step, context);
+      },
+      py::arg("step"), py::arg("context"));
+  m.def(
+      "settle_steps",
+      [](const std::vector<std::uint64_t>& keep, const std::vector<std::uint64_t>& drop) {
+        if (lens::Telemetry* t = lens::get_telemetry()) t->settle_steps(keep, drop);
+      },
+      py::arg("keep"), py::arg("drop"));
+  // A span lens records for itself (Tracer::start_lens_span), a root span
+  // outside whatever is current: tail selection's record of a meeting.
+  m.def(
+      "start_lens_span",
+      [](std::string_view name, const py::dict& attributes) {
+        lens::StartOptions root;
+        root.root = true;
+        lens::Span span = per_telemetry().tracer.start_lens_span(name, root);
+        if (span.recording()) {
+          PyObject *key = nullptr, *value = nullptr;
+          Py_ssize_t at = 0;
+          while (PyDict_Next(attributes.ptr(), &at, &key, &value))
+            set_py_attribute(span, key, value);
+        }
+        return std::make_unique<PySpan>(std::move(span));
+      },
+      py::arg("name"), py::arg("attributes") = py::dict());
+  py::class_<lens::TailSelector>(m, "TailSelector")
+      .def(py::init<std::uint32_t, std::uint32_t, std::uint64_t>(), py::arg("keep") = 1,
+           py::arg("baseline_percent") = 0, py::arg("run_key") = 0)
+      .def(
+          "choose",
+          [](lens::TailSelector& selector, const std::vector<std::uint64_t>& steps,
+             const std::vector<std::vector<double>>& seconds) {
+            const lens::TailChoice c = selector.choose(steps, seconds);
+            py::list kept;
+            for (const auto& k : c.kept) kept.append(py::make_tuple(k.step, k.reason, k.seconds));
+            py::dict d;
+            d["keep"] = c.keep;
+            d["drop"] = c.drop;
+            d["kept"] = kept;
+            return d;
+          },
+          py::arg("steps"), py::arg("seconds"));
+
+  m.def(
+      "reserve_step_carrier",
+      [](std::uint64_t step) {
+        // As StepScope does on a source rank (step_trace.h).
+        lens::Telemetry* t = step_telemetry();
+        const lens::Config& cfg = t->config();
+        PyCarrier c;
+        c.reserved_at_unix_ns = t->now_unix_ns();
+        c.carrier = lens::reserve_step_context(*t, cfg.trace_scope, cfg.rank.value_or(0), step,
+                                               per_telemetry().budget);
+        c.reserved_here = true;
+        return c;
+      },
+      py::arg("step"));
+  m.def(
+      "derive_step_carrier",
+      [](std::uint64_t step, bool reserved_here, std::optional<int> pipeline_source) {
+        // As StepScope does in derived mode (step_trace.h).
+        lens::Telemetry* t = step_telemetry();
+        const lens::Config& cfg = t->config();
+        PyCarrier c;
+        c.carrier = lens::derive_step_context(*t, cfg.trace_scope, step, per_telemetry().budget,
+                                              pipeline_source);
+        c.reserved_here = reserved_here;
+        return c;
+      },
+      py::arg("step"), py::arg("reserved_here"), py::arg("pipeline_source") = py::none());
+  m.def("step_check_due", [] {
+    lens::Telemetry* t = lens::get_telemetry();
+    if (!t) return false;
+    lens::step_check_interval(t->config(), t->config().trace_scope);  // throws what cannot work
+    return per_telemetry().checks.due();
+  });
+  m.def(
+      "step_check_record",
+      [](std::uint64_t step, const std::optional<PyCarrier>& derived, int check_rank,
+         std::optional<int> pipeline_source) {
+        lens::Telemetry* t = lens::get_telemetry();
+        if (!t) throw std::runtime_error("lens: telemetry is not initialised");
+        const lens::Config& cfg = t->config();
+        PerTelemetry& state = per_telemetry();
+        const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count();
+        const bool per_pipeline = derived && cfg.trace_scope == lens::TraceScope::kPipeline;
+        const auto record = lens::encode_step_check(state.checks.record(
+            step, unwrap(derived), per_pipeline ? pipeline_source : std::nullopt, check_rank,
+            state.budget, now));
+        return py::bytes(reinterpret_cast<const char*>(record.data()), record.size());
+      },
+      py::arg("step"), py::arg("derived"), py::arg("check_rank"),
+      py::arg("pipeline_source") = py::none());
+  m.def(
+      "accept_step_checks",
+      [](int my_rank, const py::bytes& records) {
+        const std::string_view bytes = records;
+        const auto all = lens::compare_step_checks(
+            my_rank, std::span<const std::uint8_t>(
+                         reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
+        lens::StepCheckSchedule::accept(all, per_telemetry().budget);
+      },
+      py::arg("my_rank"), py::arg("records"));
+  m.def("step_opened", [] {
+    if (lens::get_telemetry()) per_telemetry().checks.opened();
+  });
+  m.def(
+      "anchor_step_context",
+      [](std::uint64_t step) -> std::optional<lens::SpanContext> {
+        const lens::Telemetry* t = lens::get_telemetry();
+        if (!t) return std::nullopt;
+        return lens::anchor_step_context(t->config().run_key, t->config().run_id, step);
+      },
+      py::arg("step"));
+  m.attr("FRAME_BYTES") = lens::kCarrierFrameBytes;
+  m.def(
+      "encode_carrier",
+      [](const std::optional<PyCarrier>& c) {
+        const lens::CarrierFrame frame = lens::encode_carrier(unwrap(c));
+        return py::bytes(reinterpret_cast<const char*>(frame.data()), frame.size());
+      },
+      py::arg("carrier"));
+  m.def(
+      "accept_carrier_frame",
+      [](const py::bytes& frame, std::optional<std::uint64_t> expected_step, bool reserved_here,
+         const std::optional<PyCarrier>& reserved) -> std::optional<PyCarrier> {
+        const std::string_view bytes = frame;
+        auto c = lens::accept_carrier_frame(
+            std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bytes.data()),
+                                          bytes.size()),
+            expected_step);
+        if (!c) return std::nullopt;
+        PyCarrier accepted{*c, reserved_here, std::nullopt};
+        // The source's own reservation: its step span starts when it was made.
+        if (reserved_here && reserved) accepted.reserved_at_unix_ns = reserved->reserved_at_unix_ns;
+        return accepted;
+      },
+      py::arg("frame"), py::arg("expected_step") = py::none(), py::arg("reserved_here") = false,
+      py::arg("reserved") = py::none());
+  m.def(
+      "start_job_span",
+      [](int rank, const py::dict& attributes) {
+        // As the trainer's (step_context.h): every rank's job span in the
+        // job's one trace, rank 0's the one the others link to; the step
+        // spans started after it link to it.
+        lens::Telemetry* t = lens::get_telemetry();
+        PerTelemetry& state = per_telemetry();
+        if (t == nullptr || !state.tracer.enabled(lens::SpanGroup::kJob))
+          return std::make_unique<PySpan>(lens::Span());
+        lens::Span job = state.tracer.start_span(lens::SpanGroup::kJob, lens::semconv::kJobSpan,
+                                                 lens::job_span_start(*t, rank));
+        set_py_attributes(job, attributes);
+        // Only a span that is exported: a link to a dropped one would dangle.
+        if (job.recording() && job.context().sampled()) state.job = job.context();
+        return std::make_unique<PySpan>(std::move(job));
+      },
+      py::arg("rank"), py::arg("attributes") = py::dict());
+  m.def("set_pp_trace_carrier",
+        [](const std::optional<PyCarrier>& c) { lens::set_pp_trace_carrier(unwrap(c)); });
+  m.def("get_pp_trace_carrier", []() -> std::optional<PyCarrier> {
+    auto c = lens::get_pp_trace_carrier();
+    if (!c) return std::nullopt;
+    return PyCarrier{*c, false, std::nullopt};
+  });
+  m.def("pipeline_stats", [] {
+    const lens::PipelineStats s = lens::pipeline_stats();
+    py::dict d;
+    d["broadcasts"] = s.broadcasts;
+    d["frames_malformed"] = s.frames_malformed;
+    d["frames_without_context"] = s.frames_without_context;
+    d["step_mismatches"] = s.step_mismatches;
+    d["linked_spans"] = s.linked_spans;
+    d["linked_spans_without_link"] = s.linked_spans_without_link;
+    d["derived_steps"] = s.derived_steps;
+    d["step_checks"] = s.step_checks;
+    return d;
+  });
+
+  m.def(
+      "clock_sync_due",
+      [](std::uint64_t step) {
+        PerTelemetry& state = per_telemetry();
+        return !state.clock || state.clock->due(step);
+      },
+      py::arg("step"));
+  m.def(
+      "sync_clocks",
+      [](py::function send, py::function recv, int rank, int size, const std::string& engine,
+         std::optional<std::uint64_t> step) {
+        lens::Telemetry* t = lens::get_telemetry();
+        if (!t) throw std::runtime_error("lens: telemetry is not initialised");
+        PerTelemetry& state = per_telemetry();
+        if (!state.clock) {
+          state.clock_engine = std::make_unique<PythonPointToPoint>(rank, size, engine);
+          state.clock = std::make_unique<lens::ClockSchedule>(*t, *state.clock_engine, state.tracer,
+                                                              t->config().collective_timeout);
+        }
+        PythonPointToPoint::Use use(static_cast<PythonPointToPoint&>(*state.clock_engine),
+                                    std::move(send), std::move(recv));
+        state.clock->sync(step);
+      },
+      py::arg("send"), py::arg("recv"), py::arg("rank"), py::arg("size"), py::arg("engine"),
+      py::arg("step") = py::none());
+}
+
+}  // namespace lens_python
