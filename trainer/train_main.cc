@@ -16,8 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <thread>
+#include <functional>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "gloo_job.h"
@@ -38,6 +37,7 @@
 #include "lens/termination.h"
 #include "local_launcher.h"
 #include "pipeline_schedule.h"
+#include "rank_metrics.h"
 #include "train_options.h"
 #include "train_report.h"
 #include "work_wait.h"
@@ -99,6 +99,296 @@ struct TerminationWatch {
   TerminationWatch& operator=(const TerminationWatch&) = delete;
 };
 
+// The rank's process groups: the world; its pipeline (the same replica and
+// TP rank on every stage); its data-parallel group (the same stage and TP
+// rank) and TP group (the same stage and replica), null where the axis has
+// one rank.
+struct RankGroups {
+  c10::intrusive_ptr<c10d::ProcessGroup> world, pp, dp, tp;
+};
+
+RankGroups join_groups(const TrainOptions& o, const RankPlace& at, const std::string& addr,
+                       int port, std::chrono::milliseconds timeout) {
+  // PyTorch's env:// rule: rank 0 serves the store, unless the launcher's
+  // agent does (TORCHELASTIC_USE_AGENT_STORE=True).
+  const int world = o.world();
+  auto store = rendezvous_store(addr, static_cast<std::uint16_t>(port), at.rank, world, timeout);
+  const auto tag = [](const char* axis, int a, int b) {
+    return std::string(axis) + std::to_string(a) + "." + std::to_string(b) + "/";
+  };
+  RankGroups g;
+  g.world = subgroup(store, "world/", at.rank, world, timeout, addr);
+  g.pp = subgroup(store, tag("pp", at.replica, at.tensor), at.stage, o.pp, timeout, addr);
+  if (o.dp > 1)
+    g.dp = subgroup(store, tag("dp", at.stage, at.tensor), at.replica, o.dp, timeout, addr);
+  if (o.tp > 1)
+    g.tp = subgroup(store, tag("tp", at.stage, at.replica), at.tensor, o.tp, timeout, addr);
+  return g;
+}
+
+// The rank's telemetry settings from its options (the rest from the
+// environment, as lens::init reads it).
+TelemetryOptions telemetry_options(const TrainOptions& o, const RankPlace& at,
+                                   std::chrono::milliseconds timeout) {
+  TelemetryOptions topts;
+  topts.enabled = o.otel_enabled;
+  topts.span_groups = o.otel_span_groups;
+  topts.service_name = o.otel_service_name;
+  topts.trace_dir = o.trace_dir;
+  topts.collective_timeout = timeout;
+  topts.coordinates = {at.stage, at.replica, at.tensor};
+  // The world group carries nothing else during a step, so the next step's
+  // broadcast can be in flight meanwhile (StepTrace prefetches in world
+  // scope only: in pipeline scope the pipeline group carries the schedule's
+  // p2p transfers). Agreed at start-up.
+  topts.step_prefetch = o.step_prefetch;
+  if (o.step_context)
+    topts.step_context =
+        *o.step_context == "derived" ? StepContextMode::kDerived : StepContextMode::kBroadcast;
+  const auto r = static_cast<std::size_t>(at.rank);
+  if (!o.test_clock_offsets_us.empty())
+    topts.test_clock_offset_ns = static_cast<std::int64_t>(o.test_clock_offsets_us[r] * 1e3);
+  if (!o.test_clock_drift_ppm.empty()) topts.test_clock_drift_ppm = o.test_clock_drift_ppm[r];
+  return topts;
+}
+
+// The stage's model: the model's blocks split into pp x V chunks (the
+// first ones one block more when they do not divide); chunk v of this
+// stage is global chunk v * pp + stage, and the last global chunk carries
+// the head. With V = 1 that is one chunk per stage.
+std::vector<StageModel> stage_chunks(const TrainOptions& o, int stage, TensorParallel* tp) {
+  const int chunk_count = o.pp * o.virtual_stages;
+  const int per_chunk = o.layers / chunk_count;
+  const int extra = o.layers % chunk_count;  // the first `extra` chunks get one more block
+  std::vector<StageModel> chunks;
+  for (int v = 0; v < o.virtual_stages; ++v) {
+    const int g = v * o.pp + stage;
+    const int first_layer = g * per_chunk + std::min(g, extra);
+    chunks.emplace_back(first_layer, per_chunk + (g < extra ? 1 : 0), o.hidden,
+                        g == chunk_count - 1, o.seed, tp);
+  }
+  return chunks;
+}
+
+std::vector<torch::Tensor> parameters_of(const std::vector<StageModel>& chunks) {
+  std::vector<torch::Tensor> parameters;
+  for (const auto& chunk : chunks)
+    for (auto& p : chunk->parameters()) parameters.push_back(p);
+  return parameters;
+}
+
+// What the schedule is given: the model, the data and the transfers, and
+// the fault injections and test aids that apply to this rank.
+ScheduleContext schedule_context(const TrainOptions& o, const RankPlace& at,
+                                 const std::vector<StageModel>& chunks, const SyntheticData& data,
+                                 P2PCommunicator& p2p, const StepTrace& step_trace,
+                                 TensorParallel* tp) {
+  ScheduleContext ctx;
+  ctx.model = chunks.front();
+  ctx.data = &data;
+  ctx.p2p = &p2p;
+  ctx.step_trace = &step_trace;
+  ctx.tracer = step_trace.tracer();
+  ctx.microbatches = o.microbatches;
+  ctx.replica = at.replica;
+  const bool slowed = o.slow_rank >= 0 ? at.rank == o.slow_rank
+                                       : at.stage == o.slow_stage &&
+                                             (o.slow_replica < 0 || o.slow_replica == at.replica);
+  if (slowed) {
+    ctx.slow_factor = o.slow_factor;
+    ctx.slow_delay_ms = o.slow_ms;
+  }
+  ctx.slow_from_step = o.slow_from_step;
+  ctx.slow_steps = o.slow_steps;
+  if (o.virtual_stages > 1) ctx.chunks = chunks;
+  ctx.microbatch_jitter = o.microbatch_jitter;
+  ctx.compute_floor_ms = o.test_compute_ms;
+  ctx.seed = o.seed;
+  ctx.tp = tp;
+  return ctx;
+}
+
+// The meeting (step_meeting.h): every --live-every steps one all-gather
+// of each rank's median compute over the window, which every rank judges
+// alike (rank 0 says what it found); with tail selection (agreed at
+// start-up, so the same on every rank) each step is held and at each
+// meeting every rank's time of each step of the window gathered and the
+// same steps kept everywhere; with --metrics-job every rank's step
+// metrics go to rank 0. The meeting is --live-every's, else every 10
+// steps.
+StepMeetingOptions meeting_options(const TrainOptions& o, int rank, RankMetrics& metrics,
+                                   std::chrono::milliseconds timeout) {
+  StepMeetingOptions mopts;
+  mopts.live_every = o.live_every;
+  for (int r = 0; r < o.world(); ++r)
+    mopts.ranks.push_back({r, o.stage_of(r), o.replica_of(r), o.tensor_of(r)});
+  mopts.extra_words = metrics.meeting_words();
+  mopts.timeout = timeout;
+  mopts.who = "lens-train: rank " + std::to_string(rank);
+  return mopts;
+}
+
+// A rank's training loop, over what run_rank set up.
+struct StepLoop {
+  const TrainOptions& o;
+  RankPlace at;
+  Telemetry* telemetry;
+  StepTrace& step_trace;
+  ScheduleContext& ctx;
+  torch::optim::Adam& optimizer;
+  const std::vector<torch::Tensor>& parameters;
+  c10d::ProcessGroup* dp_group;
+  StepMeeting& meeting;
+  RankMetrics& metrics;
+  std::function<void(const std::string&)> record_failure;
+  std::chrono::milliseconds timeout;
+  int completed = 0;  // steps done
+
+  // Every step in the job's one trace: every rank's job span in it (ids
+  // from the agreed run key), rank 0's the one the others link to; each
+  // step links to it. Throws what a step throws.
+  void run(RankReport& report) {
+    const Tracer tracer = step_trace.tracer();
+    Span job = telemetry ? tracer.start_span(SpanGroup::kJob, semconv::kJobSpan,
+                                             job_span_start(*telemetry, at.rank))
+                         : Span();
+    step_trace.set_job_span(job);
+    job.set_attribute(semconv::kPipelineSize, o.pp);
+    job.set_attribute(semconv::kDataSize, o.dp);
+    job.set_attribute(semconv::kTensorSize, o.tp);
+    job.set_attribute(semconv::kNumMicrobatches, o.microbatches);
+    job.set_attribute(semconv::kVirtualPipelineSize, o.virtual_stages);
+    for (int step = 0; step < o.steps; ++step) {
+      if (termination_signal() != 0) break;  // between steps: a clean stop
+      report.steps.push_back(run_step(step));
+      ++completed;
+    }
+    // After the last step (every rank ran the same steps): tail
+    // selection's last, partial window, and the job's final metrics.
+    if (termination_signal() == 0)
+      if (const auto met = meeting.finish(o.steps - 1)) after_meeting(*met);
+    if (meeting.tail_selection() && at.rank == 0) say_tail_selection();
+    metrics.steps_done();
+    // Stopped: the closing clock sample is a collective the others may
+    // not reach.
+    if (termination_signal() == 0) step_trace.finish();
+  }
+
+  StepReport run_step(int step) {
+    const Tracer tracer = step_trace.tracer();
+    const auto start = std::chrono::steady_clock::now();
+    SpanContext step_context;  // the step span's, for the metrics' exemplars
+    StepFigureTotals figures;  // what the step's spans measured
+    StepReport sr;
+    sr.step = step;
+    {
+      // Stopping, and a peer stopped first (its transfers fail): the step
+      // span ends marked with the signal (StepScope), the rest at the
+      // shutdown.
+      const int skew = at.rank == o.test_step_skew_rank ? 1 : 0;
+      take_step_figures();  // from here on, this step's
+      StepScope step_scope(step_trace, static_cast<std::uint64_t>(step + skew));
+      step_context = step_scope.span().context();
+      if (meeting.tail_selection())
+        telemetry->hold_step(static_cast<std::uint64_t>(step), step_context);
+      sr.open_microseconds =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count();
+      if (step_scope.carrier()) sr.trace_id = step_scope.carrier()->context.trace_id.to_hex();
+      optimizer.zero_grad();
+      if (ctx.tp) ctx.tp->begin_step();
+      double loss;
+      {
+        Span fb = tracer.start_span(SpanGroup::kForwardBackward, semconv::kForwardBackwardSpan);
+        fb.set_attribute(semconv::kNumMicrobatches, o.microbatches);
+        fb.set_attribute(semconv::kVirtualPipelineSize, o.virtual_stages);
+        // The schedule's spans nest inside it, as Megatron's do.
+        CurrentSpanScope fb_scope(fb);
+        loss = o.virtual_stages > 1 ? forward_backward_interleaved(ctx, step)
+                                    : forward_backward_1f1b(ctx, step);
+      }
+      if (dp_group != nullptr) {
+        Span ar = tracer.start_span(SpanGroup::kCommunication, semconv::kGradsAllReduceSpan,
+                                    StepFigure::kAllReduce);
+        try {
+          all_reduce_gradients(parameters, *dp_group, o.dp, timeout);
+        } catch (const std::exception& e) {
+          record_failure(std::string("gradient all-reduce over the data-parallel group failed: ") +
+                         e.what());
+          throw;
+        }
+      }
+      {
+        Span opt = tracer.start_span(SpanGroup::kOptimizer, semconv::kOptimizerStepSpan);
+        optimizer.step();
+      }
+      figures = take_step_figures();
+      if (!std::isnan(loss)) {
+        sr.loss = loss;
+        step_scope.span().set_attribute("dl.loss", loss);
+      }
+      // The step's work, from before its span opened to after the
+      // optimizer: what a slow step is slow in.
+      const double step_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (meeting.step_done(static_cast<std::uint64_t>(step),
+                            figures.seconds(StepFigure::kCompute) * 1e3, step_seconds))
+        after_meeting(meeting.meet(step, &step_scope.span()));
+    }
+    sr.milliseconds =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    metrics.record_step(step, sr.milliseconds / 1e3, figures, step_context);
+    return sr;
+  }
+
+  // What a meeting brought: rank 0 names the stragglers; the metrics take
+  // the rest.
+  void after_meeting(const MeetingOutcome& met) {
+    if (at.rank == 0)
+      for (const LiveStraggler& s : met.stragglers)
+        std::fprintf(stderr, "lens-train: live: %s\n", s.describe().c_str());
+    metrics.met(met);
+  }
+
+  void say_tail_selection() const {
+    const auto hold = telemetry->stats().hold;
+    if (!hold) return;
+    std::fprintf(stderr,
+                 "lens-train: tail selection: %llu steps held, %llu kept, %llu not selected "
+                 "(rank 0; the hold at most %.1f MiB)\n",
+                 static_cast<unsigned long long>(hold->steps_held),
+                 static_cast<unsigned long long>(hold->steps_kept),
+                 static_cast<unsigned long long>(hold->steps_not_selected),
+                 static_cast<double>(hold->bytes_peak) / (1 << 20));
+  }
+};
+
+// The end of a rank that ran its steps: what the run did, its telemetry
+// shut down (within OTEL_BSP_EXPORT_TIMEOUT; what is not delivered by then
+// goes to the spool, when one is set) and accounted for.
+void close_report(RankReport& report, Telemetry* telemetry) {
+  const PipelineStats pipeline = pipeline_stats();
+  report.broadcasts = pipeline.broadcasts;
+  report.derived_steps = pipeline.derived_steps;
+  report.step_checks = pipeline.step_checks;
+  if (!telemetry) return;
+  report.tracing = true;
+  report.span_groups = telemetry->span_groups().to_spec();
+  report.run_id = telemetry->config().run_id;
+  report.trace_file = telemetry->trace_file();
+  if (telemetry->config().exporter == "otlp")
+    report.otlp_endpoint = telemetry->config().otlp.endpoint;
+  telemetry->shutdown();
+  const auto all = telemetry->stats();
+  report.spans = SpanAccount::of(all);
+  report.queue_high_water = all.processor.queue_high_water;
+  if (all.delivery) {
+    report.otlp_requests = all.delivery->requests;
+    report.otlp_retries = all.delivery->retries;
+    report.backend_unhealthy = all.delivery->backend_unhealthy;
+  }
+}
+
 int run_rank(const TrainOptions& o) {
   const int rank = env_int("RANK", 0);
   const int world = env_int("WORLD_SIZE", 1);
@@ -127,52 +417,16 @@ int run_rank(const TrainOptions& o) {
   const int port = env_int("MASTER_PORT", 29500);
   const std::chrono::milliseconds timeout(static_cast<std::int64_t>(o.timeout_s) * 1000);
   // Megatron's rank order: tensor-parallel fastest, then data-parallel.
-  const int stage = o.stage_of(rank);
-  const int replica = o.replica_of(rank);
-  const int tensor = o.tensor_of(rank);
+  const RankPlace at{rank, o.stage_of(rank), o.replica_of(rank), o.tensor_of(rank)};
   torch::set_num_threads(1);
 
-  // PyTorch's env:// rule: rank 0 serves the store, unless the launcher's
-  // agent does (TORCHELASTIC_USE_AGENT_STORE=True).
-  auto store = rendezvous_store(addr, static_cast<std::uint16_t>(port), rank, world, timeout);
-  auto world_group = subgroup(store, "world/", rank, world, timeout, addr);
-  // A pipeline: the same replica and TP rank on every stage. A TP group: the
-  // same stage and replica. A data-parallel group: the same stage and TP
-  // rank.
-  const auto tag = [](const char* axis, int a, int b) {
-    return std::string(axis) + std::to_string(a) + "." + std::to_string(b) + "/";
-  };
-  auto pp_group = subgroup(store, tag("pp", replica, tensor), stage, o.pp, timeout, addr);
-  c10::intrusive_ptr<c10d::ProcessGroup> dp_group, tp_group;
-  if (o.dp > 1) dp_group = subgroup(store, tag("dp", stage, tensor), replica, o.dp, timeout, addr);
-  if (o.tp > 1) tp_group = subgroup(store, tag("tp", stage, replica), tensor, o.tp, timeout, addr);
-  C10dCommunicator world_comm(world_group);
-  C10dCommunicator pp_comm(pp_group);
-
-  TelemetryOptions topts;
-  topts.enabled = o.otel_enabled;
-  topts.span_groups = o.otel_span_groups;
-  topts.service_name = o.otel_service_name;
-  topts.trace_dir = o.trace_dir;
-  topts.collective_timeout = timeout;
-  topts.coordinates = {stage, replica, tensor};
-  // The world group carries nothing else during a step, so the next step's
-  // broadcast can be in flight meanwhile (StepTrace prefetches in world
-  // scope only: in pipeline scope the pipeline group carries the schedule's
-  // p2p transfers). Agreed at start-up.
-  topts.step_prefetch = o.step_prefetch;
-  if (o.step_context)
-    topts.step_context =
-        *o.step_context == "derived" ? StepContextMode::kDerived : StepContextMode::kBroadcast;
-  if (!o.test_clock_offsets_us.empty())
-    topts.test_clock_offset_ns =
-        static_cast<std::int64_t>(o.test_clock_offsets_us[static_cast<std::size_t>(rank)] * 1e3);
-  if (!o.test_clock_drift_ppm.empty())
-    topts.test_clock_drift_ppm = o.test_clock_drift_ppm[static_cast<std::size_t>(rank)];
+  const RankGroups groups = join_groups(o, at, addr, port, timeout);
+  C10dCommunicator world_comm(groups.world);
+  C10dCommunicator pp_comm(groups.pp);
   std::unique_ptr<Telemetry> telemetry;
   MetricsExportConfig metrics_export;  // OTEL_METRICS_EXPORTER=otlp: to /v1/metrics
   try {
-    telemetry = create_distributed_telemetry(world_comm, o.pp, topts);
+    telemetry = create_distributed_telemetry(world_comm, o.pp, telemetry_options(o, at, timeout));
     metrics_export = resolve_metrics_export();
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "lens-train: rank %d: %s\n", rank, e.what());
@@ -181,16 +435,9 @@ int run_rank(const TrainOptions& o) {
   // SIGTERM or SIGINT: finish the step, end what is open (truncated), flush,
   // say why, exit 128 + the signal. A second one ends the rank at once.
   TerminationWatch termination(telemetry.get());
-  int completed = 0;  // steps done
-  const auto stop_line = [&](int signo, const std::string& detail) {
-    const std::string when =
-        completed > 0 ? "after step " + std::to_string(completed - 1) : "before its first step";
-    std::fprintf(stderr, "lens-train: rank %d: stopped by %s %s (%d steps done)%s\n", rank,
-                 signal_name(signo).c_str(), when.c_str(), completed, detail.c_str());
-  };
   StepTraceOptions sopts;
   sopts.pipeline_parallel_size = o.pp;
-  sopts.pipeline_rank = stage;
+  sopts.pipeline_rank = at.stage;
   // Clocks are measured against global rank 0, and steps checked, over the
   // world group.
   sopts.job_communicator = &world_comm;
@@ -198,188 +445,32 @@ int run_rank(const TrainOptions& o) {
   // start-up): each replica's first stage broadcasts over its pipeline group.
   const bool pipeline_scope = telemetry && telemetry->config().trace_scope == TraceScope::kPipeline;
   StepTrace step_trace(telemetry.get(), pipeline_scope ? &pp_comm : &world_comm, sopts);
-  Tracer tracer = step_trace.tracer();
+  const Tracer tracer = step_trace.tracer();
 
-  // The model's blocks split into pp x V chunks (the first ones one block
-  // more when they do not divide); chunk v of this stage is global chunk
-  // v * pp + stage, and the last global chunk carries the head. With V = 1
-  // that is one chunk per stage.
   std::unique_ptr<TensorParallel> tp;
-  if (tp_group) tp = std::make_unique<TensorParallel>(tp_group, tensor, o.tp, timeout, tracer);
-  const int V = o.virtual_stages;
-  const int chunk_count = o.pp * V;
-  const int per_chunk = o.layers / chunk_count;
-  const int extra = o.layers % chunk_count;  // the first `extra` chunks get one more block
-  std::vector<StageModel> chunks;
-  std::vector<torch::Tensor> parameters;
-  for (int v = 0; v < V; ++v) {
-    const int g = v * o.pp + stage;
-    const int first_layer = g * per_chunk + std::min(g, extra);
-    chunks.emplace_back(first_layer, per_chunk + (g < extra ? 1 : 0), o.hidden,
-                        g == chunk_count - 1, o.seed, tp.get());
-    for (auto& p : chunks.back()->parameters()) parameters.push_back(p);
-  }
-  StageModel model = chunks.front();
+  if (groups.tp)
+    tp = std::make_unique<TensorParallel>(groups.tp, at.tensor, o.tp, timeout, tracer);
+  const std::vector<StageModel> chunks = stage_chunks(o, at.stage, tp.get());
+  const std::vector<torch::Tensor> parameters = parameters_of(chunks);
   SyntheticData data(o.hidden, o.microbatch_size, o.seed);
   torch::optim::Adam optimizer(parameters, torch::optim::AdamOptions(o.lr));
-  P2PCommunicator p2p(pp_group, stage, o.pp, {o.microbatch_size, o.hidden}, timeout, tracer);
+  P2PCommunicator p2p(groups.pp, at.stage, o.pp, {o.microbatch_size, o.hidden}, timeout, tracer);
   // What this rank was doing when a transfer failed (a lost peer, a timeout):
   // in the log and as a final event on its open spans, so the rank that
   // diverged can be found, as one would with PyTorch's flight recorder.
-  // The same for the data-parallel gradient all-reduce (see below) and the
+  // The same for the data-parallel gradient all-reduce and the
   // tensor-parallel collectives.
   const auto record_failure = [&](const std::string& what) {
-    // (Nothing once this rank is stopping on a signal: a peer that stopped
-    // first is expected, and the stop line says so.)
     if (telemetry)
       write_failure_record(*telemetry, "lens-train: rank " + std::to_string(rank), what);
   };
   p2p.on_failure(record_failure);
   if (tp) tp->on_failure(record_failure);
-  const bool slowed =
-      o.slow_rank >= 0 ? rank == o.slow_rank
-                       : stage == o.slow_stage && (o.slow_replica < 0 || o.slow_replica == replica);
-  ScheduleContext ctx;
-  ctx.model = model;
-  ctx.data = &data;
-  ctx.p2p = &p2p;
-  ctx.step_trace = &step_trace;
-  ctx.tracer = tracer;
-  ctx.microbatches = o.microbatches;
-  ctx.replica = replica;
-  if (slowed) {
-    ctx.slow_factor = o.slow_factor;
-    ctx.slow_delay_ms = o.slow_ms;
-  }
-  ctx.slow_from_step = o.slow_from_step;
-  ctx.slow_steps = o.slow_steps;
-  if (V > 1) ctx.chunks = chunks;
-  ctx.microbatch_jitter = o.microbatch_jitter;
-  ctx.compute_floor_ms = o.test_compute_ms;
-  ctx.seed = o.seed;
-  ctx.tp = tp.get();
-  // Live metrics: this rank's step figures (the spans time them, recorded
-  // or not) on an OpenMetrics endpoint and by OTLP, the histograms'
-  // exemplars pointing at the sampled steps' spans.
-  if (o.metrics_port >= 0 || o.live_every > 0 || metrics_export.otlp) set_step_figures(true);
-  MetricRegistry metrics;
-  const std::int64_t metrics_start = telemetry
-                                         ? telemetry->now_unix_ns()
-                                         : std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                               std::chrono::system_clock::now().time_since_epoch())
-                                               .count();
-  const MetricLabels labels = {{"run", telemetry ? telemetry->config().run_id : std::string()},
-                               {"rank", std::to_string(rank)},
-                               {"stage", std::to_string(stage)},
-                               {"replica", std::to_string(replica)},
-                               {"tensor", std::to_string(tensor)}};
-  std::unique_ptr<MetricsEndpoint> endpoint;
-  std::unique_ptr<StepMetrics> step_metrics;
-  if (o.metrics_port >= 0 || metrics_export.otlp)
-    step_metrics = std::make_unique<StepMetrics>(metrics, labels);
-  std::unique_ptr<OtlpMetricsExporter> metrics_exporter;
-  if (metrics_export.otlp) {
-    Resource resource;
-    if (telemetry) {
-      resource = telemetry->resource();
-    } else {  // not traced: enough to tell the rank's series apart
-      resource.set("service.name", std::string("megatron-lm"));
-      resource.set(semconv::kRank, std::int64_t{rank});
-    }
-    metrics_exporter =
-        std::make_unique<OtlpMetricsExporter>(metrics, std::move(resource), metrics_export.options,
-                                              metrics_export.interval, metrics_start);
-  }
-  // --metrics-job: rank 0 alone serves the job's metrics, every rank's
-  // step metrics under its labels, brought up to date at each meeting.
-  MetricRegistry job_registry;
-  std::vector<std::unique_ptr<StepMetrics>> job_metrics;  // rank 0's, one a rank
-  std::vector<Gauge*> job_scores;
-  if (o.metrics_job && rank == 0) {
-    for (int r = 0; r < o.world(); ++r) {
-      const MetricLabels rl = {{"run", labels[0].second},
-                               {"rank", std::to_string(r)},
-                               {"stage", std::to_string(o.stage_of(r))},
-                               {"replica", std::to_string(o.replica_of(r))},
-                               {"tensor", std::to_string(o.tensor_of(r))}};
-      job_metrics.push_back(std::make_unique<StepMetrics>(job_registry, rl));
-      if (o.live_every > 0)
-        job_scores.push_back(&job_registry.gauge(
-            "lens_straggler_score",
-            "The rank's compute over the last window against its own start or its stage's other "
-            "ranks, whichever is larger (1: as expected; the live rule names 1.5 and more).",
-            {}, rl));
-    }
-  }
-  if (o.metrics_port >= 0 && (!o.metrics_job || rank == 0)) {
-    endpoint = std::make_unique<MetricsEndpoint>(
-        o.metrics_job ? job_registry : metrics, o.metrics_host,
-        o.metrics_port == 0 ? 0 : o.metrics_port + (o.metrics_job ? 0 : rank));
-    std::fprintf(stderr, "lens-train: rank %d: %s at http://%s:%d/metrics\n", rank,
-                 o.metrics_job ? "the job's metrics" : "metrics", o.metrics_host.c_str(),
-                 endpoint->port());
-  }
-  // The meeting (step_meeting.h): every --live-every steps one all-gather
-  // of each rank's median compute over the window, which every rank judges
-  // alike (rank 0 says what it found); with tail selection (agreed at
-  // start-up, so the same on every rank) each step is held and at each
-  // meeting every rank's time of each step of the window gathered and the
-  // same steps kept everywhere; with --metrics-job every rank's step
-  // metrics go to rank 0. The meeting is --live-every's, else every 10
-  // steps.
-  StepMeetingOptions mopts;
-  mopts.live_every = o.live_every;
-  for (int r = 0; r < o.world(); ++r)
-    mopts.ranks.push_back({r, o.stage_of(r), o.replica_of(r), o.tensor_of(r)});
-  if (o.metrics_job) mopts.extra_words = [&] { return step_metrics->encode(); };
-  mopts.timeout = timeout;
-  mopts.who = "lens-train: rank " + std::to_string(rank);
-  StepMeeting meeting(telemetry.get(), world_comm, mopts);
-  const bool tail = meeting.tail_selection();
+  ScheduleContext ctx = schedule_context(o, at, chunks, data, p2p, step_trace, tp.get());
+  RankMetrics metrics(o, at, telemetry.get(), metrics_export);
+  StepMeeting meeting(telemetry.get(), world_comm, meeting_options(o, rank, metrics, timeout));
   if (const std::string w = meeting.hold_warning(); rank == 0 && !w.empty())
     std::fprintf(stderr, "lens-train: warning: %s\n", w.c_str());
-  Gauge* straggler_score = nullptr;
-  if (o.live_every > 0 && endpoint)
-    straggler_score = &metrics.gauge(
-        "lens_straggler_score",
-        "This rank's compute over the last window against its own start or its stage's other "
-        "ranks, whichever is larger (1: as expected; the live rule names 1.5 and more).",
-        {}, labels);
-  // The same metrics as OTLP/JSON lines beside the rank's trace file
-  // (rank-<r>.metrics.jsonl), one cumulative request at each live meeting
-  // and at the end, when the traces go to files.
-  std::string metrics_file;
-  if (step_metrics && telemetry && telemetry->trace_file().ends_with(".otlp.jsonl")) {
-    const std::string& f = telemetry->trace_file();
-    metrics_file = f.substr(0, f.size() - std::string(".otlp.jsonl").size()) + ".metrics.jsonl";
-  }
-  const auto write_metrics_line = [&] {
-    if (metrics_file.empty()) return;
-    std::ofstream out(metrics_file, std::ios::app);
-    out << metrics.otlp_json(telemetry->resource(), metrics_start, telemetry->now_unix_ns())
-        << '\n';
-  };
-  // The span account as counters, every 10 steps and at the end.
-  const auto account_spans = [&] {
-    if (!step_metrics || !telemetry) return;
-    const SpanAccount account = SpanAccount::of(telemetry->stats());
-    step_metrics->record_spans(account.ended, account.dropped());
-  };
-  // What a meeting brought: rank 0 names the stragglers, the scores and
-  // the job's metrics are brought up to date, the metrics line written.
-  const auto after_meeting = [&](const MeetingOutcome& met) {
-    if (rank == 0)
-      for (const LiveStraggler& s : met.stragglers)
-        std::fprintf(stderr, "lens-train: live: %s\n", s.describe().c_str());
-    if (!met.scores.empty()) {
-      if (straggler_score != nullptr) straggler_score->set(met.scores[static_cast<std::size_t>(rank)]);
-      for (std::size_t r = 0; r < job_scores.size(); ++r) job_scores[r]->set(met.scores[r]);
-    }
-    for (std::size_t r = 0; r < job_metrics.size() && r < met.words.size(); ++r)
-      if (!job_metrics[r]->assign(met.words[r]))
-        std::fprintf(stderr, "lens-train: rank 0: rank %zu's metrics did not decode\n", r);
-    write_metrics_line();
-  };
   std::unique_ptr<SimulatedDevice> device;
   if (o.test_simulated_device > 0) {
     device = SimulatedDevice::open(o.test_simulated_device, rank);
@@ -388,115 +479,20 @@ int run_rank(const TrainOptions& o) {
 
   RankReport report;
   report.rank = rank;
-  report.stage = stage;
-  report.replica = replica;
-  report.tensor = tensor;
+  report.stage = at.stage;
+  report.replica = at.replica;
+  report.tensor = at.tensor;
+  StepLoop loop{o,         at,      telemetry.get(), step_trace, ctx,           optimizer,
+                parameters, groups.dp.get(), meeting,   metrics,    record_failure, timeout};
+  const auto stop_line = [&](int signo, const std::string& detail) {
+    const int completed = loop.completed;
+    const std::string when =
+        completed > 0 ? "after step " + std::to_string(completed - 1) : "before its first step";
+    std::fprintf(stderr, "lens-train: rank %d: stopped by %s %s (%d steps done)%s\n", rank,
+                 signal_name(signo).c_str(), when.c_str(), completed, detail.c_str());
+  };
   try {
-    {
-      // One job trace: every rank's job span in it (ids from the agreed run
-      // key), rank 0's the one the others link to; each step links to it.
-      Span job = telemetry ? tracer.start_span(SpanGroup::kJob, semconv::kJobSpan,
-                                               job_span_start(*telemetry, rank))
-                           : Span();
-      step_trace.set_job_span(job);
-      job.set_attribute(semconv::kPipelineSize, o.pp);
-      job.set_attribute(semconv::kDataSize, o.dp);
-      job.set_attribute(semconv::kTensorSize, o.tp);
-      job.set_attribute(semconv::kNumMicrobatches, o.microbatches);
-      job.set_attribute(semconv::kVirtualPipelineSize, V);
-      for (int step = 0; step < o.steps; ++step) {
-        if (termination_signal() != 0) break;  // between steps: a clean stop
-        const auto start = std::chrono::steady_clock::now();
-        SpanContext step_context;  // the step span's, for the metrics' exemplars
-        StepFigureTotals figures;  // what the step's spans measured
-        StepReport sr;
-        sr.step = step;
-        {
-          // Stopping, and a peer stopped first (its transfers fail): the
-          // step span ends marked with the signal (StepScope), the rest at
-          // the shutdown below.
-          const int skew = rank == o.test_step_skew_rank ? 1 : 0;
-          take_step_figures();  // from here on, this step's
-          StepScope step_scope(step_trace, static_cast<std::uint64_t>(step + skew));
-          step_context = step_scope.span().context();
-          if (tail) telemetry->hold_step(static_cast<std::uint64_t>(step), step_context);
-          sr.open_microseconds =
-              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                  .count();
-          if (step_scope.carrier()) sr.trace_id = step_scope.carrier()->context.trace_id.to_hex();
-          optimizer.zero_grad();
-          if (tp) tp->begin_step();
-          double loss;
-          {
-            Span fb = tracer.start_span(SpanGroup::kForwardBackward, semconv::kForwardBackwardSpan);
-            fb.set_attribute(semconv::kNumMicrobatches, o.microbatches);
-            fb.set_attribute(semconv::kVirtualPipelineSize, V);
-            // The schedule's spans nest inside it, as Megatron's do.
-            CurrentSpanScope fb_scope(fb);
-            loss =
-                V > 1 ? forward_backward_interleaved(ctx, step) : forward_backward_1f1b(ctx, step);
-          }
-          if (dp_group) {
-            Span ar = tracer.start_span(SpanGroup::kCommunication, semconv::kGradsAllReduceSpan,
-                                        StepFigure::kAllReduce);
-            try {
-              all_reduce_gradients(parameters, *dp_group, o.dp, timeout);
-            } catch (const std::exception& e) {
-              record_failure(
-                  std::string("gradient all-reduce over the data-parallel group failed: ") +
-                  e.what());
-              throw;
-            }
-          }
-          {
-            Span opt = tracer.start_span(SpanGroup::kOptimizer, semconv::kOptimizerStepSpan);
-            optimizer.step();
-          }
-          figures = take_step_figures();
-          if (!std::isnan(loss)) {
-            sr.loss = loss;
-            step_scope.span().set_attribute("dl.loss", loss);
-          }
-          // The step's work, from before its span opened to after the
-          // optimizer: what a slow step is slow in.
-          const double step_seconds =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          if (meeting.step_done(static_cast<std::uint64_t>(step),
-                                figures.seconds(StepFigure::kCompute) * 1e3, step_seconds))
-            after_meeting(meeting.meet(step, &step_scope.span()));
-        }
-        ++completed;
-        sr.milliseconds =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                .count();
-        report.steps.push_back(sr);
-        if (step_metrics) {
-          step_metrics->record_step(sr.milliseconds / 1e3, figures, step_context,
-                                    telemetry ? telemetry->now_unix_ns() : 0);
-          if ((step + 1) % 10 == 0) account_spans();
-        }
-      }
-      // After the last step (every rank ran the same steps): tail
-      // selection's last, partial window, and the job's final metrics.
-      if (termination_signal() == 0)
-        if (const auto met = meeting.finish(o.steps - 1)) after_meeting(*met);
-      if (tail && rank == 0) {
-        const auto hold = telemetry->stats().hold;
-        if (hold)
-          std::fprintf(stderr,
-                       "lens-train: tail selection: %llu steps held, %llu kept, %llu not selected "
-                       "(rank 0; the hold at most %.1f MiB)\n",
-                       static_cast<unsigned long long>(hold->steps_held),
-                       static_cast<unsigned long long>(hold->steps_kept),
-                       static_cast<unsigned long long>(hold->steps_not_selected),
-                       static_cast<double>(hold->bytes_peak) / (1 << 20));
-      }
-      account_spans();
-      write_metrics_line();
-      // Stopped: the closing clock sample is a collective the others may
-      // not reach.
-      if (termination_signal() == 0) step_trace.finish();
-    }
+    loop.run(report);
   } catch (const std::exception& e) {
     if (const int signo = termination_signal()) {
       stop_line(signo, "; a peer stopped first (" + std::string(e.what()) + ")");
@@ -505,7 +501,7 @@ int run_rank(const TrainOptions& o) {
     }
     // The spans open at the failure carry a lens.failure event (see
     // report_failure); export what there is before leaving.
-    std::fprintf(stderr, "lens-train: rank %d (stage %d): error: %s\n", rank, stage, e.what());
+    std::fprintf(stderr, "lens-train: rank %d (stage %d): error: %s\n", rank, at.stage, e.what());
     if (telemetry) telemetry->shutdown(std::chrono::seconds(10));
     return 1;
   }
@@ -515,61 +511,19 @@ int run_rank(const TrainOptions& o) {
     stop_line(signo, telemetry ? "; spans: " + SpanAccount::of(telemetry->stats()).describe() : "");
     return 128 + signo;
   }
-  const PipelineStats pipeline = pipeline_stats();
-  report.broadcasts = pipeline.broadcasts;
-  report.derived_steps = pipeline.derived_steps;
-  report.step_checks = pipeline.step_checks;
-  if (telemetry) {
-    report.tracing = true;
-    report.span_groups = telemetry->span_groups().to_spec();
-    report.run_id = telemetry->config().run_id;
-    report.trace_file = telemetry->trace_file();
-    if (telemetry->config().exporter == "otlp")
-      report.otlp_endpoint = telemetry->config().otlp.endpoint;
-    // Within the configured bound (OTEL_BSP_EXPORT_TIMEOUT); what is not
-    // delivered by then goes to the spool, when one is set.
-    telemetry->shutdown();
-    const auto all = telemetry->stats();
-    report.spans = SpanAccount::of(all);
-    report.queue_high_water = all.processor.queue_high_water;
-    if (all.delivery) {
-      report.otlp_requests = all.delivery->requests;
-      report.otlp_retries = all.delivery->retries;
-      report.backend_unhealthy = all.delivery->backend_unhealthy;
-    }
-  }
+  close_report(report, telemetry.get());
   // Every rank finishes its collectives before any tears its groups down.
-  world_group->barrier()->wait(timeout);
+  groups.world->barrier()->wait(timeout);
   if (!o.report_dir.empty()) {
     write_report(report, o.report_dir + "/rank-" + std::to_string(rank) + ".json");
   } else {
     const auto& last = report.steps.back();
     std::printf(
         "lens-train rank %d (stage %d, replica %d, tp %d): %zu steps, last step %.1f ms%s\n", rank,
-        stage, replica, tensor, report.steps.size(), last.milliseconds,
+        at.stage, at.replica, at.tensor, report.steps.size(), last.milliseconds,
         last.loss ? (", loss " + std::to_string(*last.loss)).c_str() : "");
   }
-  if (metrics_exporter) metrics_exporter->shutdown();  // the totals at the end
-  if (endpoint && o.metrics_linger_s > 0) {            // a last scrape or two
-    std::fprintf(stderr, "lens-train: rank %d: steps done; metrics served %g s more\n", rank,
-                 o.metrics_linger_s);
-    std::this_thread::sleep_for(std::chrono::duration<double>(o.metrics_linger_s));
-  } else if (endpoint && o.metrics_linger_s < 0) {
-    // Until the final figures were scraped once: they were set at the last
-    // meeting, before the barrier above, so the next answer holds them.
-    const std::uint64_t before = endpoint->stats().scrapes;
-    std::fprintf(stderr,
-                 "lens-train: rank %d: steps done; metrics served until the next scrape (at most "
-                 "%g s; --metrics-linger 0 stops at once)\n",
-                 rank, kFinalScrapeWaitS);
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration<double>(kFinalScrapeWaitS);
-    while (endpoint->stats().scrapes == before && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (endpoint->stats().scrapes == before)
-      std::fprintf(stderr, "lens-train: rank %d: the final metrics were not scraped in %g s\n",
-                   rank, kFinalScrapeWaitS);
-  }
+  metrics.finish();
   return 0;
 }
 
