@@ -180,7 +180,7 @@ Analysis AnalysisBuilder::finish() {
     ranks.push_back({s.rank, std::get<2>(key), pipeline(s), s.steps, s.per_microbatch});
   const Verdicts verdicts = judge_stages(ranks);
   // Per step and pipeline, the fastest stage's compute per microbatch.
-  std::map<std::pair<int, std::int64_t>, double> fastest;  // (pipeline, step)
+  Fastest fastest;
   for (const auto& [key, s] : series_)
     for (std::size_t i = 0; i < s.steps.size(); ++i) {
       auto k = std::pair{pipeline(s), s.steps[i]};
@@ -191,143 +191,183 @@ Analysis AnalysisBuilder::finish() {
   std::map<int, const Series*> series_of_rank;
   for (const auto& [key, s] : series_) {
     series_of_rank[s.rank] = &s;
-    StageAnalysis st;
-    st.replica = s.replica;
-    st.tensor = s.tensor;
-    st.stage = std::get<2>(key);
-    st.rank = s.rank;
-    st.steps = s.steps.size();
-    st.compute_per_microbatch_ms = percentile(s.per_microbatch, 0.5);
-    st.baseline_per_microbatch_ms = verdicts.baseline_ms[index];
-    st.baseline_relative = verdicts.baseline_relative[index];
+    const StageAnalysis st = stage_analysis(s, std::get<2>(key), verdicts.baseline_ms[index],
+                                            verdicts.baseline_relative[index], fastest,
+                                            pipeline(s));
     ++index;
-    std::vector<double> relative, individual;
-    for (std::size_t i = 0; i < s.steps.size(); ++i) {
-      const double best = fastest[{pipeline(s), s.steps[i]}];
-      relative.push_back(best > 0 ? s.per_microbatch[i] / best : 1);
-      individual.push_back(st.baseline_per_microbatch_ms > 0
-                               ? s.per_microbatch[i] / st.baseline_per_microbatch_ms
-                               : 1);
-    }
-    st.relative = percentile(relative, 0.5);
-    st.individual = percentile(individual, 0.95);
-    st.critical_share_p50 = percentile(s.critical_share, 0.5);
-    st.critical_share_p95 = percentile(s.critical_share, 0.95);
-    st.step_p50_ms = percentile(s.step, 0.5);
-    st.compute_p50_ms = percentile(s.compute, 0.5);
-    st.late_sender_p50_ms = percentile(s.late_sender, 0.5);
-    st.late_sender_p95_ms = percentile(s.late_sender, 0.95);
-    st.transfer_p50_ms = percentile(s.transfer, 0.5);
-    st.late_receiver_p50_ms = percentile(s.late_receiver, 0.5);
-    st.sync_wait_p50_ms = percentile(s.sync_wait, 0.5);
-    st.rest_p50_ms = percentile(s.rest, 0.5);
-    st.collective_wait_p50_ms = percentile(s.collective_wait, 0.5);
-    std::map<int, double> waited_for;  // over the run
-    for (const auto& step : s.collective_waited_for)
-      for (const auto& [peer, w] : step) waited_for[peer] += w;
-    st.collective_last_peer = longest_waited_for(waited_for);
-    st.unmatched_transfers = s.unmatched;
-    st.idle_p50_ms = percentile(s.idle, 0.5);
-    st.warmup_idle_p50_ms = percentile(s.warmup, 0.5);
-    st.cooldown_idle_p50_ms = percentile(s.cooldown, 0.5);
-    st.imbalance_idle_p50_ms = percentile(s.imbalance, 0.5);
-    st.transfer_idle_p50_ms = percentile(s.transfer_idle, 0.5);
-    st.schedule_idle_p50_ms = percentile(s.schedule_idle, 0.5);
-    st.slack_p50_ms = percentile(s.slack, 0.5);
-    st.gain_at_baseline_p50_ms = percentile(s.gain_at_baseline, 0.5);
-    st.gain_at_median_p50_ms = percentile(s.gain_at_median, 0.5);
-    for (std::size_t i = 0; i < s.steps.size(); ++i) {
-      out.stage_steps.push_back(
-          {.step = s.steps[i],
-           .replica = st.replica,
-           .tensor = st.tensor,
-           .stage = st.stage,
-           .rank = st.rank,
-           .step_ms = s.step_time[i],
-           .slack_ms = s.slack[i],
-           .gain_at_baseline_ms = s.gain_at_baseline[i],
-           .gain_at_median_ms = s.gain_at_median[i],
-           .sync_wait_ms = s.sync_wait[i],
-           .sync_last_replica = s.sync_last_replica[i],
-           .collective_wait_ms = s.collective_wait[i],
-           .collective_last_peer = longest_waited_for(s.collective_waited_for[i]),
-           .microbatches = s.microbatches[i],
-           .stage_step_ms = s.step[i],
-           .compute_ms = s.compute[i],
-           .compute_per_microbatch_ms = s.per_microbatch[i],
-           .late_sender_ms = s.late_sender[i],
-           .late_receiver_ms = s.late_receiver[i],
-           .transfer_ms = s.transfer[i],
-           .rest_ms = s.rest[i],
-           .idle_ms = s.idle[i],
-           .critical_share = s.critical_share[i]});
-    }
+    add_stage_steps(s, st, out.stage_steps);
     if (st.relative > out.slowest_relative) {
       out.slowest_relative = st.relative;
       out.slowest_stage = st.stage;
     }
     out.stages_analysis.push_back(st);
   }
-  // What fixing each verdict would gain: the p50 of the replayed change
-  // over the steps it concerns, against those steps' step time.
-  const auto share = [](double gain, double step) { return step > 0 ? gain / step : 0.0; };
-  for (const Straggler& who : verdicts.stragglers) {
-    StragglerReport r;
-    r.who = who;
-    const Series& s = *series_of_rank.at(who.rank);
-    r.replica = s.replica;
-    r.tensor = s.tensor;
-    std::vector<double> gains, steps, shares;
-    for (std::size_t i = 0; i < s.steps.size(); ++i)
-      if (s.steps[i] >= who.since_step) {
-        gains.push_back(s.gain_at_baseline[i]);
-        steps.push_back(s.step_time[i]);
-        shares.push_back(s.critical_share[i]);
-      }
-    r.gain_ms = p50(gains);
-    r.gain_share = share(r.gain_ms, p50(steps));
-    r.critical_share_p50 = p50(shares);
-    // Its cost to the other replicas: per slow step, the mean of their
-    // ranks' waits at the gradient sync; p50 over those steps.
-    std::map<std::int64_t, std::pair<double, int>> others;  // step -> (sum, ranks)
-    for (const auto& [key, o] : series_)
-      if (o.replica != r.replica)
-        for (std::size_t i = 0; i < o.steps.size(); ++i)
-          if (o.steps[i] >= who.since_step) {
-            auto& [sum, n] = others[o.steps[i]];
-            sum += o.sync_wait[i];
-            ++n;
-          }
-    std::vector<double> waits;
-    for (const auto& [step, v] : others) waits.push_back(v.first / v.second);
-    if (!waits.empty()) r.others_sync_wait_ms = p50(waits);
-    // Its cost to its TP peers (the same stage and replica): per slow step,
-    // the mean of their waits for it at the TP collectives.
-    std::map<std::int64_t, std::pair<double, int>> peers;  // step -> (sum, ranks)
-    for (const auto& [key, o] : series_)
-      if (o.replica == r.replica && o.tensor != r.tensor && std::get<2>(key) == who.stage)
-        for (std::size_t i = 0; i < o.steps.size(); ++i)
-          if (o.steps[i] >= who.since_step && !o.collective_waited_for[i].empty()) {
-            const auto it = o.collective_waited_for[i].find(r.tensor);
-            auto& [sum, n] = peers[o.steps[i]];
-            sum += it == o.collective_waited_for[i].end() ? 0.0 : it->second;
-            ++n;
-          }
-    std::vector<double> peer_waits;
-    for (const auto& [step, v] : peers) peer_waits.push_back(v.first / v.second);
-    if (!peer_waits.empty()) r.peers_collective_wait_ms = p50(peer_waits);
-    out.stragglers.push_back(r);
-  }
-  for (const Imbalance& what : verdicts.imbalance) {
-    ImbalanceReport r{what};
-    std::vector<double> gains;
-    for (const auto& st : out.stages_analysis)
-      if (st.stage == what.stage) gains.push_back(st.gain_at_median_p50_ms);
-    r.gain_ms = p50(gains);
-    r.gain_share = share(r.gain_ms, out.step_p50_ms);
-    out.imbalance.push_back(r);
-  }
+  for (const Straggler& who : verdicts.stragglers)
+    out.stragglers.push_back(straggler_report(who, *series_of_rank.at(who.rank)));
+  for (const Imbalance& what : verdicts.imbalance)
+    out.imbalance.push_back(imbalance_report(what, out));
   return out;
+}
+
+StageAnalysis AnalysisBuilder::stage_analysis(const Series& s, int stage, double baseline_ms,
+                                              double baseline_relative, const Fastest& fastest,
+                                              int pipeline) {
+  StageAnalysis st;
+  st.replica = s.replica;
+  st.tensor = s.tensor;
+  st.stage = stage;
+  st.rank = s.rank;
+  st.steps = s.steps.size();
+  st.compute_per_microbatch_ms = percentile(s.per_microbatch, 0.5);
+  st.baseline_per_microbatch_ms = baseline_ms;
+  st.baseline_relative = baseline_relative;
+  std::vector<double> relative, individual;
+  for (std::size_t i = 0; i < s.steps.size(); ++i) {
+    const double best = fastest.at({pipeline, s.steps[i]});
+    relative.push_back(best > 0 ? s.per_microbatch[i] / best : 1);
+    individual.push_back(st.baseline_per_microbatch_ms > 0
+                             ? s.per_microbatch[i] / st.baseline_per_microbatch_ms
+                             : 1);
+  }
+  st.relative = percentile(relative, 0.5);
+  st.individual = percentile(individual, 0.95);
+  st.critical_share_p50 = percentile(s.critical_share, 0.5);
+  st.critical_share_p95 = percentile(s.critical_share, 0.95);
+  st.step_p50_ms = percentile(s.step, 0.5);
+  st.compute_p50_ms = percentile(s.compute, 0.5);
+  st.late_sender_p50_ms = percentile(s.late_sender, 0.5);
+  st.late_sender_p95_ms = percentile(s.late_sender, 0.95);
+  st.transfer_p50_ms = percentile(s.transfer, 0.5);
+  st.late_receiver_p50_ms = percentile(s.late_receiver, 0.5);
+  st.sync_wait_p50_ms = percentile(s.sync_wait, 0.5);
+  st.rest_p50_ms = percentile(s.rest, 0.5);
+  st.collective_wait_p50_ms = percentile(s.collective_wait, 0.5);
+  std::map<int, double> waited_for;  // over the run
+  for (const auto& step : s.collective_waited_for)
+    for (const auto& [peer, w] : step) waited_for[peer] += w;
+  st.collective_last_peer = longest_waited_for(waited_for);
+  st.unmatched_transfers = s.unmatched;
+  st.idle_p50_ms = percentile(s.idle, 0.5);
+  st.warmup_idle_p50_ms = percentile(s.warmup, 0.5);
+  st.cooldown_idle_p50_ms = percentile(s.cooldown, 0.5);
+  st.imbalance_idle_p50_ms = percentile(s.imbalance, 0.5);
+  st.transfer_idle_p50_ms = percentile(s.transfer_idle, 0.5);
+  st.schedule_idle_p50_ms = percentile(s.schedule_idle, 0.5);
+  st.slack_p50_ms = percentile(s.slack, 0.5);
+  st.gain_at_baseline_p50_ms = percentile(s.gain_at_baseline, 0.5);
+  st.gain_at_median_p50_ms = percentile(s.gain_at_median, 0.5);
+  return st;
+}
+
+void AnalysisBuilder::add_stage_steps(const Series& s, const StageAnalysis& st,
+                                      std::vector<StageStepFigures>& rows) {
+  for (std::size_t i = 0; i < s.steps.size(); ++i) {
+    rows.push_back({.step = s.steps[i],
+                    .replica = st.replica,
+                    .tensor = st.tensor,
+                    .stage = st.stage,
+                    .rank = st.rank,
+                    .step_ms = s.step_time[i],
+                    .slack_ms = s.slack[i],
+                    .gain_at_baseline_ms = s.gain_at_baseline[i],
+                    .gain_at_median_ms = s.gain_at_median[i],
+                    .sync_wait_ms = s.sync_wait[i],
+                    .sync_last_replica = s.sync_last_replica[i],
+                    .collective_wait_ms = s.collective_wait[i],
+                    .collective_last_peer = longest_waited_for(s.collective_waited_for[i]),
+                    .microbatches = s.microbatches[i],
+                    .stage_step_ms = s.step[i],
+                    .compute_ms = s.compute[i],
+                    .compute_per_microbatch_ms = s.per_microbatch[i],
+                    .late_sender_ms = s.late_sender[i],
+                    .late_receiver_ms = s.late_receiver[i],
+                    .transfer_ms = s.transfer[i],
+                    .rest_ms = s.rest[i],
+                    .idle_ms = s.idle[i],
+                    .critical_share = s.critical_share[i]});
+  }
+}
+
+namespace {
+
+// A gain as a share of a step's time.
+double share_of(double gain, double step) { return step > 0 ? gain / step : 0.0; }
+
+// Per step from `since_step` on, the mean of what `wait` gives for each
+// series `counts` takes (nullopt: not a wait of that series at that step);
+// the p50 over those steps, or nullopt where no step had any.
+template <typename SeriesMap, typename Counts, typename Wait>
+std::optional<double> p50_of_step_means(const SeriesMap& series, std::int64_t since_step,
+                                        Counts&& counts, Wait&& wait) {
+  std::map<std::int64_t, std::pair<double, int>> by_step;  // step -> (sum, ranks)
+  for (const auto& [key, o] : series)
+    if (counts(key, o))
+      for (std::size_t i = 0; i < o.steps.size(); ++i)
+        if (o.steps[i] >= since_step)
+          if (const std::optional<double> w = wait(o, i)) {
+            auto& [sum, n] = by_step[o.steps[i]];
+            sum += *w;
+            ++n;
+          }
+  if (by_step.empty()) return std::nullopt;
+  std::vector<double> means;
+  for (const auto& [step, v] : by_step) means.push_back(v.first / v.second);
+  return p50(means);
+}
+
+}  // namespace
+
+// What fixing a straggler would gain: the p50 of the replayed change over
+// the steps it concerns, against those steps' step time; and its cost to
+// the other replicas and to its TP peers.
+StragglerReport AnalysisBuilder::straggler_report(const Straggler& who, const Series& s) const {
+  StragglerReport r;
+  r.who = who;
+  r.replica = s.replica;
+  r.tensor = s.tensor;
+  std::vector<double> gains, steps, shares;
+  for (std::size_t i = 0; i < s.steps.size(); ++i)
+    if (s.steps[i] >= who.since_step) {
+      gains.push_back(s.gain_at_baseline[i]);
+      steps.push_back(s.step_time[i]);
+      shares.push_back(s.critical_share[i]);
+    }
+  r.gain_ms = p50(gains);
+  r.gain_share = share_of(r.gain_ms, p50(steps));
+  r.critical_share_p50 = p50(shares);
+  // Its cost to the other replicas: per slow step, the mean of their
+  // ranks' waits at the gradient sync.
+  if (const auto w = p50_of_step_means(
+          series_, who.since_step, [&](const auto&, const Series& o) { return o.replica != r.replica; },
+          [](const Series& o, std::size_t i) { return std::optional<double>(o.sync_wait[i]); }))
+    r.others_sync_wait_ms = *w;
+  // Its cost to its TP peers (the same stage and replica): per slow step,
+  // the mean of their waits for it at the TP collectives.
+  if (const auto w = p50_of_step_means(
+          series_, who.since_step,
+          [&](const auto& key, const Series& o) {
+            return o.replica == r.replica && o.tensor != r.tensor && std::get<2>(key) == who.stage;
+          },
+          [&](const Series& o, std::size_t i) -> std::optional<double> {
+            const auto& waited = o.collective_waited_for[i];
+            if (waited.empty()) return std::nullopt;
+            const auto it = waited.find(r.tensor);
+            return it == waited.end() ? 0.0 : it->second;
+          }))
+    r.peers_collective_wait_ms = *w;
+  return r;
+}
+
+// What evening out an imbalanced stage would gain: the p50 over its ranks
+// of the replayed change at the median, against the run's step time.
+ImbalanceReport AnalysisBuilder::imbalance_report(const Imbalance& what, const Analysis& out) {
+  ImbalanceReport r{what};
+  std::vector<double> gains;
+  for (const auto& st : out.stages_analysis)
+    if (st.stage == what.stage) gains.push_back(st.gain_at_median_p50_ms);
+  r.gain_ms = p50(gains);
+  r.gain_share = share_of(r.gain_ms, out.step_p50_ms);
+  return r;
 }
 
 Analysis analyze_dir(const std::filesystem::path& dir, const StreamOptions& options,

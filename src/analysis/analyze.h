@@ -196,6 +196,16 @@ class AnalysisBuilder {
     int unmatched = 0;
   };
   std::map<std::tuple<int, int, int>, Series> series_;  // (replica, tensor, stage)
+  // finish()'s parts: a stage's figures over the run, its rows per step,
+  // and what fixing each verdict would gain.
+  using Fastest = std::map<std::pair<int, std::int64_t>, double>;  // (pipeline, step) -> ms
+  static StageAnalysis stage_analysis(const Series& s, int stage, double baseline_ms,
+                                      double baseline_relative, const Fastest& fastest,
+                                      int pipeline);
+  static void add_stage_steps(const Series& s, const StageAnalysis& st,
+                              std::vector<StageStepFigures>& rows);
+  StragglerReport straggler_report(const Straggler& who, const Series& s) const;
+  static ImbalanceReport imbalance_report(const Imbalance& what, const Analysis& out);
   std::vector<double> step_ms_, critical_ms_, critical_compute_ms_, critical_transfer_ms_,
       critical_all_reduce_ms_, bubble_;
   std::vector<StepRow> step_rows_;
