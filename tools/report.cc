@@ -107,33 +107,14 @@ std::string wave_section(const std::string& id, const std::string& heading,
                      html_escape(heading), wave_legend(wave), wave.svg);
 }
 
-}  // namespace
-
-Report render_report(const std::filesystem::path& dir, const ReportOptions& options) {
-  const std::string chart_js = read_chart_js(options.chart_js);
-  Report report;
-  ClockAlignment alignment;
-  if (!options.raw_clock) alignment = read_clock_alignment(dir);
-  AnalyzeOptions ao;
-  ao.raw_clock = options.raw_clock;
-  ao.clock = &alignment;
-  ao.progress = options.progress;
-  const Analysis a = analyze_run(dir, ao, &report.warnings);
-  report.steps = a.step_rows.size();
-  report.clock = a.clock.describe();
-  const std::size_t max_points = std::max<std::size_t>(options.max_points, 1);
-  report.bucket = std::max<std::size_t>(1, (report.steps + max_points - 1) / max_points);
-  const std::size_t bucket = report.bucket;
-
-  json data;
+// The step chart: each bucket's mean and max step time, and a marker
+// where each verdict begins.
+void add_step_chart(const Analysis& a, std::size_t bucket, json& data) {
   data["bucket"] = bucket;
   data["p50_ms"] = a.step_p50_ms;
   data["p95_ms"] = a.step_p95_ms;
-  std::vector<std::pair<std::int64_t, double>> step_ms, bubble;
-  for (const auto& r : a.step_rows) {
-    step_ms.push_back({r.step, r.step_ms});
-    if (r.bubble >= 0) bubble.push_back({r.step, r.bubble});
-  }
+  std::vector<std::pair<std::int64_t, double>> step_ms;
+  for (const auto& r : a.step_rows) step_ms.push_back({r.step, r.step_ms});
   const Series steps = bucketed(step_ms, bucket);
   data["step"] = {{"x", steps.x}, {"mean", steps.mean}, {"max", steps.max}};
   const auto step_time = [&](std::int64_t step) {
@@ -157,9 +138,11 @@ Report render_report(const std::filesystem::path& dir, const ReportOptions& opti
                        {"label", fmt::format("imbalance: stage {} {:.2f}x from the first steps",
                                              r.what.stage, r.what.ratio)}});
   data["markers"] = markers;
+}
 
-  // Each stage's columns per step: compute, waits (for a neighbour, at the
-  // TP collectives and at the gradient sync), transfer, the rest.
+// Each stage's columns per step: compute, waits (for a neighbour, at the
+// TP collectives and at the gradient sync), transfer, the rest.
+json stage_charts(const Analysis& a, std::size_t bucket) {
   std::map<std::tuple<int, int, int>, std::vector<const StageStepFigures*>> rows;
   for (const auto& r : a.stage_steps) rows[{r.replica, r.tensor, r.stage}].push_back(&r);
   json stages = json::array();
@@ -188,105 +171,117 @@ Report render_report(const std::filesystem::path& dir, const ReportOptions& opti
                       {"transfer", bucketed(transfer, bucket).mean},
                       {"rest", bucketed(rest, bucket).mean}});
   }
-  data["stages"] = stages;
+  return stages;
+}
+
+// The bubble measured per step against the schedule's.
+json bubble_chart(const Analysis& a, std::size_t bucket) {
+  std::vector<std::pair<std::int64_t, double>> bubble;
+  for (const auto& r : a.step_rows)
+    if (r.bubble >= 0) bubble.push_back({r.step, r.bubble});
   const Series b = bucketed(bubble, bucket);
-  data["bubble"] = {
-      {"x", b.x},
-      {"measured", b.mean},
-      {"p50", a.bubble_p50 >= 0 ? json(a.bubble_p50) : json(nullptr)},
-      {"theoretical", a.theoretical_bubble >= 0 ? json(a.theoretical_bubble) : json(nullptr)},
-      {"formula", theoretical_bubble_formula(a.virtual_stages)}};
+  return {{"x", b.x},
+          {"measured", b.mean},
+          {"p50", a.bubble_p50 >= 0 ? json(a.bubble_p50) : json(nullptr)},
+          {"theoretical", a.theoretical_bubble >= 0 ? json(a.theoretical_bubble) : json(nullptr)},
+          {"formula", theoretical_bubble_formula(a.virtual_stages)}};
+}
 
-  // Each process's clock samples, against the time since the run's first
-  // sample (on the reference clock), thinned to max_points each.
+// Each process's clock samples, against the time since the run's first
+// sample (on the reference clock), thinned to max_points each.
+json clock_chart(const ClockAlignment& alignment, std::size_t max_points) {
   json clock = json::array();
-  {
-    const auto series = alignment.series();
-    std::int64_t origin = 0;
-    bool have_origin = false;
-    for (const auto& s : series)
-      for (const auto& p : s.points)
-        if (!have_origin || p.local_ns + p.offset_ns < origin) {
-          origin = p.local_ns + p.offset_ns;
-          have_origin = true;
-        }
-    for (const auto& s : series) {
-      const std::size_t stride =
-          std::max<std::size_t>(1, (s.points.size() + max_points - 1) / max_points);
-      json t = json::array(), offset = json::array(), uncertainty = json::array();
-      for (std::size_t i = 0; i < s.points.size(); i += stride) {
-        const ClockPoint& p = s.points[i];
-        t.push_back(static_cast<double>(p.local_ns + p.offset_ns - origin) / 1e9);
-        offset.push_back(static_cast<double>(p.offset_ns) / 1e3);
-        uncertainty.push_back(static_cast<double>(p.uncertainty_ns) / 1e3);
+  const auto series = alignment.series();
+  std::int64_t origin = 0;
+  bool have_origin = false;
+  for (const auto& s : series)
+    for (const auto& p : s.points)
+      if (!have_origin || p.local_ns + p.offset_ns < origin) {
+        origin = p.local_ns + p.offset_ns;
+        have_origin = true;
       }
-      clock.push_back({{"rank", s.rank},
-                       {"model", clock_model_name(s.model)},
-                       {"t_s", t},
-                       {"offset_us", offset},
-                       {"uncertainty_us", uncertainty}});
+  for (const auto& s : series) {
+    const std::size_t stride =
+        std::max<std::size_t>(1, (s.points.size() + max_points - 1) / max_points);
+    json t = json::array(), offset = json::array(), uncertainty = json::array();
+    for (std::size_t i = 0; i < s.points.size(); i += stride) {
+      const ClockPoint& p = s.points[i];
+      t.push_back(static_cast<double>(p.local_ns + p.offset_ns - origin) / 1e9);
+      offset.push_back(static_cast<double>(p.offset_ns) / 1e3);
+      uncertainty.push_back(static_cast<double>(p.uncertainty_ns) / 1e3);
     }
+    clock.push_back({{"rank", s.rank},
+                     {"model", clock_model_name(s.model)},
+                     {"t_s", t},
+                     {"offset_us", offset},
+                     {"uncertainty_us", uncertainty}});
   }
-  data["clock"] = clock;
+  return clock;
+}
 
-  // The waves: the median step (the lower middle by step time) and the
-  // slowest.
+// The waves: the median step (the lower middle by step time) and the
+// slowest, read again from the run; their steps go into the report.
+std::string wave_sections(const std::filesystem::path& dir, const Analysis& a,
+                          const ClockAlignment& alignment, Report& report) {
   std::string waves;
-  if (!a.step_rows.empty()) {
-    std::vector<const StepRow*> by_time;
-    for (const auto& r : a.step_rows) by_time.push_back(&r);
-    std::sort(by_time.begin(), by_time.end(), [](const StepRow* x, const StepRow* y) {
-      return std::tie(x->step_ms, x->step) < std::tie(y->step_ms, y->step);
-    });
-    const StepRow& median = *by_time[(by_time.size() - 1) / 2];
-    const StepRow& slowest = *by_time.back();
-    report.median_step = median.step;
-    report.slowest_step = slowest.step;
-    const std::vector<DrawnStep> drawn = read_steps(dir, {median.step, slowest.step}, alignment);
-    for (const auto& d : drawn) {
-      if (d.step == median.step)
-        waves += wave_section("wave-median",
-                              fmt::format("The median step: step {} ({:.2f} ms), critical path "
-                                          "outlined",
-                                          median.step, median.step_ms),
-                              d);
-      if (d.step == slowest.step && slowest.step != median.step)
-        waves += wave_section(
-            "wave-slowest",
-            fmt::format("The slowest step: step {} ({:.2f} ms)", slowest.step, slowest.step_ms), d);
-    }
+  if (a.step_rows.empty()) return waves;
+  std::vector<const StepRow*> by_time;
+  for (const auto& r : a.step_rows) by_time.push_back(&r);
+  std::sort(by_time.begin(), by_time.end(), [](const StepRow* x, const StepRow* y) {
+    return std::tie(x->step_ms, x->step) < std::tie(y->step_ms, y->step);
+  });
+  const StepRow& median = *by_time[(by_time.size() - 1) / 2];
+  const StepRow& slowest = *by_time.back();
+  report.median_step = median.step;
+  report.slowest_step = slowest.step;
+  const std::vector<DrawnStep> drawn = read_steps(dir, {median.step, slowest.step}, alignment);
+  for (const auto& d : drawn) {
+    if (d.step == median.step)
+      waves += wave_section("wave-median",
+                            fmt::format("The median step: step {} ({:.2f} ms), critical path "
+                                        "outlined",
+                                        median.step, median.step_ms),
+                            d);
+    if (d.step == slowest.step && slowest.step != median.step)
+      waves += wave_section(
+          "wave-slowest",
+          fmt::format("The slowest step: step {} ({:.2f} ms)", slowest.step, slowest.step_ms), d);
   }
+  return waves;
+}
 
-  const std::string title = "lens report: " + dir.string();
-  std::string facts;
-  if (a.steps == 0) {
-    facts =
-        "No step to analyse: record the step, forward_backward and microbatch span groups "
-        "(e.g. per_step,microbatch).";
-  } else {
-    facts = fmt::format(
-        "{} steps; {} stages{}{}{}, {} microbatches per step. Step p50 {:.2f} ms, p95 {:.2f} ms; "
-        "critical path p50 {:.2f} ms.",
-        a.steps, a.stages,
-        a.virtual_stages > 1 ? fmt::format(" of {} chunks", a.virtual_stages) : std::string(),
-        a.replicas > 1 ? fmt::format(" x {} replicas", a.replicas) : std::string(),
-        a.tensors > 1 ? fmt::format(" x {} tensor ranks", a.tensors) : std::string(),
-        a.microbatches, a.step_p50_ms, a.step_p95_ms, a.critical_path_p50_ms);
-    if (bucket > 1)
-      facts += fmt::format(" Charts over steps show the mean of every {} steps.", bucket);
-  }
+// The line of facts under the title.
+std::string facts_of(const Analysis& a, std::size_t bucket) {
+  if (a.steps == 0)
+    return "No step to analyse: record the step, forward_backward and microbatch span groups "
+           "(e.g. per_step,microbatch).";
+  std::string facts = fmt::format(
+      "{} steps; {} stages{}{}{}, {} microbatches per step. Step p50 {:.2f} ms, p95 {:.2f} ms; "
+      "critical path p50 {:.2f} ms.",
+      a.steps, a.stages,
+      a.virtual_stages > 1 ? fmt::format(" of {} chunks", a.virtual_stages) : std::string(),
+      a.replicas > 1 ? fmt::format(" x {} replicas", a.replicas) : std::string(),
+      a.tensors > 1 ? fmt::format(" x {} tensor ranks", a.tensors) : std::string(),
+      a.microbatches, a.step_p50_ms, a.step_p95_ms, a.critical_path_p50_ms);
+  if (bucket > 1) facts += fmt::format(" Charts over steps show the mean of every {} steps.", bucket);
+  return facts;
+}
+
+// The page: its own style and error capture first, Chart.js, then the
+// body; the charts drawn from the data element.
+std::string page(const std::string& title, const Analysis& a, const std::string& chart_js,
+                 std::size_t stage_count, const std::string& waves, const json& data) {
+  const std::string facts = facts_of(a, data["bucket"].get<std::size_t>());
   const std::string verdicts = a.steps > 0 ? format_verdicts(a) : std::string();
   std::string stage_charts;
-  for (std::size_t i = 0; i < stages.size(); ++i)
+  for (std::size_t i = 0; i < stage_count; ++i)
     stage_charts +=
         fmt::format("<div class=\"chart small\"><canvas id=\"chart-stage-{}\"></canvas></div>", i);
-
   std::string data_text = data.dump();
   for (std::size_t at = data_text.find("</"); at != std::string::npos;
        at = data_text.find("</", at))
     data_text.replace(at, 2, "<\\/");
 
-  // The page's own style and error capture first, Chart.js, then the body.
   std::string html = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>" +
                      html_escape(title) + "</title>\n";
   html += "<style>\n" + std::string(assets::kReportCss) + "\n" + wave_style() + "</style>\n";
@@ -314,7 +309,34 @@ Report render_report(const std::filesystem::path& dir, const ReportOptions& opti
   // #rendered (for tests and for reading without a canvas).
   html += "<script>\n" + std::string(assets::kReportDrawJs) + "</script>\n";
   html += "</body></html>\n";
-  report.html = std::move(html);
+  return html;
+}
+
+}  // namespace
+
+Report render_report(const std::filesystem::path& dir, const ReportOptions& options) {
+  const std::string chart_js = read_chart_js(options.chart_js);
+  Report report;
+  ClockAlignment alignment;
+  if (!options.raw_clock) alignment = read_clock_alignment(dir);
+  AnalyzeOptions ao;
+  ao.raw_clock = options.raw_clock;
+  ao.clock = &alignment;
+  ao.progress = options.progress;
+  const Analysis a = analyze_run(dir, ao, &report.warnings);
+  report.steps = a.step_rows.size();
+  report.clock = a.clock.describe();
+  const std::size_t max_points = std::max<std::size_t>(options.max_points, 1);
+  report.bucket = std::max<std::size_t>(1, (report.steps + max_points - 1) / max_points);
+
+  json data;
+  add_step_chart(a, report.bucket, data);
+  const json stages = stage_charts(a, report.bucket);
+  data["stages"] = stages;
+  data["bubble"] = bubble_chart(a, report.bucket);
+  data["clock"] = clock_chart(alignment, max_points);
+  const std::string waves = wave_sections(dir, a, alignment, report);
+  report.html = page("lens report: " + dir.string(), a, chart_js, stages.size(), waves, data);
   return report;
 }
 
