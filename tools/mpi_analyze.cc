@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -118,10 +119,10 @@ constexpr std::size_t kMaxPartBytes = std::size_t{1} << 30;
 // steps' process, the one a single process meets first).
 int split_over_world(
     const std::string& dir, bool raw_clock,
-    const std::function<std::string(const analysis::StepIndex&, analysis::StepRange,
-                                    const analysis::ClockAlignment&)>& part,
-    const std::function<int(const std::vector<std::string>&, const analysis::ClockAlignment&)>&
-        finish) {
+    const std::function<std::string(const analysis::OpenedRun&, const analysis::StepIndex&,
+                                    analysis::StepRange, const analysis::ClockAlignment&)>& part,
+    const std::function<int(const analysis::OpenedRun&, const std::vector<std::string>&,
+                            const analysis::ClockAlignment&)>& finish) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) MPI_Init(nullptr, nullptr);
@@ -146,6 +147,13 @@ int split_over_world(
   // a saved index, their step index; rank 0 joins the shares (and saves
   // the index), and every process gets the index and the samples, or the
   // error that stopped them.
+  // The run, opened once in this process when first needed (inside the
+  // calls whose errors every process agrees on).
+  std::optional<analysis::OpenedRun> opened;
+  const auto run = [&]() -> const analysis::OpenedRun& {
+    if (!opened) opened.emplace(dir);
+    return *opened;
+  };
   std::string saved;  // 'k' and the saved index's bytes (none: empty), or 'e' and an error
   if (rank == 0)
     saved = outcome([&] {
@@ -154,7 +162,7 @@ int split_over_world(
                                   ": under MPI, lens reads a run in lens's layout (a directory "
                                   "of rank-<r>.otlp.jsonl files) on a file system every process "
                                   "sees; for other layouts run it as one process");
-      const auto index = analysis::saved_step_index(dir);
+      const auto index = analysis::saved_step_index(run());
       return index ? analysis::to_bytes(*index) : std::string();
     });
   broadcast(saved, rank);
@@ -163,9 +171,9 @@ int split_over_world(
     const bool build_index = saved.size() == 1;
     const std::string share = outcome([&] {
       const std::string index =
-          build_index ? analysis::to_bytes(analysis::index_share(dir, rank, size)) : std::string();
+          build_index ? analysis::to_bytes(analysis::index_share(run(), rank, size)) : std::string();
       const std::string samples =
-          raw_clock ? std::string() : analysis::clock_samples_share(dir, rank, size);
+          raw_clock ? std::string() : analysis::clock_samples_share(run(), rank, size);
       const std::uint64_t n = index.size();
       return std::string(reinterpret_cast<const char*>(&n), sizeof n) + index + samples;
     });
@@ -191,7 +199,7 @@ int split_over_world(
             samples.push_back(s.substr(1 + sizeof n + n));
           }
           const std::string index =
-              build_index ? analysis::to_bytes(analysis::join_index_shares(dir, std::move(indexes)))
+              build_index ? analysis::to_bytes(analysis::join_index_shares(run(), std::move(indexes)))
                           : saved.substr(1);
           const std::uint64_t n = index.size();
           return std::string(reinterpret_cast<const char*>(&n), sizeof n) + index +
@@ -218,7 +226,7 @@ int split_over_world(
       const analysis::ClockAlignment clock =
           raw_clock ? analysis::ClockAlignment() : analysis::clock_from_samples(samples);
       const auto ranges = analysis::split_steps(index, size);
-      std::string bytes = part(index, ranges[static_cast<std::size_t>(rank)], clock);
+      std::string bytes = part(run(), index, ranges[static_cast<std::size_t>(rank)], clock);
       if (bytes.size() > kMaxPartBytes)
         throw std::runtime_error("one process's rows exceed 1 GiB: run with more processes");
       return bytes;
@@ -242,7 +250,7 @@ int split_over_world(
           for (const auto& p : parts) rows.push_back(p.substr(1));
           const analysis::ClockAlignment clock =
               raw_clock ? analysis::ClockAlignment() : analysis::clock_from_samples(samples);
-          finished = finish(rows, clock);
+          finished = finish(run(), rows, clock);
           return std::string();
         });
         if (done[0] == 'e') {
@@ -266,11 +274,12 @@ int mpi_analyze(const std::string& dir, bool raw_clock,
                                          const std::vector<std::string>&)>& print) {
   return split_over_world(
       dir, raw_clock,
-      [&](const analysis::StepIndex& index, analysis::StepRange range,
-          const analysis::ClockAlignment& clock) {
-        return analysis::analyze_part(dir, index, range, clock, false);
+      [&](const analysis::OpenedRun& run, const analysis::StepIndex& index,
+          analysis::StepRange range, const analysis::ClockAlignment& clock) {
+        return analysis::analyze_part(run, index, range, clock, false);
       },
-      [&](const std::vector<std::string>& parts, const analysis::ClockAlignment& clock) {
+      [&](const analysis::OpenedRun& run, const std::vector<std::string>& parts,
+          const analysis::ClockAlignment& clock) {
         std::vector<std::string> warnings;
         const analysis::Analysis a =
             analysis::merge_parts(parts, clock, raw_clock, false, &warnings);
@@ -284,11 +293,12 @@ int mpi_summary(const std::string& dir, bool raw_clock,
                                          const std::vector<std::string>&)>& print) {
   return split_over_world(
       dir, raw_clock,
-      [&](const analysis::StepIndex& index, analysis::StepRange range,
-          const analysis::ClockAlignment& clock) {
-        return analysis::summary_part(dir, index, range, clock);
+      [&](const analysis::OpenedRun& run, const analysis::StepIndex& index,
+          analysis::StepRange range, const analysis::ClockAlignment& clock) {
+        return analysis::summary_part(run, index, range, clock);
       },
-      [&](const std::vector<std::string>& parts, const analysis::ClockAlignment& clock) {
+      [&](const analysis::OpenedRun& run, const std::vector<std::string>& parts,
+          const analysis::ClockAlignment& clock) {
         std::vector<std::string> warnings;
         const analysis::Summary s =
             analysis::merge_summary_parts(parts, clock, raw_clock, &warnings);
@@ -303,12 +313,13 @@ int mpi_check(const std::string& dir,
   // windows themselves are read on each rank's own clock.
   return split_over_world(
       dir, false,
-      [&](const analysis::StepIndex& index, analysis::StepRange range,
-          const analysis::ClockAlignment& clock) {
-        return analysis::check_part(dir, index, range, analysis::start_order_of(dir, clock));
+      [&](const analysis::OpenedRun& run, const analysis::StepIndex& index,
+          analysis::StepRange range, const analysis::ClockAlignment& clock) {
+        return analysis::check_part(run, index, range, analysis::start_order_of(run, clock));
       },
-      [&](const std::vector<std::string>& parts, const analysis::ClockAlignment& clock) {
-        return print(analysis::merge_check_parts(parts, dir, analysis::start_order_of(dir, clock)));
+      [&](const analysis::OpenedRun& run, const std::vector<std::string>& parts,
+          const analysis::ClockAlignment& clock) {
+        return print(analysis::merge_check_parts(parts, run, analysis::start_order_of(run, clock)));
       });
 }
 

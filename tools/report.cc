@@ -79,7 +79,7 @@ struct DrawnStep {
   Run run;
 };
 
-std::vector<DrawnStep> read_steps(const std::filesystem::path& dir, std::vector<std::int64_t> steps,
+std::vector<DrawnStep> read_steps(const OpenedRun& run, std::vector<std::int64_t> steps,
                                   const ClockAlignment& clock) {
   ClockReport clock_report = ClockReport::of(clock);
   LateSpans late;
@@ -87,7 +87,7 @@ std::vector<DrawnStep> read_steps(const std::filesystem::path& dir, std::vector<
   so.stop_after_step = *std::max_element(steps.begin(), steps.end());
   std::vector<DrawnStep> out;
   stream_steps(
-      dir,
+      run,
       [&](StepWindow& w) {
         if (std::find(steps.begin(), steps.end(), w.step) != steps.end())
           out.push_back({w.step, std::move(w.run)});
@@ -221,7 +221,7 @@ json clock_chart(const ClockAlignment& alignment, std::size_t max_points) {
 
 // The waves: the median step (the lower middle by step time) and the
 // slowest, read again from the run; their steps go into the report.
-std::string wave_sections(const std::filesystem::path& dir, const Analysis& a,
+std::string wave_sections(const OpenedRun& run, const Analysis& a,
                           const ClockAlignment& alignment, Report& report) {
   std::string waves;
   if (a.step_rows.empty()) return waves;
@@ -234,7 +234,7 @@ std::string wave_sections(const std::filesystem::path& dir, const Analysis& a,
   const StepRow& slowest = *by_time.back();
   report.median_step = median.step;
   report.slowest_step = slowest.step;
-  const std::vector<DrawnStep> drawn = read_steps(dir, {median.step, slowest.step}, alignment);
+  const std::vector<DrawnStep> drawn = read_steps(run, {median.step, slowest.step}, alignment);
   for (const auto& d : drawn) {
     if (d.step == median.step)
       waves += wave_section("wave-median",
@@ -314,16 +314,16 @@ std::string page(const std::string& title, const Analysis& a, const std::string&
 
 }  // namespace
 
-Report render_report(const std::filesystem::path& dir, const ReportOptions& options) {
+Report render_report(const OpenedRun& run, const ReportOptions& options) {
   const std::string chart_js = read_chart_js(options.chart_js);
   Report report;
   ClockAlignment alignment;
-  if (!options.raw_clock) alignment = read_clock_alignment(dir);
+  if (!options.raw_clock) alignment = read_clock_alignment(run);
   AnalyzeOptions ao;
   ao.raw_clock = options.raw_clock;
   ao.clock = &alignment;
   ao.progress = options.progress;
-  const Analysis a = analyze_run(dir, ao, &report.warnings);
+  const Analysis a = analyze_run(run, ao, &report.warnings);
   report.steps = a.step_rows.size();
   report.clock = a.clock.describe();
   const std::size_t max_points = std::max<std::size_t>(options.max_points, 1);
@@ -335,8 +335,8 @@ Report render_report(const std::filesystem::path& dir, const ReportOptions& opti
   data["stages"] = stages;
   data["bubble"] = bubble_chart(a, report.bucket);
   data["clock"] = clock_chart(alignment, max_points);
-  const std::string waves = wave_sections(dir, a, alignment, report);
-  report.html = page("lens report: " + dir.string(), a, chart_js, stages.size(), waves, data);
+  const std::string waves = wave_sections(run, a, alignment, report);
+  report.html = page("lens report: " + run.input().string(), a, chart_js, stages.size(), waves, data);
   return report;
 }
 

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "opened_run.h"
+
 namespace lens::tools {
 
 // Where Chart.js is read from: LENS_CHART_JS, else Debian's libjs-chart.js.
@@ -46,6 +48,6 @@ struct Report {
 
 // Throws analysis::ReadError for a bad run, std::runtime_error when
 // Chart.js cannot be read.
-Report render_report(const std::filesystem::path& dir, const ReportOptions& options);
+Report render_report(const analysis::OpenedRun& run, const ReportOptions& options);
 
 }  // namespace lens::tools

@@ -1,5 +1,6 @@
 #include "upload.h"
 
+#include "opened_run.h"
 #include "run_import.h"
 
 #include <algorithm>
@@ -88,12 +89,14 @@ UploadReport upload(const std::vector<std::filesystem::path>& paths, const OtlpH
   UploadReport report;
   std::vector<std::filesystem::path> files;
   // Traces in another layout (a collector's files, protobuf, zstd, Jaeger,
-  // Tempo, the SDK's console output): their import's rank files.
+  // Tempo, the SDK's console output): their import's rank files, kept
+  // until the upload is done.
+  std::vector<analysis::OpenedRun> opened;
   const auto imported = [&](const std::filesystem::path& p) {
-    const std::filesystem::path dir = analysis::readable_run(p, &report.warnings);
-    for (const auto& e : std::filesystem::directory_iterator(dir))
-      if (e.is_regular_file() && e.path().string().ends_with(".otlp.jsonl"))
-        files.push_back(e.path());
+    const analysis::OpenedRun& run = opened.emplace_back(p);
+    report.warnings.insert(report.warnings.end(), run.import_warnings().begin(),
+                           run.import_warnings().end());
+    files.insert(files.end(), run.files().begin(), run.files().end());
   };
   for (const auto& p : paths) {
     std::error_code ec;

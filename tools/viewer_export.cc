@@ -58,10 +58,10 @@ FlowStart flow_start(const SpanRow& s) { return {s.rank, lane_row(kind_of(s)), s
 // The earliest span start of the run, on rank 0's clock when `clock` is
 // given (a file's earliest span is still its earliest once aligned: offsets
 // change by ppm).
-std::int64_t earliest_start_ns(const std::filesystem::path& dir, const ClockAlignment* clock) {
+std::int64_t earliest_start_ns(const OpenedRun& run, const ClockAlignment* clock) {
   constexpr std::string_view kKey = "\"startTimeUnixNano\":";
   std::int64_t earliest = std::numeric_limits<std::int64_t>::max();
-  for (const auto& path : run_files(dir)) {
+  for (const auto& path : run.files()) {
     std::int64_t in_file = std::numeric_limits<std::int64_t>::max();
     std::ifstream in(path, std::ios::binary);
     LineReader lines(in);
@@ -105,12 +105,12 @@ const char* span_kind_tag(int kind) {
 
 }  // namespace
 
-ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out,
+ExportCounts export_perfetto(const OpenedRun& run, std::ostream& out,
                              const StreamOptions& options) {
   ExportCounts counts;
   // Microseconds from the run's first span: absolute ones (~1.7e15) would
   // lose their sub-microsecond digits in a double and print in exponent form.
-  const std::int64_t origin_ns = earliest_start_ns(dir, options.clock);
+  const std::int64_t origin_ns = earliest_start_ns(run, options.clock);
   const auto us = [origin_ns](std::int64_t ns) {
     return static_cast<double>(ns - origin_ns) / 1e3;
   };
@@ -179,7 +179,7 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
     }
   };
   Run rest = stream_steps(
-      dir, [&](StepWindow& w) { add_spans(w.run); }, options);
+      run, [&](StepWindow& w) { add_spans(w.run); }, options);
   add_spans(rest);
   const char* row_names[kLaneRows] = {"step", "compute", "p2p and collectives", "linked"};
   // A process per rank, named with its stage (and with tensor parallelism
@@ -218,7 +218,7 @@ ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out
     // draw from and is left out.
     std::unordered_map<std::string, FlowStart> targets;
     for (const auto& p : pending) targets.emplace(p.target, FlowStart{});
-    scan_spans(dir, [&](const RankFile&, const std::vector<SpanRow>& spans) {
+    scan_spans(run, [&](const RankFile&, const std::vector<SpanRow>& spans) {
       for (const auto& s : spans)
         if (auto it = targets.find(s.span_id); it != targets.end()) {
           SpanRow target = s;
@@ -338,7 +338,7 @@ void merge_trace(json& entry, json& extra) {
 
 }  // namespace
 
-ExportCounts export_jaeger(const std::filesystem::path& dir, std::ostream& out,
+ExportCounts export_jaeger(const OpenedRun& run, std::ostream& out,
                            const StreamOptions& options, const JaegerOptions& jaeger) {
   // Jaeger's UI keeps one entry per traceID, so each trace must be written
   // whole. Steps are written as they are read, to a temporary file (a line
@@ -357,7 +357,7 @@ ExportCounts export_jaeger(const std::filesystem::path& dir, std::ostream& out,
   {
     std::ofstream tmp(tmp_path, std::ios::binary | std::ios::trunc);
     Run rest = stream_steps(
-        dir,
+        run,
         [&](StepWindow& w) {
           for (auto& [id, entry] : jaeger_traces(w.run, counts, jaeger))
             tmp << id << ' ' << entry.dump() << '\n';

@@ -32,7 +32,7 @@ struct ExportCounts {
   std::vector<std::string> warnings;  // the reader's
 };
 
-ExportCounts export_perfetto(const std::filesystem::path& dir, std::ostream& out,
+ExportCounts export_perfetto(const analysis::OpenedRun& run, std::ostream& out,
                              const analysis::StreamOptions& options = {});
 struct JaegerOptions {
   /// Each rank's process keeps the plain service name instead of
@@ -42,7 +42,7 @@ struct JaegerOptions {
 
 /// One process per rank with every resource attribute as a typed tag, span
 /// tags with their types, links as FOLLOWS_FROM references.
-ExportCounts export_jaeger(const std::filesystem::path& dir, std::ostream& out,
+ExportCounts export_jaeger(const analysis::OpenedRun& run, std::ostream& out,
                            const analysis::StreamOptions& options = {},
                            const JaegerOptions& jaeger = {});
 

@@ -370,11 +370,11 @@ ImbalanceReport AnalysisBuilder::imbalance_report(const Imbalance& what, const A
   return r;
 }
 
-Analysis analyze_dir(const std::filesystem::path& dir, const StreamOptions& options,
+Analysis analyze_dir(const OpenedRun& run, const StreamOptions& options,
                      std::vector<std::string>* warnings, bool keep_critical_path) {
   AnalysisBuilder builder(keep_critical_path);
   Run rest = stream_steps(
-      dir, [&](StepWindow& w) { builder.add(build_view(w.run), w.run); }, options);
+      run, [&](StepWindow& w) { builder.add(build_view(w.run), w.run); }, options);
   if (warnings)
     for (const auto& f : rest.files)
       warnings->insert(warnings->end(), f.warnings.begin(), f.warnings.end());
@@ -383,10 +383,10 @@ Analysis analyze_dir(const std::filesystem::path& dir, const StreamOptions& opti
   return a;
 }
 
-Analysis analyze_run(const std::filesystem::path& dir, const AnalyzeOptions& options,
+Analysis analyze_run(const OpenedRun& run, const AnalyzeOptions& options,
                      std::vector<std::string>* warnings) {
   ClockAlignment read;
-  if (!options.raw_clock && options.clock == nullptr) read = read_clock_alignment(dir);
+  if (!options.raw_clock && options.clock == nullptr) read = read_clock_alignment(run);
   const ClockAlignment& clock =
       options.clock != nullptr && !options.raw_clock ? *options.clock : read;
   ClockReport clock_report = ClockReport::of(clock);
@@ -394,7 +394,7 @@ Analysis analyze_run(const std::filesystem::path& dir, const AnalyzeOptions& opt
   LateSpans late;
   StreamOptions so = aligned_stream(clock, &clock_report, &late);
   so.progress = options.progress;
-  Analysis a = analyze_dir(dir, so, warnings, options.keep_critical_path);
+  Analysis a = analyze_dir(run, so, warnings, options.keep_critical_path);
   a.clock = std::move(clock_report);
   a.left_out = std::move(late);
   return a;

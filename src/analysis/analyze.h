@@ -218,7 +218,7 @@ class AnalysisBuilder {
   std::size_t steps_ = 0;
 };
 
-Analysis analyze_dir(const std::filesystem::path& dir, const StreamOptions& options,
+Analysis analyze_dir(const OpenedRun& run, const StreamOptions& options,
                      std::vector<std::string>* warnings, bool keep_critical_path = false);
 
 struct AnalyzeOptions {
@@ -234,7 +234,7 @@ struct AnalyzeOptions {
 // `lens analyze RUN`: the run's clock alignment read first (unless
 // raw_clock), then every step analysed on it; the result's clock and
 // left_out filled. The readers' warnings go to `warnings`.
-Analysis analyze_run(const std::filesystem::path& dir, const AnalyzeOptions& options,
+Analysis analyze_run(const OpenedRun& run, const AnalyzeOptions& options,
                      std::vector<std::string>* warnings);
 std::string format_table(const Analysis& a);
 // `lens analyze --per-step`: a row per step and stage with the columns that

@@ -579,19 +579,19 @@ std::vector<Violation> check_run(const Run& run, const PipelineView& view) {
   return checker.finish(files, [](std::map<std::string, std::string>&) {});
 }
 
-StartOrder start_order_of(const std::filesystem::path& dir, const ClockAlignment& clock) {
+StartOrder start_order_of(const OpenedRun& run, const ClockAlignment& clock) {
   // Which clocks start times can be compared on: the files' hosts and
   // ranks (from their first lines) and the run's clock samples.
   std::set<std::string> hosts;
   std::set<int> ranks;
-  for (const auto& path : run_files(dir)) {
+  for (const auto& path : run.files()) {
     RankFileReader reader(path);
     if (reader.next_line()) note_host_and_rank(reader.file(), hosts, ranks);
   }
   return StartOrder::of(hosts, ranks, clock);
 }
 
-CheckResult finish_check(const std::filesystem::path& dir, RunChecker& checker, const Run& rest,
+CheckResult finish_check(const OpenedRun& run, RunChecker& checker, const Run& rest,
                          std::size_t window_spans, LateSpans late) {
   CheckResult result;
   result.late = std::move(late);
@@ -602,7 +602,7 @@ CheckResult finish_check(const std::filesystem::path& dir, RunChecker& checker, 
   for (const auto& f : rest.files)
     result.warnings.insert(result.warnings.end(), f.warnings.begin(), f.warnings.end());
   result.violations = checker.finish(rest, [&](std::map<std::string, std::string>& wanted) {
-    scan_spans(dir, [&](const RankFile&, const std::vector<SpanRow>& spans) {
+    scan_spans(run, [&](const RankFile&, const std::vector<SpanRow>& spans) {
       for (const auto& s : spans)
         if (auto it = wanted.find(s.span_id); it != wanted.end()) it->second = s.trace_id;
     });
@@ -630,21 +630,21 @@ CheckResult finish_check(const std::filesystem::path& dir, RunChecker& checker, 
   return result;
 }
 
-CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& options) {
-  const ClockAlignment clock = read_clock_alignment(dir);  // the checker keeps a pointer
-  RunChecker checker(start_order_of(dir, clock));
+CheckResult check_dir(const OpenedRun& run, const StreamOptions& options) {
+  const ClockAlignment clock = read_clock_alignment(run);  // the checker keeps a pointer
+  RunChecker checker(start_order_of(run, clock));
   LateSpans late;
   StreamOptions stream = options;
   if (stream.late == nullptr) stream.late = &late;
   std::size_t spans = 0;
   Run rest = stream_steps(
-      dir,
+      run,
       [&](StepWindow& w) {
         spans += w.run.span_count();
         checker.add(w.run, build_view(w.run));
       },
       stream);
-  return finish_check(dir, checker, rest, spans, *stream.late);
+  return finish_check(run, checker, rest, spans, *stream.late);
 }
 
 }  // namespace lens::analysis

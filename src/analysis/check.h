@@ -201,7 +201,7 @@ struct CheckResult {
   // checked, which `lens check` fails on unless told to allow it.
   LateSpans late;
 };
-CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& options = {});
+CheckResult check_dir(const OpenedRun& run, const StreamOptions& options = {});
 
 // The pieces of check_dir a run split over processes uses (partial_analysis.h):
 // how start times are compared (from the files' first lines and `clock`,
@@ -209,8 +209,8 @@ CheckResult check_dir(const std::filesystem::path& dir, const StreamOptions& opt
 // and the result from a checker that has seen every step window, the spans
 // in no window (`rest`, every file's metadata), the windows' span count and
 // what the stream left out.
-StartOrder start_order_of(const std::filesystem::path& dir, const ClockAlignment& clock);
-CheckResult finish_check(const std::filesystem::path& dir, RunChecker& checker, const Run& rest,
+StartOrder start_order_of(const OpenedRun& run, const ClockAlignment& clock);
+CheckResult finish_check(const OpenedRun& run, RunChecker& checker, const Run& rest,
                          std::size_t window_spans, LateSpans late);
 
 // "step 3, rank 2: what [span-name span-id]"

@@ -303,16 +303,16 @@ std::vector<SpanRow> read_file_clock_samples(const std::filesystem::path& file) 
   return samples;
 }
 
-std::vector<SpanRow> read_clock_samples(const std::filesystem::path& dir) {
+std::vector<SpanRow> read_clock_samples(const OpenedRun& run) {
   std::vector<SpanRow> samples;
-  for (const auto& path : run_files(dir))
+  for (const auto& path : run.files())
     for (auto& s : read_file_clock_samples(path)) samples.push_back(std::move(s));
   return samples;
 }
 
-ClockAlignment read_clock_alignment(const std::filesystem::path& dir) {
+ClockAlignment read_clock_alignment(const OpenedRun& run) {
   ClockAlignment alignment;
-  for (const auto& s : read_clock_samples(dir)) alignment.add(s);
+  for (const auto& s : read_clock_samples(run)) alignment.add(s);
   return alignment;
 }
 

@@ -136,10 +136,10 @@ class ClockAlignment {
 // The samples of the run in `dir` (its lens.clock_sync spans, in file
 // order): one pass that parses only the lines naming them; their
 // alignment. ReadError as the reader throws it.
-std::vector<SpanRow> read_clock_samples(const std::filesystem::path& dir);
+std::vector<SpanRow> read_clock_samples(const OpenedRun& run);
 // The samples of one rank file.
 std::vector<SpanRow> read_file_clock_samples(const std::filesystem::path& file);
-ClockAlignment read_clock_alignment(const std::filesystem::path& dir);
+ClockAlignment read_clock_alignment(const OpenedRun& run);
 
 // A receive that ended before its matching send began by more than the
 // alignment allows: a clock error the causality pass exposes instead of

@@ -381,12 +381,12 @@ std::filesystem::path saved_index_path(const std::filesystem::path& dir) {
 }
 }  // namespace
 
-std::optional<StepIndex> saved_step_index(const std::filesystem::path& dir) {
-  const std::filesystem::path saved = saved_index_path(dir);
+std::optional<StepIndex> saved_step_index(const OpenedRun& run) {
+  const std::filesystem::path saved = saved_index_path(run.input());
   if (saved.empty()) return std::nullopt;
   std::ifstream in(saved, std::ios::binary);
   if (!in) return std::nullopt;
-  const auto paths = run_files(dir);
+  const auto& paths = run.files();
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   try {
     StepIndex index = step_index_from_bytes(bytes);
@@ -405,8 +405,8 @@ std::optional<StepIndex> saved_step_index(const std::filesystem::path& dir) {
   return std::nullopt;
 }
 
-StepIndex index_share(const std::filesystem::path& dir, int share, int shares) {
-  const auto paths = run_files(dir);
+StepIndex index_share(const OpenedRun& run, int share, int shares) {
+  const auto& paths = run.files();
   StepIndex index;
   for (std::size_t i = static_cast<std::size_t>(std::max(share, 0)); i < paths.size();
        i += static_cast<std::size_t>(std::max(shares, 1)))
@@ -414,7 +414,7 @@ StepIndex index_share(const std::filesystem::path& dir, int share, int shares) {
   return index;
 }
 
-StepIndex join_index_shares(const std::filesystem::path& dir, std::vector<StepIndex> shares) {
+StepIndex join_index_shares(const OpenedRun& run, std::vector<StepIndex> shares) {
   StepIndex index;
   const std::size_t k = shares.size();
   std::size_t total = 0;
@@ -425,7 +425,7 @@ StepIndex join_index_shares(const std::filesystem::path& dir, std::vector<StepIn
     if (i / k >= from.size()) throw std::runtime_error("the step index's shares do not fit");
     index.files.push_back(std::move(from[i / k]));
   }
-  const std::filesystem::path saved = saved_index_path(dir);
+  const std::filesystem::path saved = saved_index_path(run.input());
   if (!saved.empty()) {
     // Written whole under another name, then renamed: a reader never sees
     // half an index. A run on a read-only file system goes without.
@@ -443,11 +443,11 @@ StepIndex join_index_shares(const std::filesystem::path& dir, std::vector<StepIn
   return index;
 }
 
-StepIndex step_index(const std::filesystem::path& dir) {
-  if (auto saved = saved_step_index(dir)) return std::move(*saved);
+StepIndex step_index(const OpenedRun& run) {
+  if (auto saved = saved_step_index(run)) return std::move(*saved);
   std::vector<StepIndex> one;
-  one.push_back(index_share(dir, 0, 1));
-  return join_index_shares(dir, std::move(one));
+  one.push_back(index_share(run, 0, 1));
+  return join_index_shares(run, std::move(one));
 }
 
 std::vector<StepRange> split_steps(const StepIndex& index, int parts) {
@@ -476,8 +476,8 @@ std::vector<StepRange> split_steps(const StepIndex& index, int parts) {
   return out;
 }
 
-std::string clock_samples_share(const std::filesystem::path& dir, int share, int shares) {
-  const auto paths = run_files(dir);
+std::string clock_samples_share(const OpenedRun& run, int share, int shares) {
+  const auto& paths = run.files();
   Writer w;
   std::vector<std::string> files;
   for (std::size_t i = static_cast<std::size_t>(std::max(share, 0)); i < paths.size();
@@ -523,8 +523,8 @@ std::string join_clock_samples(const std::vector<std::string>& shares) {
   return w.take() + rows;
 }
 
-std::string clock_samples(const std::filesystem::path& dir) {
-  return join_clock_samples({clock_samples_share(dir, 0, 1)});
+std::string clock_samples(const OpenedRun& run) {
+  return join_clock_samples({clock_samples_share(run, 0, 1)});
 }
 
 ClockAlignment clock_from_samples(std::string_view bytes) {
@@ -663,7 +663,7 @@ RankFile get_file(Reader& r) {
 // counted (causality moves, unaligned ranks, spans left out) and, per file,
 // its warnings and the spans of its lines outside the windows (the last
 // part, which reads every file to its end, adds the files' metadata).
-std::string read_part(const std::filesystem::path& dir, const StepIndex& index, StepRange range,
+std::string read_part(const OpenedRun& run, const StepIndex& index, StepRange range,
                       const ClockAlignment* clock,
                       const std::function<void(StepWindow&)>& on_window) {
   ClockReport report = clock != nullptr ? ClockReport::of(*clock) : ClockReport();
@@ -677,7 +677,7 @@ std::string read_part(const std::filesystem::path& dir, const StepIndex& index, 
         clock != nullptr ? aligned_stream(*clock, &report, &late) : StreamOptions();
     so.late = &late;
     so.part_tally = &tally;
-    rest = stream_steps(dir, [&](StepWindow& window) {
+    rest = stream_steps(run, [&](StepWindow& window) {
       for (const auto& f : window.run.files)
         for (const auto& span : f.spans)
           if (is_step_span(span)) step_traces.emplace(span.trace_id, window.step);
@@ -903,7 +903,7 @@ constexpr std::uint32_t kCheckMagic = 0x6c6e6332;    // "lnc2"
 
 // ---- analyze ---------------------------------------------------------------
 
-std::string analyze_part(const std::filesystem::path& dir, const StepIndex& index,
+std::string analyze_part(const OpenedRun& run, const StepIndex& index,
                          StepRange range, const ClockAlignment& clock, bool keep_critical_path) {
   const std::vector<std::int64_t> steps = index.steps();
   StepBaselines baselines;
@@ -915,7 +915,7 @@ std::string analyze_part(const std::filesystem::path& dir, const StepIndex& inde
     so.stop_after_step = range.first - 1;
     std::size_t seen = 0;
     try {
-      stream_steps(dir, [&](StepWindow& window) {
+      stream_steps(run, [&](StepWindow& window) {
         for_each_record(build_view(window.run), window.run, baselines, false,
                         [&](const StepRecord&) { ++seen; });
         bool all = seen >= kBaselineSteps;
@@ -927,7 +927,7 @@ std::string analyze_part(const std::filesystem::path& dir, const StepIndex& inde
   }
   Writer rows;
   std::uint64_t count = 0;
-  const std::string stream = read_part(dir, index, range, &clock, [&](StepWindow& window) {
+  const std::string stream = read_part(run, index, range, &clock, [&](StepWindow& window) {
     for_each_record(build_view(window.run), window.run, baselines, keep_critical_path,
                     [&](const StepRecord& r) {
                       put_record(rows, r);
@@ -960,10 +960,10 @@ Analysis merge_parts(const std::vector<std::string>& parts, const ClockAlignment
 
 // ---- summary ---------------------------------------------------------------
 
-std::string summary_part(const std::filesystem::path& dir, const StepIndex& index,
+std::string summary_part(const OpenedRun& run, const StepIndex& index,
                          StepRange range, const ClockAlignment& clock) {
   SummaryRows all;
-  const std::string stream = read_part(dir, index, range, &clock, [&](StepWindow& window) {
+  const std::string stream = read_part(run, index, range, &clock, [&](StepWindow& window) {
     all.append(SummaryBuilder::rows_of(build_view(window.run)));
   });
   Writer w;
@@ -1156,12 +1156,12 @@ struct CheckerBytes {
   }
 };
 
-std::string check_part(const std::filesystem::path& dir, const StepIndex& index,
+std::string check_part(const OpenedRun& run, const StepIndex& index,
                        StepRange range, const StartOrder& order) {
   RunChecker checker(order);
   checker.check_as_part();
   std::uint64_t spans = 0;
-  const std::string stream = read_part(dir, index, range, nullptr, [&](StepWindow& window) {
+  const std::string stream = read_part(run, index, range, nullptr, [&](StepWindow& window) {
     spans += window.run.span_count();
       checker.add(window.run, build_view(window.run));
   });
@@ -1171,16 +1171,16 @@ std::string check_part(const std::filesystem::path& dir, const StepIndex& index,
   return make_part(kCheckMagic, w.take(), stream);
 }
 
-CheckResult merge_check_parts(const std::vector<std::string>& parts,
-                              const std::filesystem::path& dir, const StartOrder& order) {
+CheckResult merge_check_parts(const std::vector<std::string>& parts, const OpenedRun& run,
+                              const StartOrder& order) {
   RunChecker checker(order);
   std::size_t spans = 0;
-  StreamMerge merge(dir, ClockAlignment(), false);
+  StreamMerge merge(run.input(), ClockAlignment(), false);
   take_parts(parts, kCheckMagic, merge, [&](Reader& r) {
     spans += r.get<std::uint64_t>();
     checker.absorb(CheckerBytes::get(r, order));
   });
-  return finish_check(dir, checker, merge.rest(), spans, std::move(merge.late()));
+  return finish_check(run, checker, merge.rest(), spans, std::move(merge.late()));
 }
 
 }  // namespace lens::analysis

@@ -57,23 +57,23 @@ struct FileSteps {
 };
 
 struct StepIndex {
-  std::vector<FileSteps> files;  // as run_files sorts them
+  std::vector<FileSteps> files;  // as OpenedRun::files sorts them
   // Every step of the run, ascending.
   std::vector<std::int64_t> steps() const;
 };
 
-// The index of the run in `dir` (lens's layout): read from
-// dir/.lens-step-index when it names the same files, sizes and times, else
-// built and written there (when the directory is writable). ReadError for
-// an unreadable run.
-StepIndex step_index(const std::filesystem::path& dir);
+// The index of the run: read from <input>/.lens-step-index (the input
+// as named, when it is a directory) when it names the same files, sizes
+// and times, else built and written there (when the directory is
+// writable). ReadError for an unreadable run.
+StepIndex step_index(const OpenedRun& run);
 // The same in pieces, for processes that build it together: the saved
 // index when it names the files as they are now; the index of every
-// `shares`-th file from the `share`-th (as run_files sorts them); the shares
+// `shares`-th file from the `share`-th (as OpenedRun::files sorts them); the shares
 // of 0 .. K-1, in that order, as one index (saved beside the run).
-std::optional<StepIndex> saved_step_index(const std::filesystem::path& dir);
-StepIndex index_share(const std::filesystem::path& dir, int share, int shares);
-StepIndex join_index_shares(const std::filesystem::path& dir, std::vector<StepIndex> shares);
+std::optional<StepIndex> saved_step_index(const OpenedRun& run);
+StepIndex index_share(const OpenedRun& run, int share, int shares);
+StepIndex join_index_shares(const OpenedRun& run, std::vector<StepIndex> shares);
 std::string to_bytes(const StepIndex& index);
 StepIndex step_index_from_bytes(std::string_view bytes);
 
@@ -86,16 +86,16 @@ struct StepRange {
 std::vector<StepRange> split_steps(const StepIndex& index, int parts);
 
 // Every lens.clock_sync span of the run, as bytes; the alignment of them.
-std::string clock_samples(const std::filesystem::path& dir);
+std::string clock_samples(const OpenedRun& run);
 // The same in shares: the samples of every `shares`-th file from the
 // `share`-th, and the shares of 0 .. K-1 as clock_samples's bytes.
-std::string clock_samples_share(const std::filesystem::path& dir, int share, int shares);
+std::string clock_samples_share(const OpenedRun& run, int share, int shares);
 std::string join_clock_samples(const std::vector<std::string>& shares);
 ClockAlignment clock_from_samples(std::string_view bytes);
 
 // The rows of the steps of `range` (see the file comment). `clock`: the
 // run's alignment (empty for raw clocks). ReadError as the readers throw.
-std::string analyze_part(const std::filesystem::path& dir, const StepIndex& index,
+std::string analyze_part(const OpenedRun& run, const StepIndex& index,
                          StepRange range, const ClockAlignment& clock, bool keep_critical_path);
 
 // Every part's rows, in range order, as one Analysis (its clock report and
@@ -109,13 +109,13 @@ Analysis merge_parts(const std::vector<std::string>& parts, const ClockAlignment
 // parts merged as one process would have ended (the summary's clock report
 // and spans left out set; the check's result as check_dir's). A check's
 // parts and its merge take the same StartOrder (start_order_of).
-std::string summary_part(const std::filesystem::path& dir, const StepIndex& index,
+std::string summary_part(const OpenedRun& run, const StepIndex& index,
                          StepRange range, const ClockAlignment& clock);
 Summary merge_summary_parts(const std::vector<std::string>& parts, const ClockAlignment& clock,
                             bool raw_clock, std::vector<std::string>* warnings);
-std::string check_part(const std::filesystem::path& dir, const StepIndex& index,
+std::string check_part(const OpenedRun& run, const StepIndex& index,
                        StepRange range, const StartOrder& order);
-CheckResult merge_check_parts(const std::vector<std::string>& parts,
-                              const std::filesystem::path& dir, const StartOrder& order);
+CheckResult merge_check_parts(const std::vector<std::string>& parts, const OpenedRun& run,
+                              const StartOrder& order);
 
 }  // namespace lens::analysis

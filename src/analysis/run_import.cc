@@ -930,61 +930,17 @@ bool passed_over(const std::filesystem::path& p) {
                      [&](const char* e) { return ext == e; });
 }
 
-// The input's files as they are now: names, sizes and modification times,
-// and the content of small files (a file rewritten within the clock's
-// granularity at the same size), hashed (FNV-1a).
-std::uint64_t input_signature(const std::filesystem::path& input) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  const auto mix = [&h](std::string_view bytes) {
-    for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ULL;
-  };
-  const auto add = [&](const std::filesystem::path& p) {
-    std::error_code ec;
-    const auto size = std::filesystem::file_size(p, ec);
-    const auto time = std::filesystem::last_write_time(p, ec).time_since_epoch().count();
-    mix(p.string());
-    mix(std::string_view(reinterpret_cast<const char*>(&size), sizeof size));
-    mix(std::string_view(reinterpret_cast<const char*>(&time), sizeof time));
-    if (!ec && size <= (1u << 20)) {
-      std::ifstream in(p, std::ios::binary);
-      std::string bytes(static_cast<std::size_t>(size), '\0');
-      in.read(bytes.data(), static_cast<std::streamsize>(size));
-      mix(bytes);
-    }
-  };
-  // The settings an import reads are part of what it is.
-  for (const char* setting : {"LENS_RANK_ORDER", "LENS_RUN"}) {
-    const char* v = std::getenv(setting);
-    mix(setting);
-    mix(v ? v : "");
-  }
-  std::error_code ec;
-  if (std::filesystem::is_directory(input, ec)) {
-    std::vector<std::filesystem::path> paths;
-    for (const auto& e : std::filesystem::recursive_directory_iterator(input, ec))
-      if (e.is_regular_file()) paths.push_back(e.path());
-    std::sort(paths.begin(), paths.end());
-    for (const auto& p : paths) add(p);
-  } else {
-    add(input);
-  }
-  return h;
-}
-
-// The imports made by this process, removed when it exits (or when their
-// input changed and was imported again).
-struct Import {
-  std::filesystem::path dir;
-  std::uint64_t signature = 0;
-  ImportStats stats;
-};
+// The imports this process holds (removed when their OpenedRun goes, or at
+// exit), and every import folder it made, by the input it was made from, so
+// that a message naming one after it went still names the input.
 struct Imports {
   std::mutex mutex;
-  std::map<std::filesystem::path, Import> by_input;
+  std::set<std::filesystem::path> live;
+  std::map<std::filesystem::path, std::filesystem::path> input_of;  // folder -> input
   ~Imports() {
-    for (const auto& [input, made] : by_input) {
+    for (const auto& dir : live) {
       std::error_code ec;
-      std::filesystem::remove_all(made.dir, ec);
+      std::filesystem::remove_all(dir, ec);
     }
   }
 };
@@ -1123,43 +1079,36 @@ ImportStats import_run(const std::filesystem::path& input, const std::filesystem
   return stats;
 }
 
-std::filesystem::path readable_run(const std::filesystem::path& input,
-                                   std::vector<std::string>* warnings) {
-  if (is_lens_layout(input)) return input;
+ImportedRun import_for_reading(const std::filesystem::path& input) {
+  static std::once_flag swept;
+  std::call_once(swept, [] { sweep_stale_imports(std::filesystem::temp_directory_path()); });
+  static std::atomic<int> counter{0};
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("lens-import-" + std::to_string(getpid()) + "-" + std::to_string(++counter));
+  std::filesystem::remove_all(dir);
+  Imports& all = imports();
+  {
+    std::lock_guard<std::mutex> lock(all.mutex);
+    all.live.insert(dir);
+    all.input_of[dir] = input;
+  }
+  remember_for_signals(dir);
+  try {
+    return {dir, import_run(input, dir)};
+  } catch (...) {
+    release_import(dir);
+    throw;
+  }
+}
+
+void release_import(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  forget_for_signals(dir);
   Imports& all = imports();
   std::lock_guard<std::mutex> lock(all.mutex);
-  const std::uint64_t signature = input_signature(input);
-  auto it = all.by_input.find(input);
-  if (it != all.by_input.end() && it->second.signature != signature) {
-    std::error_code ec;
-    std::filesystem::remove_all(it->second.dir, ec);  // the input changed: imported again
-    forget_for_signals(it->second.dir);
-    all.by_input.erase(it);
-    it = all.by_input.end();
-  }
-  if (it == all.by_input.end()) {
-    static std::once_flag swept;
-    std::call_once(swept, [] { sweep_stale_imports(std::filesystem::temp_directory_path()); });
-    static std::atomic<int> counter{0};
-    const std::filesystem::path dir =
-        std::filesystem::temp_directory_path() /
-        ("lens-import-" + std::to_string(getpid()) + "-" + std::to_string(++counter));
-    std::filesystem::remove_all(dir);
-    remember_for_signals(dir);
-    try {
-      ImportStats stats = import_run(input, dir);
-      it = all.by_input.emplace(input, Import{dir, signature, std::move(stats)}).first;
-    } catch (...) {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-      forget_for_signals(dir);
-      throw;
-    }
-  }
-  if (warnings)
-    warnings->insert(warnings->end(), it->second.stats.warnings.begin(),
-                     it->second.stats.warnings.end());
-  return it->second.dir;
+  all.live.erase(dir);
 }
 
 }  // namespace lens::analysis
@@ -1178,8 +1127,8 @@ void remove_imports_on_signals() {
 std::string name_imports(std::string text) {
   Imports& all = imports();
   std::lock_guard<std::mutex> lock(all.mutex);
-  for (const auto& [input, made] : all.by_input) {
-    const std::string dir = made.dir.string() + "/";
+  for (const auto& [folder, input] : all.input_of) {
+    const std::string dir = folder.string() + "/";
     const std::string shown = input.string() + ": imported ";
     for (std::size_t at = text.find(dir); at != std::string::npos;
          at = text.find(dir, at + shown.size()))

@@ -3,8 +3,8 @@
 // each rank's batches in the order its spans ended; a collector, Jaeger or
 // Tempo keeps every rank's batches together, in arrival order, in one or
 // many files, in several formats. The readers take lens's layout; any other
-// input is imported into it first, once per process, into a temporary
-// directory removed at exit.
+// input is imported into it first, into a temporary directory that the
+// OpenedRun reading it holds (opened_run.h).
 //
 // What is imported: every regular file under the input (a file, or a
 // directory walked recursively; names ending .html, .txt, .md, .png or .csv
@@ -37,7 +37,7 @@
 // disk, then copied out in order. Bad input is a ReadError naming the file
 // and the byte offset (a record) or line (a JSON line).
 //
-// Thread safety: readable_run may be called from any thread.
+// Thread safety: import_for_reading may be called from any thread.
 #pragma once
 
 #include <cstddef>
@@ -69,14 +69,19 @@ ImportStats import_run(const std::filesystem::path& input, const std::filesystem
 
 // Removes the imports (lens-import-<pid>-<n>) under `temp` of processes
 // that no longer run: one stopped by a signal leaves its import behind, the
-// next process that imports removes it (readable_run does, once).
+// next process that imports removes it (import_for_reading does, once).
 void sweep_stale_imports(const std::filesystem::path& temp);
 
-// The directory the readers read for `input`: itself in lens's layout, else
-// its import (made on first use, kept for the process, removed at exit);
-// `warnings`, when given, receives the import's warnings on every call.
-std::filesystem::path readable_run(const std::filesystem::path& input,
-                                   std::vector<std::string>* warnings = nullptr);
+// One import of `input` for reading (OpenedRun, opened_run.h, holds it): a
+// folder of rank files under the temporary directory, and what importing
+// had to say. release_import removes it; what is left at exit (or, with
+// remove_imports_on_signals, on a signal) is removed then.
+struct ImportedRun {
+  std::filesystem::path dir;
+  ImportStats stats;
+};
+ImportedRun import_for_reading(const std::filesystem::path& input);
+void release_import(const std::filesystem::path& dir);
 
 // A message with every import folder's path put as the user named its input
 // ("<input>: imported rank-3.otlp.jsonl:12" for a line of that rank's

@@ -508,31 +508,11 @@ bool RankFileReader::next_line() {
   return false;
 }
 
-std::vector<std::filesystem::path> run_files(const std::filesystem::path& input) {
-  // Another layout (a collector's files, a single file, Jaeger or Tempo
-  // documents) is read from its import (run_import.h).
-  std::error_code ec;
-  if (!std::filesystem::exists(input, ec))
-    throw ReadError(input.string() + ": no such file or directory");
-  const std::filesystem::path dir = readable_run(input);
-  std::vector<std::filesystem::path> paths;
-  if (std::filesystem::is_directory(dir, ec)) {
-    for (const auto& e : std::filesystem::directory_iterator(dir))
-      if (e.is_regular_file() && e.path().string().ends_with(".otlp.jsonl"))
-        paths.push_back(e.path());
-  } else {
-    throw ReadError(dir.string() + ": no such file or directory");
-  }
-  std::sort(paths.begin(), paths.end());
-  if (paths.empty()) throw ReadError(dir.string() + ": no *.otlp.jsonl files");
-  return paths;
-}
-
-Run read_run(const std::filesystem::path& dir,
+Run read_run(const OpenedRun& opened,
              const std::function<void(std::size_t, std::size_t)>& progress) {
   Run run;
-  run.dir = dir;
-  const auto paths = run_files(dir);
+  run.dir = opened.input();
+  const auto& paths = opened.files();
   for (std::size_t i = 0; i < paths.size(); ++i) {
     RankFileReader reader(paths[i]);
     while (reader.next_line()) {

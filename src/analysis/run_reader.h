@@ -29,6 +29,8 @@
 
 #include "line_reader.h"
 
+#include "opened_run.h"
+
 namespace lens::analysis {
 
 struct SpanRow {
@@ -147,14 +149,10 @@ class RankFileReader {
   std::string needle_;
 };
 
-// The *.otlp.jsonl files directly in `dir` (or the one file `dir` names),
-// sorted; ReadError when there is none.
-std::vector<std::filesystem::path> run_files(const std::filesystem::path& dir);
-
-// Reads every *.otlp.jsonl file directly in `dir` (or the one file `dir`
-// names) into memory. `progress` is called after each file with (files
-// done, files). For long runs prefer stream_steps (step_stream.h).
-Run read_run(const std::filesystem::path& dir,
+// Reads every rank file of the run into memory. `progress` is called after
+// each file with (files done, files). For long runs prefer stream_steps
+// (step_stream.h).
+Run read_run(const OpenedRun& run,
              const std::function<void(std::size_t, std::size_t)>& progress = {});
 
 }  // namespace lens::analysis

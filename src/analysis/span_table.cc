@@ -35,10 +35,10 @@ void add_row(SpanTable& t, const RankFile& file, const SpanRow& s, int stage, st
 
 }  // namespace
 
-SpanTable read_span_table(const std::filesystem::path& dir, bool raw_clock,
+SpanTable read_span_table(const OpenedRun& run, bool raw_clock,
                           std::vector<std::string>* warnings) {
   ClockAlignment clock;
-  if (!raw_clock) clock = read_clock_alignment(dir);
+  if (!raw_clock) clock = read_clock_alignment(run);
   LateSpans late;
   const StreamOptions so = aligned_stream(clock, nullptr, &late);
   const auto aligned = [&](const RankFile& f, const SpanRow& s) {
@@ -46,7 +46,7 @@ SpanTable read_span_table(const std::filesystem::path& dir, bool raw_clock,
   };
   SpanTable t;
   Run rest = stream_steps(
-      dir,
+      run,
       [&](StepWindow& w) {
         const PipelineView view = build_view(w.run);
         std::map<int, int> stage_of;

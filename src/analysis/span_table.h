@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "opened_run.h"
+
 namespace lens::analysis {
 
 struct SpanTable {
@@ -31,7 +33,7 @@ struct SpanTable {
 };
 
 // ReadError for a bad run, as every view.
-SpanTable read_span_table(const std::filesystem::path& dir, bool raw_clock,
+SpanTable read_span_table(const OpenedRun& run, bool raw_clock,
                           std::vector<std::string>* warnings);
 
 }  // namespace lens::analysis

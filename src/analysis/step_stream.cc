@@ -185,9 +185,10 @@ namespace {
 std::atomic<int> g_read_threads{0};  // 0: the machine's cores
 
 // Everything on the calling thread.
-Run stream_here(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
+Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>& on_step,
                 const StreamOptions& options) {
-  const auto paths = run_files(dir);
+  const std::filesystem::path& dir = opened.input();
+  const auto& paths = opened.files();
   std::vector<Cursor> cursors(paths.size());
   std::uintmax_t total_bytes = 0;
   for (std::size_t i = 0; i < paths.size(); ++i) {
@@ -300,8 +301,7 @@ Run stream_here(const std::filesystem::path& dir, const std::function<void(StepW
   std::stable_sort(rest.files.begin(), rest.files.end(),
                    [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
   if (!rest.files.empty()) {  // what importing another layout had to say (run_import.h)
-    std::vector<std::string> imported;
-    readable_run(dir, &imported);
+    const std::vector<std::string>& imported = opened.import_warnings();
     rest.files.front().warnings.insert(rest.files.front().warnings.begin(), imported.begin(),
                                        imported.end());
   }
@@ -331,15 +331,15 @@ int default_read_threads() {
 void set_default_read_threads(int threads) { g_read_threads.store(std::max(0, threads)); }
 bool read_threads_chosen() { return g_read_threads.load() > 0; }
 
-Run stream_steps(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
+Run stream_steps(const OpenedRun& run, const std::function<void(StepWindow&)>& on_step,
                  const StreamOptions& options) {
-  if (options.threads < 2) return stream_here(dir, on_step, options);
+  if (options.threads < 2) return stream_here(run, on_step, options);
   WindowPipe pipe;
   Run rest;
   std::thread reader([&] {
     try {
       rest = stream_here(
-          dir,
+          run,
           [&](StepWindow& w) {
             std::unique_lock<std::mutex> lock(pipe.mutex);
             pipe.changed.wait(lock, [&] {
@@ -386,9 +386,9 @@ Run stream_steps(const std::filesystem::path& dir, const std::function<void(Step
   return rest;
 }
 
-void scan_spans(const std::filesystem::path& dir,
+void scan_spans(const OpenedRun& run,
                 const std::function<void(const RankFile&, const std::vector<SpanRow>&)>& on_spans) {
-  for (const auto& path : run_files(dir)) {
+  for (const auto& path : run.files()) {
     RankFileReader reader(path);
     while (reader.next_line()) {
       on_spans(reader.file(), reader.file().spans);

@@ -143,12 +143,12 @@ StreamOptions aligned_stream(const ClockAlignment& clock, ClockReport* report, L
 // window (those of each trace together, traces in the order they were first
 // read), then the late ones, with the files' warnings. Throws ReadError for
 // unreadable or malformed input (naming the file and line).
-Run stream_steps(const std::filesystem::path& dir, const std::function<void(StepWindow&)>& on_step,
+Run stream_steps(const OpenedRun& run, const std::function<void(StepWindow&)>& on_step,
                  const StreamOptions& options = {});
 
 // Calls `on_line_spans` with each line's spans of every file, in file order,
 // keeping nothing: for a second pass that looks for a few spans.
-void scan_spans(const std::filesystem::path& dir,
+void scan_spans(const OpenedRun& run,
                 const std::function<void(const RankFile&, const std::vector<SpanRow>&)>& on_spans);
 
 }  // namespace lens::analysis

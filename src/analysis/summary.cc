@@ -160,11 +160,11 @@ Summary summarize_run(const PipelineView& view) {
   return builder.finish(view);
 }
 
-Summary summarize_dir(const std::filesystem::path& dir, const StreamOptions& options,
+Summary summarize_dir(const OpenedRun& run, const StreamOptions& options,
                       std::vector<std::string>* warnings) {
   SummaryBuilder builder;
   Run rest = stream_steps(
-      dir, [&](StepWindow& w) { builder.add(build_view(w.run)); }, options);
+      run, [&](StepWindow& w) { builder.add(build_view(w.run)); }, options);
   if (warnings)
     for (const auto& f : rest.files)
       warnings->insert(warnings->end(), f.warnings.begin(), f.warnings.end());

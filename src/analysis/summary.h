@@ -79,8 +79,8 @@ class SummaryBuilder {
 };
 
 Summary summarize_run(const PipelineView& view);
-// The run in `dir`, read a step at a time (step_stream.h).
-Summary summarize_dir(const std::filesystem::path& dir, const StreamOptions& options,
+// The run, read a step at a time (step_stream.h).
+Summary summarize_dir(const OpenedRun& run, const StreamOptions& options,
                       std::vector<std::string>* warnings);
 std::string format_table(const Summary& s);
 std::string format_json(const Summary& s);

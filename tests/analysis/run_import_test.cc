@@ -2,6 +2,7 @@
 // records built byte by byte from the OTLP field numbers, each malformation
 // a ReadError naming the file and offset; base64 ids; Jaeger and Tempo
 // wrappers; other services' batches; a rank's batches put back in order.
+#include "opened_run.h"
 #include "run_import.h"
 
 #include <gtest/gtest.h>
@@ -262,17 +263,47 @@ TEST_F(RunImport, AWholeFileZstdStreamCutShortNamesItsOffset) {
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
 }
 
-TEST_F(RunImport, ReadableRunImportsAgainWhenTheInputChanges) {
+TEST_F(RunImport, AnOpenedRunHoldsItsImportUntilItsLastCopyGoes) {
   const fs::path p = input("a.pb", prefixed(request(0, 0xA1, 100)));
-  const fs::path first = readable_run(p);
-  EXPECT_EQ(first, readable_run(p)) << "kept for the process";
+  fs::path first_dir;
+  {
+    const OpenedRun first(p);
+    EXPECT_TRUE(first.imported());
+    EXPECT_EQ(first.input(), p);
+    first_dir = first.dir();
+    ASSERT_EQ(first.files().size(), 1u);
+    EXPECT_EQ(first.files()[0], first_dir / "rank-0.otlp.jsonl");
+    const OpenedRun copy = first;  // the same opening, not another import
+    EXPECT_EQ(copy.dir(), first_dir);
+    {
+      const OpenedRun second(p);  // another opening: an import of its own
+      EXPECT_NE(second.dir(), first_dir);
+    }
+    EXPECT_TRUE(fs::exists(first_dir)) << "kept while a copy lives";
+  }
+  EXPECT_FALSE(fs::exists(first_dir)) << "removed with the last copy";
+  // The input changed: the next opening reads it as it is now.
   std::ofstream(p, std::ios::binary | std::ios::app) << prefixed(request(3, 0xA2, 200));
-  const fs::path second = readable_run(p);
-  EXPECT_TRUE(fs::exists(second / "rank-3.otlp.jsonl"));
-  EXPECT_FALSE(fs::exists(first) && first != second) << "the old import removed";
+  const OpenedRun again(p);
+  EXPECT_TRUE(fs::exists(again.dir() / "rank-3.otlp.jsonl"));
+  // A message naming the import names the input, also after it went.
+  EXPECT_EQ(name_imports(first_dir.string() + "/rank-0.otlp.jsonl:3"),
+            p.string() + ": imported rank-0.otlp.jsonl:3");
   // lens's own layout is read where it is.
   std::ofstream(dir_ / "rank-0.otlp.jsonl") << "\n";
-  EXPECT_EQ(readable_run(dir_), dir_);
+  const OpenedRun own(dir_);
+  EXPECT_FALSE(own.imported());
+  EXPECT_EQ(own.dir(), dir_);
+  EXPECT_TRUE(own.import_warnings().empty());
+}
+
+TEST_F(RunImport, OpeningWhatHoldsNoRunIsAReadErrorNamingIt) {
+  try {
+    const OpenedRun run(dir_ / "missing");
+    FAIL() << "opened a missing run";
+  } catch (const ReadError& e) {
+    EXPECT_EQ(std::string(e.what()), (dir_ / "missing").string() + ": no such file or directory");
+  }
 }
 
 TEST_F(RunImport, AnImportLeftBehindByAProcessThatIsGoneIsRemoved) {

@@ -71,9 +71,9 @@ class AlignedReading {
   AlignedReading(const AlignedReading&) = delete;
   AlignedReading& operator=(const AlignedReading&) = delete;
 
-  // The stream options for reading `run_dir`, its clock samples read first;
+  // The stream options for reading `run`, its clock samples read first;
   // each call starts the clock report and the spans left out afresh.
-  analysis::StreamOptions options(const std::string& run_dir);
+  analysis::StreamOptions options(const analysis::OpenedRun& run);
 
   const analysis::ClockReport& clock_report() const { return clock_report_; }
   const analysis::LateSpans& late_spans() const { return late_spans_; }

@@ -107,9 +107,9 @@ AnalyzeOptions analyze_options(bool raw_clock) {
 
 AlignedReading::AlignedReading(bool raw_clock) : raw_clock_(raw_clock) {}
 
-StreamOptions AlignedReading::options(const std::string& run_dir) {
+StreamOptions AlignedReading::options(const OpenedRun& run) {
   late_spans_ = {};
-  if (!raw_clock_) clock_ = read_clock_alignment(run_dir);
+  if (!raw_clock_) clock_ = read_clock_alignment(run);
   clock_report_ = ClockReport::of(clock_);
   clock_report_.raw_asked = raw_clock_;
   StreamOptions so = aligned_stream(clock_, &clock_report_, &late_spans_);

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -29,6 +30,7 @@ int run_export(const ExportCommandOptions& c) {
     return kBadInput;
   }
   AlignedReading reading(c.raw_clock);
+  std::optional<OpenedRun> run;  // opened once, at the first export
   for (const auto& [path, perfetto_format] :
        {std::pair{c.perfetto, true}, std::pair{c.jaeger, false}}) {
     if (path.empty()) continue;
@@ -39,8 +41,9 @@ int run_export(const ExportCommandOptions& c) {
     }
     ExportCounts n;
     try {
-      n = perfetto_format ? export_perfetto(c.dir, out, reading.options(c.dir))
-                          : export_jaeger(c.dir, out, reading.options(c.dir), c.jaeger_options);
+      if (!run) run.emplace(c.dir);
+      n = perfetto_format ? export_perfetto(*run, out, reading.options(*run))
+                          : export_jaeger(*run, out, reading.options(*run), c.jaeger_options);
     } catch (...) {
       out.close();
       std::filesystem::remove(path);  // no half-written file left behind

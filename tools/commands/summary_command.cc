@@ -38,7 +38,8 @@ Command add_summary(CLI::App& lens) {
             if (split_over_mpi(o->use_mpi)) return mpi_summary(o->dir, o->raw_clock, print);
             AlignedReading reading(o->raw_clock);
             std::vector<std::string> warnings;
-            Summary s = summarize_dir(o->dir, reading.options(o->dir), &warnings);
+            const OpenedRun run(o->dir);  // read twice: its clock samples, then its steps
+            Summary s = summarize_dir(run, reading.options(run), &warnings);
             s.clock = reading.clock_report();
             s.left_out = reading.late_spans();
             print(s, warnings);

@@ -58,14 +58,15 @@ int run_timeline(const TimelineCommandOptions& c) {
             std::to_string(o.last_step);
   // Only the chosen steps are kept, and reading stops after the last.
   AlignedReading reading(c.raw_clock);
-  StreamOptions so = reading.options(c.dir);
+  const OpenedRun opened(c.dir);  // read twice: its clock samples, then its steps
+  StreamOptions so = reading.options(opened);
   so.stop_after_step = o.last_step;
   std::map<std::filesystem::path, std::vector<SpanRow>> chosen;
   std::int64_t first_seen = std::numeric_limits<std::int64_t>::max();
   std::int64_t last_seen = std::numeric_limits<std::int64_t>::min();
   std::size_t drawn = 0;
   Run run = stream_steps(
-      c.dir,
+      opened,
       [&](StepWindow& w) {
         first_seen = std::min(first_seen, w.step);
         last_seen = std::max(last_seen, w.step);
