@@ -43,66 +43,89 @@ constexpr int kLeft = 110, kWidth = 1300, kRowHeight = 16, kLaneGap = 14, kTop =
 
 }  // namespace
 
-Wave render_wave(const PipelineView& view, const TimelineOptions& o, const std::string& id) {
+namespace {
+
+// Where the wave is drawn: the chosen steps, their time window and scale,
+// and a lane per rank (ordered by stage, then rank: a stage's TP peers and
+// replicas side by side).
+struct WaveFrame {
+  std::vector<const StepView*> steps;
+  std::int64_t t0 = 0, t1 = 1;
+  double scale = 1;
+  std::map<int, int> stage_of, lane_y;
+  std::vector<int> lanes;
+  int height = 0;
+  double x_of(std::int64_t t) const { return kLeft + (t - t0) * scale; }
+};
+
+WaveFrame frame_of(const PipelineView& view, const TimelineOptions& o) {
+  WaveFrame f;
   // The time window: every span of the chosen steps.
   std::int64_t t0 = std::numeric_limits<std::int64_t>::max(), t1 = 0;
-  std::vector<const StepView*> steps;
   for (const auto& sv : view.steps) {
     if (sv.step < o.first_step || sv.step > o.last_step) continue;
-    steps.push_back(&sv);
+    f.steps.push_back(&sv);
     for (const auto& [rank, sr] : sv.ranks)
       for (const SpanRow* s : sr.spans) {
         t0 = std::min(t0, s->start_ns);
         t1 = std::max(t1, s->end_ns);
       }
   }
-  if (steps.empty() || t1 <= t0) {  // nothing to draw (the caller says so): any 1 ns window
-    t0 = steps.empty() ? 0 : t0;
+  if (f.steps.empty() || t1 <= t0) {  // nothing to draw (the caller says so): any 1 ns window
+    t0 = f.steps.empty() ? 0 : t0;
     t1 = t0 + 1;
   }
-  const double scale = static_cast<double>(kWidth) / static_cast<double>(t1 - t0);
-  auto x_of = [&](std::int64_t t) { return kLeft + (t - t0) * scale; };
-
-  // Lanes ordered by stage, then rank (a stage's TP peers and replicas
-  // side by side).
-  std::map<int, int> stage_of;
-  for (const auto* sv : steps)
-    for (const auto& [rank, sr] : sv->ranks) stage_of[rank] = sr.stage;
-  std::vector<int> lanes(view.ranks.begin(), view.ranks.end());
-  std::sort(lanes.begin(), lanes.end(), [&](int a, int b) {
-    return std::make_pair(stage_of.count(a) ? stage_of[a] : 1 << 30, a) <
-           std::make_pair(stage_of.count(b) ? stage_of[b] : 1 << 30, b);
+  f.t0 = t0;
+  f.t1 = t1;
+  f.scale = static_cast<double>(kWidth) / static_cast<double>(t1 - t0);
+  for (const auto* sv : f.steps)
+    for (const auto& [rank, sr] : sv->ranks) f.stage_of[rank] = sr.stage;
+  f.lanes.assign(view.ranks.begin(), view.ranks.end());
+  std::sort(f.lanes.begin(), f.lanes.end(), [&](int a, int b) {
+    return std::make_pair(f.stage_of.count(a) ? f.stage_of[a] : 1 << 30, a) <
+           std::make_pair(f.stage_of.count(b) ? f.stage_of[b] : 1 << 30, b);
   });
-  std::map<int, int> lane_y;
   const int lane_height = kLaneRows * kRowHeight + kLaneGap;
-  for (std::size_t i = 0; i < lanes.size(); ++i)
-    lane_y[lanes[i]] = kTop + static_cast<int>(i) * lane_height;
-  const int height = kTop + static_cast<int>(lanes.size()) * lane_height + 40;
+  for (std::size_t i = 0; i < f.lanes.size(); ++i)
+    f.lane_y[f.lanes[i]] = kTop + static_cast<int>(i) * lane_height;
+  f.height = kTop + static_cast<int>(f.lanes.size()) * lane_height + 40;
+  return f;
+}
 
-  bool tensor_parallel = false;
-  for (const auto& [rank, p] : o.pipeline_of) tensor_parallel |= p.tensor > 0;
+// Each lane's background and label.
+std::string lane_labels(WaveFrame& f, const TimelineOptions& o, bool tensor_parallel) {
   std::string svg;
-  for (int rank : lanes) {
+  for (int rank : f.lanes) {
     std::string place =
-        stage_of.count(rank) ? " · stage " + std::to_string(stage_of[rank]) : std::string();
+        f.stage_of.count(rank) ? " · stage " + std::to_string(f.stage_of[rank]) : std::string();
     const auto p = o.pipeline_of.find(rank);
     if (tensor_parallel && p != o.pipeline_of.end())
       place += fmt::format(" · dp {} tp {}", p->second.replica, p->second.tensor);
     svg += fmt::format(
         "<g class=\"lane\" data-rank=\"{}\" data-stage=\"{}\"><rect class=\"lane-bg\" x=\"0\" "
         "y=\"{}\" width=\"{}\" height=\"{}\"/><text x=\"6\" y=\"{}\">rank {}{}</text></g>\n",
-        rank, stage_of.count(rank) ? stage_of[rank] : -1, lane_y[rank] - 4, kLeft + kWidth + 10,
-        kLaneRows * kRowHeight + 8, lane_y[rank] + 2 * kRowHeight + 4, rank, place);
+        rank, f.stage_of.count(rank) ? f.stage_of[rank] : -1, f.lane_y[rank] - 4,
+        kLeft + kWidth + 10, kLaneRows * kRowHeight + 8, f.lane_y[rank] + 2 * kRowHeight + 4, rank,
+        place);
   }
-  // The step analysis: waits under the spans, the critical path over them.
+  return svg;
+}
+
+// The step analysis drawn: waits under the spans, the critical path over
+// them.
+struct AnalysisLayers {
   std::string waits, critical;
   std::size_t critical_segments = 0;
-  for (const auto* sv : steps) {
+};
+
+AnalysisLayers analysis_layers(const PipelineView& view, WaveFrame& f, const TimelineOptions& o) {
+  AnalysisLayers out;
+  for (const auto* sv : f.steps) {
     int stages = view.pipeline_stages;
     for (const auto& [rank, sr] : sv->ranks) stages = std::max(stages, sr.stage + 1);
     const StepAnalysis a = analyze_step(*sv, stages, o.pipeline_of);
     for (const auto& w : a.waits) {
-      if (!lane_y.count(w.rank)) continue;
+      if (!f.lane_y.count(w.rank)) continue;
       const char* css = "wait-transfer";
       std::string what = "transfer";
       switch (w.kind) {
@@ -124,40 +147,48 @@ Wave render_wave(const PipelineView& view, const TimelineOptions& o, const std::
       // Collective waits lie inside a compute: drawn in the p2p row.
       const SpanKind row =
           w.kind == WaitInterval::Kind::kCollective ? SpanKind::kP2p : SpanKind::kForward;
-      waits += fmt::format(
+      out.waits += fmt::format(
           "<rect class=\"{}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\"><title>{} "
           "{:.3f} ms (stage {}, step {})</title></rect>\n",
-          css, x_of(w.start_ns), lane_y[w.rank] + lane_row(row) * kRowHeight,
-          std::max(1.0, (w.end_ns - w.start_ns) * scale), kRowHeight - 3, html_escape(what),
+          css, f.x_of(w.start_ns), f.lane_y[w.rank] + lane_row(row) * kRowHeight,
+          std::max(1.0, (w.end_ns - w.start_ns) * f.scale), kRowHeight - 3, html_escape(what),
           (w.end_ns - w.start_ns) / 1e6, w.stage, sv->step);
     }
     for (const auto& seg : a.critical_path) {
-      if (!lane_y.count(seg.rank)) continue;
+      if (!f.lane_y.count(seg.rank)) continue;
       const bool transfer = seg.kind == PathSegment::Kind::kTransfer;
-      critical += fmt::format(
+      out.critical += fmt::format(
           "<rect class=\"critical{}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\"/>\n",
-          transfer ? " transfer" : "", x_of(seg.start_ns),
-          lane_y[seg.rank] + lane_row(transfer ? SpanKind::kP2p : SpanKind::kForward) * kRowHeight,
-          std::max(1.0, (seg.end_ns - seg.start_ns) * scale), kRowHeight - 3);
-      ++critical_segments;
+          transfer ? " transfer" : "", f.x_of(seg.start_ns),
+          f.lane_y[seg.rank] + lane_row(transfer ? SpanKind::kP2p : SpanKind::kForward) * kRowHeight,
+          std::max(1.0, (seg.end_ns - seg.start_ns) * f.scale), kRowHeight - 3);
+      ++out.critical_segments;
     }
   }
-  svg += waits;
+  return out;
+}
 
-  // Spans.
+// The spans, and the arrows of the linked receives to the source's step
+// span; with the links drawn and the model chunks seen (interleaved
+// schedule).
+struct SpanLayers {
+  std::string spans, arrows;
   std::size_t links = 0;
-  std::int64_t chunks = 0;  // model chunks seen (interleaved schedule)
-  std::string arrows;
-  for (const auto* sv : steps) {
+  std::int64_t chunks = 0;
+};
+
+SpanLayers span_layers(const PipelineView& view, WaveFrame& f, const std::string& id) {
+  SpanLayers out;
+  for (const auto* sv : f.steps) {
     const StepOnRank* source = nullptr;
     for (const auto& [rank, sr] : sv->ranks)
       if (!source || sr.rank < source->rank) source = &sr;
     for (const auto& [rank, sr] : sv->ranks) {
       for (const SpanRow* s : sr.spans) {
         const SpanKind k = kind_of(*s);
-        const double x = x_of(s->start_ns);
-        const double w = std::max(1.0, (s->end_ns - s->start_ns) * scale);
-        const int y = lane_y[rank] + lane_row(k) * kRowHeight;
+        const double x = f.x_of(s->start_ns);
+        const double w = std::max(1.0, (s->end_ns - s->start_ns) * f.scale);
+        const int y = f.lane_y[rank] + lane_row(k) * kRowHeight;
         std::string detail = fmt::format("{} | rank {} | step {} | {:.3f} ms", s->name, rank,
                                          sv->step, (s->end_ns - s->start_ns) / 1e6);
         if (s->has(semconv::kMicrobatchId))
@@ -170,10 +201,10 @@ Wave render_wave(const PipelineView& view, const TimelineOptions& o, const std::
               std::max<std::int64_t>(0, s->int_attr(semconv::kVirtualPipelineRank));
           detail += " | chunk " + std::to_string(v);
           chunk = fmt::format(" chunk-{}\" data-chunk=\"{}", v % 4, v);
-          chunks = std::max(chunks, v + 1);
+          out.chunks = std::max(out.chunks, v + 1);
         }
         const std::string shown = html_escape(detail);
-        svg += fmt::format(
+        out.spans += fmt::format(
             "<rect class=\"span {}{}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" "
             "data-detail=\"{}\"><title>{}</title></rect>\n",
             kind_name(k), chunk, x, y, w, kRowHeight - 3, shown, shown);
@@ -181,46 +212,64 @@ Wave render_wave(const PipelineView& view, const TimelineOptions& o, const std::
           const SpanRow* target = view.by_span_id.count(s->links[0].second)
                                       ? view.by_span_id.at(s->links[0].second)
                                       : nullptr;
-          if (target && lane_y.count(target->rank)) {
-            arrows += fmt::format(
+          if (target && f.lane_y.count(target->rank)) {
+            out.arrows += fmt::format(
                 "<path class=\"link\" d=\"M {:.2f} {} C {:.2f} {}, {:.2f} {}, {:.2f} {}\" "
                 "marker-end=\"url(#{}-arrow)\"><title>link from {} (rank {}) to rank {}'s "
                 "step span</title></path>\n",
-                x_of(target->start_ns), lane_y[target->rank] + kRowHeight / 2,
-                x_of(target->start_ns) + 30, lane_y[target->rank] + kRowHeight, x - 30, y, x,
+                f.x_of(target->start_ns), f.lane_y[target->rank] + kRowHeight / 2,
+                f.x_of(target->start_ns) + 30, f.lane_y[target->rank] + kRowHeight, x - 30, y, x,
                 y + (kRowHeight - 3) / 2, id, html_escape(s->name), rank, target->rank);
-            ++links;
+            ++out.links;
           }
         }
       }
     }
   }
-  // Time axis.
+  return out;
+}
+
+// The time axis: ten ticks over the window.
+std::string time_axis(const WaveFrame& f) {
   std::string axis;
-  const double total_ms = (t1 - t0) / 1e6;
+  const double total_ms = (f.t1 - f.t0) / 1e6;
   for (int i = 0; i <= 10; ++i) {
     const double x = kLeft + kWidth * i / 10.0;
     axis += fmt::format(
         "<line class=\"tick\" x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\"/><text "
         "class=\"axis\" x=\"{:.1f}\" y=\"{}\">{:.1f} ms</text>\n",
-        x, kTop - 10, x, height - 30, x - 12, kTop - 14, total_ms * i / 10.0);
+        x, kTop - 10, x, f.height - 30, x - 12, kTop - 14, total_ms * i / 10.0);
   }
+  return axis;
+}
+
+}  // namespace
+
+Wave render_wave(const PipelineView& view, const TimelineOptions& o, const std::string& id) {
+  WaveFrame f = frame_of(view, o);
+  bool tensor_parallel = false;
+  for (const auto& [rank, p] : o.pipeline_of) tensor_parallel |= p.tensor > 0;
+  const std::string labels = lane_labels(f, o, tensor_parallel);
+  const AnalysisLayers analysis = analysis_layers(view, f, o);
+  const SpanLayers spans = span_layers(view, f, id);
 
   Wave wave;
-  wave.lanes = lanes.size();
-  wave.links = links;
-  wave.critical_segments = critical_segments;
-  wave.chunks = chunks;
+  wave.lanes = f.lanes.size();
+  wave.links = spans.links;
+  wave.critical_segments = analysis.critical_segments;
+  wave.chunks = spans.chunks;
   wave.tensor_parallel = tensor_parallel;
   wave.svg = fmt::format(
       "<svg id=\"{}\" class=\"wave\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
       "height=\"{}\" data-lanes=\"{}\" data-links=\"{}\" data-critical=\"{}\">\n",
-      id, kLeft + kWidth + 20, height, lanes.size(), links, critical_segments);
+      id, kLeft + kWidth + 20, f.height, f.lanes.size(), spans.links,
+      analysis.critical_segments);
   wave.svg += fmt::format(
       R"(<defs><marker id="{}-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#8e44ad"/></marker></defs>
 )",
       id);
-  wave.svg += axis + svg + critical + arrows + "</svg>\n";
+  wave.svg += time_axis(f) + labels + analysis.waits + spans.spans + analysis.critical +
+              spans.arrows + "</svg>\n";
   return wave;
 }
 
