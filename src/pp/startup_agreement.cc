@@ -1,11 +1,11 @@
 #include "lens/startup_agreement.h"
 
+#include <array>
 #include <bit>
 #include <cstring>
 #include <optional>
 #include <vector>
 
-#include "byte_order.h"
 #include "lens/carrier.h"
 #include "lens/error.h"
 #include "rank_list.h"
@@ -42,58 +42,151 @@ constexpr std::size_t kRunIdAt = 64;
 static_assert(kRunIdAt + kMaxRunIdBytes == kRecordBytes);
 constexpr std::uint8_t kMagic[4] = {'L', 'N', 'S', 'A'};
 
-struct Settings {
-  std::uint16_t protocol = kStepProtocolVersion;
-  std::uint8_t config_error = 0;  // this rank's configuration did not resolve
-  std::uint8_t enabled = 0;
-  std::uint32_t pp_size = 0;
-  std::uint32_t span_groups = 0;
-  std::uint8_t trace_scope = 0;
-  std::uint16_t frame_version = kCarrierFrameVersion;
-  std::uint64_t run_key = 0;
-  std::uint32_t step_budget = 0;
-  std::uint8_t step_prefetch = 0;
-  std::uint8_t clock_sync = 0;
-  std::uint8_t clock_sync_exchanges = 0;
-  std::uint32_t clock_sync_steps = 0;
-  std::uint32_t clock_sync_seconds = 0;
-  std::uint8_t step_context = 0;
-  std::uint32_t step_verify_steps = 0;
-  std::uint8_t sampler_kind = 0;
-  std::uint8_t sampler_parent_based = 0;
-  std::uint64_t sampler_ratio_bits = 0;
-  std::uint8_t tail_selection = 0;
-  std::uint8_t tail_keep = 0;
-  std::uint8_t tail_baseline = 0;
-  std::string run_id;
+// Every field but the run id: an unsigned integer at a fixed place.
+enum Field : std::size_t {
+  kProtocol, kEnabled, kConfigError, kPpSize, kSpanGroups, kRunIdLength, kTraceScope,
+  kFrameVersion, kRunKey, kStepBudget, kStepPrefetch, kClockSync, kClockSyncExchanges,
+  kStepContext, kClockSyncSteps, kClockSyncSeconds, kStepVerifySteps, kSamplerKind,
+  kSamplerParentBased, kSamplerRatioBits, kTailSelection, kTailKeep, kTailBaseline, kFieldCount
 };
+struct Place {
+  std::size_t at, bytes;
+};
+constexpr Place kPlaces[kFieldCount] = {
+    {4, 2},  {6, 1},  {7, 1},  {8, 4},  {12, 4}, {16, 1}, {17, 1}, {18, 2},
+    {20, 8}, {28, 4}, {32, 1}, {33, 1}, {34, 1}, {35, 1}, {36, 4}, {40, 4},
+    {44, 4}, {48, 1}, {49, 1}, {52, 8}, {60, 1}, {61, 1}, {62, 1}};
+
+// One rank's settings: the fields as read from its record (so cut to their
+// width), and its run id.
+struct Settings {
+  std::array<std::uint64_t, kFieldCount> v{};
+  std::string run_id;
+  Settings() {
+    v[kProtocol] = kStepProtocolVersion;
+    v[kFrameVersion] = kCarrierFrameVersion;
+  }
+};
+
+std::string number_of(std::uint64_t value) { return std::to_string(value); }
+template <Field f>
+std::string number(const Settings& s) {
+  return number_of(s.v[f]);
+}
+template <Field f>
+std::string flag(const Settings& s) {
+  return s.v[f] ? "1" : "0";
+}
+std::string span_groups(const Settings& s) {
+  return "'" + SpanGroupSet(static_cast<std::uint32_t>(s.v[kSpanGroups])).to_string() + "'";
+}
+std::string trace_scope(const Settings& s) {
+  return std::string(trace_scope_name(static_cast<TraceScope>(s.v[kTraceScope] & 1)));
+}
+std::string step_context(const Settings& s) {
+  return std::string(step_context_mode_name(static_cast<StepContextMode>(s.v[kStepContext] & 1)));
+}
+std::string sampler(const Settings& s) {
+  Sampler sampler;
+  sampler.kind = static_cast<Sampler::Kind>(s.v[kSamplerKind] % 3);
+  sampler.parent_based = s.v[kSamplerParentBased] != 0;
+  sampler.ratio = std::bit_cast<double>(s.v[kSamplerRatioBits]);
+  return "'" + sampler.describe() + "'";
+}
+std::string sampler_ratio(const Settings& s) {
+  return std::to_string(std::bit_cast<double>(s.v[kSamplerRatioBits]));
+}
+std::uint64_t sampler_key(const Settings& s) {
+  return s.v[kSamplerKind] * 2 + s.v[kSamplerParentBased];
+}
+
+// The settings every rank must agree on, in the order they are compared:
+// the name a mismatch names, the field, what this rank's Config gives (null:
+// set apart: the versions and the PP size), how a value reads, and, where it
+// is not the field alone, what must match. Adding a job-wide setting is a
+// row here and a place in the record (kPlaces, the layout above, and
+// kStepProtocolVersion when the record changes).
+struct Agreed {
+  const char* setting;  // null: carried, not compared
+  Field field;
+  std::uint64_t (*of)(const Config&);
+  std::string (*show)(const Settings&);
+  std::uint64_t (*key)(const Settings&) = nullptr;
+};
+const Agreed kAgreed[] = {
+    {"lens step protocol version", kProtocol, nullptr, number<kProtocol>},
+    {"lens carrier frame version", kFrameVersion, nullptr, number<kFrameVersion>},
+    {"MEGATRON_OTEL_ENABLED", kEnabled, [](const Config& c) -> std::uint64_t { return c.enabled; },
+     flag<kEnabled>},
+    {"pipeline-parallel size", kPpSize, nullptr, number<kPpSize>},
+    {"MEGATRON_OTEL_SPAN_GROUPS", kSpanGroups,
+     [](const Config& c) -> std::uint64_t { return c.span_groups.bits(); }, span_groups},
+    {"LENS_TRACE_SCOPE", kTraceScope,
+     [](const Config& c) -> std::uint64_t { return static_cast<std::uint64_t>(c.trace_scope); },
+     trace_scope},
+    {"LENS_STEP_BUDGET", kStepBudget,
+     [](const Config& c) -> std::uint64_t { return c.step_budget_per_minute; },
+     number<kStepBudget>},
+    {"LENS_STEP_PREFETCH", kStepPrefetch,
+     [](const Config& c) -> std::uint64_t { return c.step_prefetch; }, flag<kStepPrefetch>},
+    {"LENS_CLOCK_SYNC", kClockSync, [](const Config& c) -> std::uint64_t { return c.clock_sync; },
+     flag<kClockSync>},
+    {"LENS_CLOCK_SYNC_EXCHANGES", kClockSyncExchanges,
+     [](const Config& c) -> std::uint64_t {
+       return static_cast<std::uint64_t>(c.clock_sync_exchanges);
+     },
+     number<kClockSyncExchanges>},
+    {"LENS_CLOCK_SYNC_STEPS", kClockSyncSteps,
+     [](const Config& c) -> std::uint64_t { return c.clock_sync_steps; },
+     number<kClockSyncSteps>},
+    {"LENS_CLOCK_SYNC_SECONDS", kClockSyncSeconds,
+     [](const Config& c) -> std::uint64_t { return c.clock_sync_seconds; },
+     number<kClockSyncSeconds>},
+    {"LENS_STEP_CONTEXT", kStepContext,
+     [](const Config& c) -> std::uint64_t { return static_cast<std::uint64_t>(c.step_context); },
+     step_context},
+    // Tail selection: every rank chooses the same steps from the same figures.
+    {"LENS_TAIL_SELECTION", kTailSelection,
+     [](const Config& c) -> std::uint64_t { return c.tail_selection; }, flag<kTailSelection>},
+    {"LENS_TAIL_KEEP", kTailKeep,
+     [](const Config& c) -> std::uint64_t { return c.tail_selection ? c.tail_keep : 0; },
+     number<kTailKeep>},
+    {"LENS_TAIL_BASELINE", kTailBaseline,
+     [](const Config& c) -> std::uint64_t {
+       return c.tail_selection ? c.tail_baseline_percent : 0;
+     },
+     number<kTailBaseline>},
+    {"LENS_STEP_VERIFY_STEPS", kStepVerifySteps,
+     [](const Config& c) -> std::uint64_t { return c.step_verify_steps; },
+     number<kStepVerifySteps>},
+    // The sampler decides every step in `derived` mode and every replica's
+    // step in `pipeline` scope: each rank must decide alike.
+    {"OTEL_TRACES_SAMPLER", kSamplerKind,
+     [](const Config& c) -> std::uint64_t { return static_cast<std::uint64_t>(c.sampler.kind); },
+     sampler, sampler_key},
+    {nullptr, kSamplerParentBased,
+     [](const Config& c) -> std::uint64_t { return c.sampler.parent_based; }, nullptr},
+    {"OTEL_TRACES_SAMPLER_ARG", kSamplerRatioBits,
+     [](const Config& c) { return std::bit_cast<std::uint64_t>(c.sampler.ratio); },
+     sampler_ratio},
+    // The run key: rank 0's is taken, not compared.
+    {nullptr, kRunKey, [](const Config& c) -> std::uint64_t { return c.run_key; }, nullptr},
+};
+
+void put(std::uint8_t* at, std::size_t bytes, std::uint64_t value) {
+  for (std::size_t i = 0; i < bytes; ++i) at[i] = static_cast<std::uint8_t>(value >> (8 * i));
+}
+std::uint64_t get(const std::uint8_t* at, std::size_t bytes) {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < bytes; ++i) value |= std::uint64_t{at[i]} << (8 * i);
+  return value;
+}
 
 std::array<std::uint8_t, kRecordBytes> encode(const Settings& s) {
   std::array<std::uint8_t, kRecordBytes> r{};
   std::memcpy(r.data(), kMagic, 4);
-  detail::put_le16(r.data() + 4, s.protocol);
-  r[6] = s.enabled;
-  r[7] = s.config_error;
-  detail::put_le32(r.data() + 8, s.pp_size);
-  detail::put_le32(r.data() + 12, s.span_groups);
-  r[16] = static_cast<std::uint8_t>(s.run_id.size());
-  r[17] = s.trace_scope;
-  detail::put_le16(r.data() + 18, s.frame_version);
-  detail::put_le64(r.data() + 20, s.run_key);
-  detail::put_le32(r.data() + 28, s.step_budget);
-  r[32] = s.step_prefetch;
-  r[33] = s.clock_sync;
-  r[34] = s.clock_sync_exchanges;
-  detail::put_le32(r.data() + 36, s.clock_sync_steps);
-  detail::put_le32(r.data() + 40, s.clock_sync_seconds);
-  r[35] = s.step_context;
-  detail::put_le32(r.data() + 44, s.step_verify_steps);
-  r[48] = s.sampler_kind;
-  r[49] = s.sampler_parent_based;
-  detail::put_le64(r.data() + 52, s.sampler_ratio_bits);
-  r[60] = s.tail_selection;
-  r[61] = s.tail_keep;
-  r[62] = s.tail_baseline;
+  for (std::size_t f = 0; f < kFieldCount; ++f)
+    put(r.data() + kPlaces[f].at, kPlaces[f].bytes, f == kRunIdLength ? s.run_id.size() : s.v[f]);
   std::memcpy(r.data() + kRunIdAt, s.run_id.data(), s.run_id.size());
   return r;
 }
@@ -103,32 +196,12 @@ std::array<std::uint8_t, kRecordBytes> encode(const Settings& s) {
 Settings decode(const std::uint8_t* r) {
   Settings s;
   if (std::memcmp(r, kMagic, 4) != 0) {
-    s.protocol = 0;
+    s.v[kProtocol] = 0;
     return s;
   }
-  s.protocol = detail::get_le16(r + 4);
-  s.enabled = r[6];
-  s.config_error = r[7];
-  s.pp_size = detail::get_le32(r + 8);
-  s.span_groups = detail::get_le32(r + 12);
-  s.trace_scope = r[17];
-  s.frame_version = detail::get_le16(r + 18);
-  s.run_key = detail::get_le64(r + 20);
-  s.step_budget = detail::get_le32(r + 28);
-  s.step_prefetch = r[32];
-  s.clock_sync = r[33];
-  s.clock_sync_exchanges = r[34];
-  s.clock_sync_steps = detail::get_le32(r + 36);
-  s.clock_sync_seconds = detail::get_le32(r + 40);
-  s.step_context = r[35];
-  s.step_verify_steps = detail::get_le32(r + 44);
-  s.sampler_kind = r[48];
-  s.sampler_parent_based = r[49];
-  s.sampler_ratio_bits = detail::get_le64(r + 52);
-  s.tail_selection = r[60];
-  s.tail_keep = r[61];
-  s.tail_baseline = r[62];
-  const std::size_t n = std::min<std::size_t>(r[16], kMaxRunIdBytes);
+  for (std::size_t f = 0; f < kFieldCount; ++f)
+    s.v[f] = get(r + kPlaces[f].at, kPlaces[f].bytes);
+  const std::size_t n = std::min<std::size_t>(s.v[kRunIdLength], kMaxRunIdBytes);
   s.run_id.assign(reinterpret_cast<const char*>(r + kRunIdAt), n);
   return s;
 }
@@ -154,29 +227,9 @@ Settings settings_of(const Config& config, int pipeline_parallel_size) {
                       " bytes; accepted: at most " + std::to_string(kMaxRunIdBytes) + " bytes");
   }
   Settings mine;
-  mine.enabled = config.enabled ? 1 : 0;
-  mine.pp_size = static_cast<std::uint32_t>(pipeline_parallel_size);
-  mine.span_groups = config.span_groups.bits();
-  mine.trace_scope = static_cast<std::uint8_t>(config.trace_scope);
-  mine.run_key = config.run_key;
-  mine.step_budget = config.step_budget_per_minute;
-  mine.step_prefetch = config.step_prefetch ? 1 : 0;
-  mine.clock_sync = config.clock_sync ? 1 : 0;
-  mine.clock_sync_exchanges = static_cast<std::uint8_t>(config.clock_sync_exchanges);
-  mine.clock_sync_steps = config.clock_sync_steps;
-  mine.clock_sync_seconds = config.clock_sync_seconds;
-  mine.step_context = static_cast<std::uint8_t>(config.step_context);
-  mine.step_verify_steps = config.step_verify_steps;
-  // The sampler decides every step in `derived` mode and every replica's
-  // step in `pipeline` scope: each rank must decide alike.
-  mine.sampler_kind = static_cast<std::uint8_t>(config.sampler.kind);
-  mine.sampler_parent_based = config.sampler.parent_based ? 1 : 0;
-  mine.sampler_ratio_bits = std::bit_cast<std::uint64_t>(config.sampler.ratio);
-  // Tail selection: every rank chooses the same steps from the same figures.
-  mine.tail_selection = config.tail_selection ? 1 : 0;
-  mine.tail_keep = config.tail_selection ? static_cast<std::uint8_t>(config.tail_keep) : 0;
-  mine.tail_baseline =
-      config.tail_selection ? static_cast<std::uint8_t>(config.tail_baseline_percent) : 0;
+  for (const Agreed& a : kAgreed)
+    if (a.of != nullptr) mine.v[a.field] = a.of(config);
+  mine.v[kPpSize] = static_cast<std::uint32_t>(pipeline_parallel_size);
   mine.run_id = config.run_id;
   return mine;
 }
@@ -185,96 +238,27 @@ StartupAgreement compare(int my_rank, const std::vector<Settings>& ranks) {
   const int size = static_cast<int>(ranks.size());
   std::vector<int> broken;
   for (int r = 0; r < size; ++r)
-    if (ranks[static_cast<std::size_t>(r)].config_error) broken.push_back(r);
+    if (ranks[static_cast<std::size_t>(r)].v[kConfigError]) broken.push_back(r);
   if (!broken.empty()) {
     throw ConfigError("lens start-up check failed on rank " + std::to_string(my_rank) +
                       ": rank(s) " + rank_list(broken) +
                       " could not read their lens configuration (their log names the setting)");
   }
-  auto check = [&](const char* setting, auto value_of, auto show) {
+  for (const Agreed& a : kAgreed) {
+    if (a.setting == nullptr) continue;
+    const auto value_of = [&](const Settings& s) { return a.key ? a.key(s) : s.v[a.field]; };
     std::vector<int> differing;
     for (int r = 1; r < size; ++r)
       if (value_of(ranks[static_cast<std::size_t>(r)]) != value_of(ranks[0]))
         differing.push_back(r);
-    if (differing.empty()) return;
+    if (differing.empty()) continue;
     const Settings& other = ranks[static_cast<std::size_t>(differing[0])];
     throw ConfigError("lens start-up check failed on rank " + std::to_string(my_rank) + ": " +
-                      setting + " differs across ranks: rank 0 has " + show(ranks[0]) +
-                      ", rank(s) " + rank_list(differing) + " have " + show(other) + " (rank " +
+                      a.setting + " differs across ranks: rank 0 has " + a.show(ranks[0]) +
+                      ", rank(s) " + rank_list(differing) + " have " + a.show(other) + " (rank " +
                       std::to_string(differing[0]) + "); accepted: the same value on every rank");
-  };
-  check(
-      "lens step protocol version", [](const Settings& s) { return s.protocol; },
-      [](const Settings& s) { return std::to_string(s.protocol); });
-  check(
-      "lens carrier frame version", [](const Settings& s) { return s.frame_version; },
-      [](const Settings& s) { return std::to_string(s.frame_version); });
-  check(
-      "MEGATRON_OTEL_ENABLED", [](const Settings& s) { return s.enabled; },
-      [](const Settings& s) { return std::string(s.enabled ? "1" : "0"); });
-  check(
-      "pipeline-parallel size", [](const Settings& s) { return s.pp_size; },
-      [](const Settings& s) { return std::to_string(s.pp_size); });
-  check(
-      "MEGATRON_OTEL_SPAN_GROUPS", [](const Settings& s) { return s.span_groups; },
-      [](const Settings& s) { return "'" + SpanGroupSet(s.span_groups).to_string() + "'"; });
-  check(
-      "LENS_TRACE_SCOPE", [](const Settings& s) { return s.trace_scope; },
-      [](const Settings& s) {
-        return std::string(trace_scope_name(static_cast<TraceScope>(s.trace_scope & 1)));
-      });
-  check(
-      "LENS_STEP_BUDGET", [](const Settings& s) { return s.step_budget; },
-      [](const Settings& s) { return std::to_string(s.step_budget); });
-  check(
-      "LENS_STEP_PREFETCH", [](const Settings& s) { return s.step_prefetch; },
-      [](const Settings& s) { return std::string(s.step_prefetch ? "1" : "0"); });
-  check(
-      "LENS_CLOCK_SYNC", [](const Settings& s) { return s.clock_sync; },
-      [](const Settings& s) { return std::string(s.clock_sync ? "1" : "0"); });
-  check(
-      "LENS_CLOCK_SYNC_EXCHANGES", [](const Settings& s) { return s.clock_sync_exchanges; },
-      [](const Settings& s) { return std::to_string(s.clock_sync_exchanges); });
-  check(
-      "LENS_CLOCK_SYNC_STEPS", [](const Settings& s) { return s.clock_sync_steps; },
-      [](const Settings& s) { return std::to_string(s.clock_sync_steps); });
-  check(
-      "LENS_CLOCK_SYNC_SECONDS", [](const Settings& s) { return s.clock_sync_seconds; },
-      [](const Settings& s) { return std::to_string(s.clock_sync_seconds); });
-  check(
-      "LENS_STEP_CONTEXT", [](const Settings& s) { return s.step_context; },
-      [](const Settings& s) {
-        return std::string(
-            step_context_mode_name(static_cast<StepContextMode>(s.step_context & 1)));
-      });
-  check(
-      "LENS_TAIL_SELECTION", [](const Settings& s) { return s.tail_selection; },
-      [](const Settings& s) { return std::string(s.tail_selection ? "1" : "0"); });
-  check(
-      "LENS_TAIL_KEEP", [](const Settings& s) { return s.tail_keep; },
-      [](const Settings& s) { return std::to_string(s.tail_keep); });
-  check(
-      "LENS_TAIL_BASELINE", [](const Settings& s) { return s.tail_baseline; },
-      [](const Settings& s) { return std::to_string(s.tail_baseline); });
-  check(
-      "LENS_STEP_VERIFY_STEPS", [](const Settings& s) { return s.step_verify_steps; },
-      [](const Settings& s) { return std::to_string(s.step_verify_steps); });
-  check(
-      "OTEL_TRACES_SAMPLER",
-      [](const Settings& s) { return s.sampler_kind * 2 + s.sampler_parent_based; },
-      [](const Settings& s) {
-        Sampler sampler;
-        sampler.kind = static_cast<Sampler::Kind>(s.sampler_kind % 3);
-        sampler.parent_based = s.sampler_parent_based != 0;
-        sampler.ratio = std::bit_cast<double>(s.sampler_ratio_bits);
-        return "'" + sampler.describe() + "'";
-      });
-  check(
-      "OTEL_TRACES_SAMPLER_ARG", [](const Settings& s) { return s.sampler_ratio_bits; },
-      [](const Settings& s) {
-        return std::to_string(std::bit_cast<double>(s.sampler_ratio_bits));
-      });
-  return {ranks[0].run_id, ranks[0].run_key};
+  }
+  return {ranks[0].run_id, ranks[0].v[kRunKey]};
 }
 
 }  // namespace
@@ -290,7 +274,7 @@ StartupAgreement agree_on_startup(Communicator& comm, const Config& config,
     mine = settings_of(config, pipeline_parallel_size);
   } catch (const ConfigError& e) {
     error = e;
-    mine.config_error = 1;
+    mine.v[kConfigError] = 1;
   }
   if (comm.size() <= 1) {
     if (error) throw *error;
@@ -324,7 +308,7 @@ void compare_telemetry_start(int my_rank, std::span<const std::uint8_t> statuses
 std::vector<std::uint8_t> startup_record(const Config* config, int pipeline_parallel_size) {
   Settings mine;
   if (config == nullptr)
-    mine.config_error = 1;
+    mine.v[kConfigError] = 1;
   else
     mine = settings_of(*config, pipeline_parallel_size);
   const auto record = encode(mine);
@@ -361,7 +345,7 @@ std::unique_ptr<Telemetry> create_distributed_telemetry(Communicator& comm,
   } catch (const ConfigError& e) {
     error = e;
     mine = Settings();
-    mine.config_error = 1;
+    mine.v[kConfigError] = 1;
   }
   StartupAgreement agreed{config.run_id, config.run_key};
   if (comm.size() > 1) {
