@@ -305,6 +305,78 @@ TEST(StartupAgreement, ZeroCollectiveTimeoutIsRefused) {
                ConfigError);
 }
 
+// The record's layout is the wire format between versions: each field at
+// the place startup_agreement.cc's layout comment gives, little-endian.
+TEST(StartupAgreement, TheRecordHoldsEachSettingAtItsDocumentedPlace) {
+  Config c;
+  c.enabled = true;
+  c.span_groups = SpanGroupSet::parse("per_step,microbatch", "test");
+  c.trace_scope = TraceScope::kPipeline;
+  c.run_key = 0x0102030405060708ULL;
+  c.step_budget_per_minute = 0x01020304;
+  c.step_prefetch = true;
+  c.clock_sync = true;
+  c.clock_sync_exchanges = 7;
+  c.step_context = StepContextMode::kDerived;
+  c.clock_sync_steps = 0x0A0B0C0D;
+  c.clock_sync_seconds = 0x11121314;
+  c.step_verify_steps = 0x21222324;
+  c.sampler.kind = Sampler::Kind::kTraceIdRatio;
+  c.sampler.parent_based = true;
+  c.sampler.ratio = 0.25;
+  c.tail_selection = true;
+  c.tail_keep = 3;
+  c.tail_baseline_percent = 10;
+  c.run_id = "run-7";
+  const std::vector<std::uint8_t> r = startup_record(&c, 0x0304);
+  ASSERT_EQ(r.size(), kStartupRecordBytes);
+  const auto le = [&](std::size_t at, std::size_t bytes) {
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < bytes; ++i) v |= std::uint64_t{r[at + i]} << (8 * i);
+    return v;
+  };
+  EXPECT_EQ(std::string(r.begin(), r.begin() + 4), "LNSA");
+  EXPECT_EQ(le(4, 2), kStepProtocolVersion);
+  EXPECT_EQ(r[6], 1);  // enabled
+  EXPECT_EQ(r[7], 0);  // no configuration error
+  EXPECT_EQ(le(8, 4), 0x0304u);
+  EXPECT_EQ(le(12, 4), c.span_groups.bits());
+  EXPECT_EQ(r[16], 5);  // the run id's length
+  EXPECT_EQ(r[17], static_cast<std::uint8_t>(TraceScope::kPipeline));
+  EXPECT_EQ(le(18, 2), kCarrierFrameVersion);
+  EXPECT_EQ(le(20, 8), 0x0102030405060708ULL);
+  EXPECT_EQ(le(28, 4), 0x01020304u);
+  EXPECT_EQ(r[32], 1);
+  EXPECT_EQ(r[33], 1);
+  EXPECT_EQ(r[34], 7);
+  EXPECT_EQ(r[35], static_cast<std::uint8_t>(StepContextMode::kDerived));
+  EXPECT_EQ(le(36, 4), 0x0A0B0C0Du);
+  EXPECT_EQ(le(40, 4), 0x11121314u);
+  EXPECT_EQ(le(44, 4), 0x21222324u);
+  EXPECT_EQ(r[48], static_cast<std::uint8_t>(Sampler::Kind::kTraceIdRatio));
+  EXPECT_EQ(r[49], 1);
+  EXPECT_EQ(le(52, 8), 0x3FD0000000000000ULL);  // 0.25
+  EXPECT_EQ(r[60], 1);
+  EXPECT_EQ(r[61], 3);
+  EXPECT_EQ(r[62], 10);
+  EXPECT_EQ(std::string(r.begin() + 64, r.begin() + 69), "run-7");
+  EXPECT_EQ(r[69], 0);
+  // A rank whose configuration does not resolve: marked, and refused by
+  // every rank that compares it.
+  const std::vector<std::uint8_t> broken = startup_record(nullptr, 4);
+  EXPECT_EQ(broken[7], 1);
+  std::vector<std::uint8_t> both = r;
+  both.insert(both.end(), broken.begin(), broken.end());
+  try {
+    compare_startup_records(0, both);
+    FAIL() << "a broken rank's record was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank(s) 1 could not read their lens configuration"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TelemetryInstance, EveryTelemetryHasANumberOfItsOwnEvenAtTheSameAddress) {
   std::set<std::uint64_t> seen;
   for (int i = 0; i < 8; ++i) {
