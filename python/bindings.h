@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -53,6 +54,11 @@ std::optional<lens::StepCarrier> unwrap(const std::optional<PyCarrier>& c);
 // Seconds as Python passes a timeout; ValueError below 0.
 std::chrono::milliseconds to_ms(double seconds);
 
+// An exception leaving a `with` block (its type and value as __exit__ gets
+// them) recorded on the span, when it records: an `exception` event and an
+// error status.
+void record_exception(lens::Span& span, const py::handle& type, const py::handle& value);
+
 // A span from Python: a context manager that makes the span current on entry
 // and ends it on exit, recording an exception that escapes the block.
 class PySpan {
@@ -90,13 +96,7 @@ class PySpan {
     return *this;
   }
   bool exit(const py::handle& type, const py::handle& value, const py::handle&) {
-    if (!type.is_none() && span_.recording()) {
-      const std::string message = py::str(value);
-      span_.add_event("exception",
-                      {{"exception.type", std::string(py::str(type.attr("__qualname__")))},
-                       {"exception.message", message}});
-      span_.set_status(lens::StatusCode::kError, message);
-    }
+    if (!type.is_none()) record_exception(span_, type, value);
     end();
     return false;
   }
@@ -131,6 +131,51 @@ py::dict straggler_dict(const lens::LiveStraggler& straggler);
 void set_py_attribute(lens::Span& span, PyObject* key, PyObject* value);
 void set_py_attributes(lens::Span& span, const py::dict& attributes);
 
+// A torch.distributed group as a Communicator: `group` is a Python object
+// with rank, size, engine and broadcast(data, root, timeout),
+// all_gather(data, timeout), send(data, peer, tag, timeout) and
+// recv(size, peer, tag, timeout) (lens.distributed's _TorchGroup), ranks in
+// the group, timeouts in seconds, data as bytes. A Python exception, or a
+// reply of the wrong type or size, is a CommError naming the call. One kept
+// in the module's static state lends its group only for a call (Lend), so
+// that nothing of Python's outlives the interpreter there.
+class TorchCommunicator : public lens::Communicator {
+ public:
+  explicit TorchCommunicator(py::object group);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string engine() const override { return engine_; }
+  void broadcast(std::span<std::uint8_t> data, int root,
+                 std::chrono::milliseconds timeout) override;
+  void send(std::span<const std::uint8_t> data, int peer, int tag,
+            std::chrono::milliseconds timeout) override;
+  void recv(std::span<std::uint8_t> data, int peer, int tag,
+            std::chrono::milliseconds timeout) override;
+
+  // The group for the lifetime of this value, then none.
+  struct Lend {
+    Lend(TorchCommunicator& c, py::object group) : c_(c) { c_.group_ = std::move(group); }
+    ~Lend() { c_.group_ = py::object(); }
+    Lend(const Lend&) = delete;
+    Lend& operator=(const Lend&) = delete;
+    TorchCommunicator& c_;
+  };
+
+ protected:
+  void gather_from_all(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
+                       std::chrono::milliseconds timeout) override;
+
+ private:
+  template <typename Call>
+  py::object call(std::string_view what, Call&& body);
+  void fill(std::span<std::uint8_t> out, const py::object& got, std::string_view what);
+
+  py::object group_;
+  int rank_, size_;
+  std::string engine_;
+};
+
 // What the module keeps per process-wide telemetry: its tracer and, as a
 // step source, its step budget (LENS_STEP_BUDGET). Rebuilt whenever the
 // telemetry changes (init, shutdown): keyed on Telemetry::instance(), since a
@@ -141,9 +186,9 @@ struct PerTelemetry {
   lens::StepBudget budget;
   // The step checks of derived step contexts (step_check.h).
   lens::StepCheckSchedule checks;
-  // The clock sync's engine (Python's point-to-point calls) and schedule,
-  // made at the first sample.
-  std::unique_ptr<lens::Communicator> clock_engine;
+  // The clock sync's engine (the world group, lent for each sample) and
+  // schedule, made at the first sample.
+  std::unique_ptr<TorchCommunicator> clock_engine;
   std::unique_ptr<lens::ClockSchedule> clock;
   // The rank's job span (start_job_span), which every step span links to.
   std::optional<lens::SpanContext> job;

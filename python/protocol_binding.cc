@@ -25,76 +25,6 @@
 #include "lens/telemetry.h"
 
 namespace lens_python {
-namespace {
-
-// The world group of torch.distributed as a Communicator, for the clock
-// sync only: point-to-point messages go through Python callables
-// (lens.distributed passes ones over dist.isend / dist.irecv of byte
-// tensors), so the exchange and its rules stay in C++. Collectives are not
-// needed by the clock sync and refuse. The callables are held only during a
-// sample (Use), so that nothing of Python's is left in the module's static
-// state when the interpreter finalises.
-class PythonPointToPoint : public lens::Communicator {
- public:
-  PythonPointToPoint(int rank, int size, std::string engine)
-      : rank_(rank), size_(size), engine_(std::move(engine)) {}
-
-  struct Use {
-    Use(PythonPointToPoint& p, py::function send, py::function recv) : p_(p) {
-      p_.send_ = std::move(send);
-      p_.recv_ = std::move(recv);
-    }
-    ~Use() {
-      p_.send_ = py::function();
-      p_.recv_ = py::function();
-    }
-    PythonPointToPoint& p_;
-  };
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  std::string engine() const override { return engine_; }
-  void broadcast(std::span<std::uint8_t>, int, std::chrono::milliseconds) override {
-    throw lens::CommError(describe_failure("broadcast", "point-to-point only"));
-  }
-  void send(std::span<const std::uint8_t> data, int peer, int tag,
-            std::chrono::milliseconds timeout) override {
-    try {
-      send_(py::bytes(reinterpret_cast<const char*>(data.data()), data.size()), peer, tag,
-            static_cast<double>(timeout.count()) / 1e3);
-    } catch (const py::error_already_set& e) {
-      throw lens::CommError(describe_failure("send", e.what()));
-    }
-  }
-  void recv(std::span<std::uint8_t> data, int peer, int tag,
-            std::chrono::milliseconds timeout) override {
-    std::string got;
-    try {
-      got = py::bytes(recv_(data.size(), peer, tag, static_cast<double>(timeout.count()) / 1e3));
-    } catch (const py::error_already_set& e) {
-      throw lens::CommError(describe_failure("recv", e.what()));
-    } catch (const py::cast_error& e) {
-      throw lens::CommError(describe_failure("recv", "the receive did not return bytes"));
-    }
-    if (got.size() != data.size())
-      throw lens::CommError(describe_failure(
-          "recv",
-          std::to_string(got.size()) + " bytes, " + std::to_string(data.size()) + " expected"));
-    std::copy(got.begin(), got.end(), data.begin());
-  }
-
- protected:
-  void gather_from_all(std::span<const std::uint8_t>, std::span<std::uint8_t>,
-                       std::chrono::milliseconds) override {
-    throw lens::CommError(describe_failure("all_gather", "point-to-point only"));
-  }
-
- private:
-  int rank_, size_;
-  std::string engine_;
-  py::function send_, recv_;
-};
-
-}  // namespace
 
 PerTelemetry& per_telemetry() {
   static PerTelemetry state;
@@ -335,22 +265,19 @@ void bind_protocol(py::module_& m) {
       py::arg("step"));
   m.def(
       "sync_clocks",
-      [](py::function send, py::function recv, int rank, int size, const std::string& engine,
-         std::optional<std::uint64_t> step) {
+      [](py::object world, std::optional<std::uint64_t> step) {
         lens::Telemetry* t = lens::get_telemetry();
         if (!t) throw std::runtime_error("lens: telemetry is not initialised");
         PerTelemetry& state = per_telemetry();
         if (!state.clock) {
-          state.clock_engine = std::make_unique<PythonPointToPoint>(rank, size, engine);
+          state.clock_engine = std::make_unique<TorchCommunicator>(world);
           state.clock = std::make_unique<lens::ClockSchedule>(*t, *state.clock_engine, state.tracer,
                                                               t->config().collective_timeout);
         }
-        PythonPointToPoint::Use use(static_cast<PythonPointToPoint&>(*state.clock_engine),
-                                    std::move(send), std::move(recv));
+        TorchCommunicator::Lend lend(*state.clock_engine, std::move(world));
         state.clock->sync(step);
       },
-      py::arg("send"), py::arg("recv"), py::arg("rank"), py::arg("size"), py::arg("engine"),
-      py::arg("step") = py::none());
+      py::arg("world"), py::arg("step") = py::none());
 }
 
 }  // namespace lens_python

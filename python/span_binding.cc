@@ -83,6 +83,14 @@ std::string_view utf8_view(PyObject* s) {
 
 }  // namespace
 
+void record_exception(lens::Span& span, const py::handle& type, const py::handle& value) {
+  if (!span.recording()) return;
+  const std::string message = py::str(value);
+  span.add_event("exception", {{"exception.type", std::string(py::str(type.attr("__qualname__")))},
+                               {"exception.message", message}});
+  span.set_status(lens::StatusCode::kError, message);
+}
+
 // Sets one attribute from Python, with no copy of the key and no variant
 // for the common scalar types (exact bool, int, float, str).
 void set_py_attribute(lens::Span& span, PyObject* key, PyObject* value) {

@@ -1,6 +1,6 @@
 // The step protocol for Python (lens._lens.StepTrace, StepScope,
 // StepMeeting): the library's StepTrace, StepScope and StepMeeting over a
-// torch.distributed group. The group's broadcast, all-gather and messages
+// torch.distributed group (TorchCommunicator, defined here). The group's broadcast, all-gather and messages
 // are Python calls (lens.distributed's _TorchGroup, on byte tensors); the
 // protocol itself (the frames, the step checks, the clock samples, the
 // meetings) is the C++ one lens-train runs, with no second copy.
@@ -28,84 +28,6 @@ double seconds(std::chrono::milliseconds timeout) {
 py::bytes bytes_of(std::span<const std::uint8_t> data) {
   return py::bytes(reinterpret_cast<const char*>(data.data()), data.size());
 }
-
-// A torch.distributed group as a Communicator: `group` is a Python object
-// with rank, size, engine and broadcast(data, root, timeout),
-// all_gather(data, timeout), send(data, peer, tag, timeout) and
-// recv(size, peer, tag, timeout), ranks in the group, timeouts in seconds,
-// data as bytes. A Python exception, or a reply of the wrong type or size,
-// is a CommError naming the call.
-class TorchCommunicator : public lens::Communicator {
- public:
-  explicit TorchCommunicator(py::object group)
-      : group_(std::move(group)),
-        rank_(group_.attr("rank").cast<int>()),
-        size_(group_.attr("size").cast<int>()),
-        engine_(group_.attr("engine").cast<std::string>()) {
-    if (size_ < 1 || rank_ < 0 || rank_ >= size_)
-      throw lens::ConfigError("lens: a group of size " + std::to_string(size_) +
-                              " cannot have rank " + std::to_string(rank_));
-  }
-
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  std::string engine() const override { return engine_; }
-
-  void broadcast(std::span<std::uint8_t> data, int root,
-                 std::chrono::milliseconds timeout) override {
-    py::gil_scoped_acquire gil;
-    fill(data, call("broadcast", [&] {
-           return group_.attr("broadcast")(bytes_of(data), root, seconds(timeout));
-         }),
-         "broadcast");
-  }
-  void send(std::span<const std::uint8_t> data, int peer, int tag,
-            std::chrono::milliseconds timeout) override {
-    py::gil_scoped_acquire gil;
-    call("send", [&] { return group_.attr("send")(bytes_of(data), peer, tag, seconds(timeout)); });
-  }
-  void recv(std::span<std::uint8_t> data, int peer, int tag,
-            std::chrono::milliseconds timeout) override {
-    py::gil_scoped_acquire gil;
-    fill(data, call("recv", [&] {
-           return group_.attr("recv")(data.size(), peer, tag, seconds(timeout));
-         }),
-         "recv");
-  }
-
- protected:
-  void gather_from_all(std::span<const std::uint8_t> input, std::span<std::uint8_t> output,
-                       std::chrono::milliseconds timeout) override {
-    py::gil_scoped_acquire gil;
-    fill(output, call("all_gather", [&] {
-           return group_.attr("all_gather")(bytes_of(input), seconds(timeout));
-         }),
-         "all_gather");
-  }
-
- private:
-  template <typename Call>
-  py::object call(std::string_view what, Call&& body) {
-    try {
-      return body();
-    } catch (const py::error_already_set& e) {
-      throw lens::CommError(describe_failure(what, e.what()));
-    }
-  }
-  void fill(std::span<std::uint8_t> out, const py::object& got, std::string_view what) {
-    if (!py::isinstance<py::bytes>(got))
-      throw lens::CommError(describe_failure(what, "the group's call did not return bytes"));
-    const std::string_view bytes = py::reinterpret_borrow<py::bytes>(got);
-    if (bytes.size() != out.size())
-      throw lens::CommError(describe_failure(what, std::to_string(bytes.size()) + " bytes, " +
-                                                       std::to_string(out.size()) + " expected"));
-    std::copy(bytes.begin(), bytes.end(), out.begin());
-  }
-
-  py::object group_;
-  int rank_, size_;
-  std::string engine_;
-};
 
 // The process's telemetry when a step object was made: it must still be the
 // one (lens.shutdown or a new lens.init leaves the object pointing at none).
@@ -164,15 +86,8 @@ class PyStepScope {
   }
   void exit(const py::handle& type, const py::handle& value, const py::handle&) {
     if (!scope_) return;
-    lens::Span& span = scope_->span();
     if (!type.is_none()) {
-      if (span.recording()) {
-        const std::string message = py::str(value);
-        span.add_event("exception",
-                       {{"exception.type", std::string(py::str(type.attr("__qualname__")))},
-                        {"exception.message", message}});
-        span.set_status(lens::StatusCode::kError, message);
-      }
+      record_exception(scope_->span(), type, value);
       scope_->exception_escaped();
     }
     scope_.reset();
@@ -229,6 +144,70 @@ class PyStepMeeting {
 };
 
 }  // namespace
+
+TorchCommunicator::TorchCommunicator(py::object group)
+    : group_(std::move(group)),
+      rank_(group_.attr("rank").cast<int>()),
+      size_(group_.attr("size").cast<int>()),
+      engine_(group_.attr("engine").cast<std::string>()) {
+  if (size_ < 1 || rank_ < 0 || rank_ >= size_)
+    throw lens::ConfigError("lens: a group of size " + std::to_string(size_) +
+                            " cannot have rank " + std::to_string(rank_));
+}
+
+void TorchCommunicator::broadcast(std::span<std::uint8_t> data, int root,
+                                  std::chrono::milliseconds timeout) {
+  py::gil_scoped_acquire gil;
+  fill(data, call("broadcast", [&] {
+         return group_.attr("broadcast")(bytes_of(data), root, seconds(timeout));
+       }),
+       "broadcast");
+}
+
+void TorchCommunicator::send(std::span<const std::uint8_t> data, int peer, int tag,
+                             std::chrono::milliseconds timeout) {
+  py::gil_scoped_acquire gil;
+  call("send", [&] { return group_.attr("send")(bytes_of(data), peer, tag, seconds(timeout)); });
+}
+
+void TorchCommunicator::recv(std::span<std::uint8_t> data, int peer, int tag,
+                             std::chrono::milliseconds timeout) {
+  py::gil_scoped_acquire gil;
+  fill(data, call("recv", [&] {
+         return group_.attr("recv")(data.size(), peer, tag, seconds(timeout));
+       }),
+       "recv");
+}
+
+void TorchCommunicator::gather_from_all(std::span<const std::uint8_t> input,
+                                        std::span<std::uint8_t> output,
+                                        std::chrono::milliseconds timeout) {
+  py::gil_scoped_acquire gil;
+  fill(output, call("all_gather", [&] {
+         return group_.attr("all_gather")(bytes_of(input), seconds(timeout));
+       }),
+       "all_gather");
+}
+
+template <typename Call>
+py::object TorchCommunicator::call(std::string_view what, Call&& body) {
+  try {
+    return body();
+  } catch (const py::error_already_set& e) {
+    throw lens::CommError(describe_failure(what, e.what()));
+  }
+}
+
+void TorchCommunicator::fill(std::span<std::uint8_t> out, const py::object& got,
+                             std::string_view what) {
+  if (!py::isinstance<py::bytes>(got))
+    throw lens::CommError(describe_failure(what, "the group's call did not return bytes"));
+  const std::string_view bytes = py::reinterpret_borrow<py::bytes>(got);
+  if (bytes.size() != out.size())
+    throw lens::CommError(describe_failure(what, std::to_string(bytes.size()) + " bytes, " +
+                                                     std::to_string(out.size()) + " expected"));
+  std::copy(bytes.begin(), bytes.end(), out.begin());
+}
 
 void bind_steps(py::module_& m) {
   // Registered first, so that StepTrace.step's signature names it.

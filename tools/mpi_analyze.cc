@@ -278,7 +278,7 @@ int mpi_analyze(const std::string& dir, bool raw_clock,
           analysis::StepRange range, const analysis::ClockAlignment& clock) {
         return analysis::analyze_part(run, index, range, clock, false);
       },
-      [&](const analysis::OpenedRun& run, const std::vector<std::string>& parts,
+      [&](const analysis::OpenedRun&, const std::vector<std::string>& parts,
           const analysis::ClockAlignment& clock) {
         std::vector<std::string> warnings;
         const analysis::Analysis a =
@@ -297,7 +297,7 @@ int mpi_summary(const std::string& dir, bool raw_clock,
           analysis::StepRange range, const analysis::ClockAlignment& clock) {
         return analysis::summary_part(run, index, range, clock);
       },
-      [&](const analysis::OpenedRun& run, const std::vector<std::string>& parts,
+      [&](const analysis::OpenedRun&, const std::vector<std::string>& parts,
           const analysis::ClockAlignment& clock) {
         std::vector<std::string> warnings;
         const analysis::Summary s =

@@ -270,8 +270,9 @@ std::string facts_of(const Analysis& a, std::size_t bucket) {
 // The page: its own style and error capture first, Chart.js, then the
 // body; the charts drawn from the data element.
 std::string page(const std::string& title, const Analysis& a, const std::string& chart_js,
-                 std::size_t stage_count, const std::string& waves, const json& data) {
-  const std::string facts = facts_of(a, data["bucket"].get<std::size_t>());
+                 std::size_t bucket, std::size_t stage_count, const std::string& waves,
+                 const json& data) {
+  const std::string facts = facts_of(a, bucket);
   const std::string verdicts = a.steps > 0 ? format_verdicts(a) : std::string();
   std::string stage_charts;
   for (std::size_t i = 0; i < stage_count; ++i)
@@ -336,7 +337,8 @@ Report render_report(const OpenedRun& run, const ReportOptions& options) {
   data["bubble"] = bubble_chart(a, report.bucket);
   data["clock"] = clock_chart(alignment, max_points);
   const std::string waves = wave_sections(run, a, alignment, report);
-  report.html = page("lens report: " + run.input().string(), a, chart_js, stages.size(), waves, data);
+  report.html = page("lens report: " + run.input().string(), a, chart_js, report.bucket,
+                     stages.size(), waves, data);
   return report;
 }
 

@@ -248,7 +248,7 @@ struct StepLoop {
   // from the agreed run key), rank 0's the one the others link to; each
   // step links to it. Throws what a step throws.
   void run(RankReport& report) {
-    const Tracer tracer = step_trace.tracer();
+    const Tracer& tracer = ctx.tracer;
     Span job = telemetry ? tracer.start_span(SpanGroup::kJob, semconv::kJobSpan,
                                              job_span_start(*telemetry, at.rank))
                          : Span();
@@ -275,7 +275,7 @@ struct StepLoop {
   }
 
   StepReport run_step(int step) {
-    const Tracer tracer = step_trace.tracer();
+    const Tracer& tracer = ctx.tracer;
     const auto start = std::chrono::steady_clock::now();
     SpanContext step_context;  // the step span's, for the metrics' exemplars
     StepFigureTotals figures;  // what the step's spans measured

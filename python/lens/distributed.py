@@ -389,32 +389,16 @@ def sync_clocks(step=None):
     gate as broadcast_trace_context: at the first step (before its
     broadcast), whenever clock_sync_due(step) says so, and once after the
     last step with step=None. Rank 0 exchanges timestamps with each rank in
-    turn over dist.isend / dist.irecv of byte tensors; lens's C++ core runs
+    turn over dist.isend / dist.irecv of byte tensors (_TorchGroup); lens's C++ core runs
     the exchange, keeps the lowest round trip, fits the drift and records a
     ``lens.clock_sync`` span on every rank, which ``lens`` views align by
     (docs/clock-alignment.md). Does nothing when telemetry is not
     initialised or LENS_CLOCK_SYNC is off (both agreed at start-up, so alike
     on every rank). A failed or timed-out exchange raises.
     """
-    import torch
-    import torch.distributed as dist
-
     if not _lens.is_initialized() or not _lens.config().get("clock_sync", True):
         return
-    device = _frame_device(None)
-
-    def send(data, peer, tag, timeout):
-        tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
-        dist.isend(tensor, dst=peer, tag=tag).wait(timeout=datetime.timedelta(seconds=timeout))
-
-    def recv(size, peer, tag, timeout):
-        tensor = torch.empty(size, dtype=torch.uint8, device=device)
-        dist.irecv(tensor, src=peer, tag=tag).wait(timeout=datetime.timedelta(seconds=timeout))
-        return bytes(tensor.cpu().tolist())
-
-    _lens.sync_clocks(send, recv, dist.get_rank(), dist.get_world_size(),
-                      "torch.distributed/" + str(dist.get_backend()),
-                      None if step is None else int(step))
+    _lens.sync_clocks(_TorchGroup(), None if step is None else int(step))
 
 
 def clock_sync_due(step):

@@ -9,7 +9,7 @@
 namespace lens::analysis {
 
 OpenedRun::State::~State() {
-  if (imported) release_import(dir);
+  if (!dir.empty() && dir != input) release_import(dir);  // an import it made
 }
 
 OpenedRun::OpenedRun(const std::filesystem::path& input) {
@@ -24,10 +24,7 @@ OpenedRun::OpenedRun(const std::filesystem::path& input) {
     ImportedRun imported = import_for_reading(input);
     state->dir = std::move(imported.dir);
     state->warnings = std::move(imported.stats.warnings);
-    state->imported = true;
   }
-  if (!std::filesystem::is_directory(state->dir, ec))
-    throw ReadError(state->dir.string() + ": no such file or directory");
   for (const auto& e : std::filesystem::directory_iterator(state->dir))
     if (e.is_regular_file() && e.path().string().ends_with(".otlp.jsonl"))
       state->files.push_back(e.path());

@@ -34,14 +34,13 @@ class OpenedRun {
   const std::vector<std::filesystem::path>& files() const { return state_->files; }
   // What importing had to say (none for lens's layout).
   const std::vector<std::string>& import_warnings() const { return state_->warnings; }
-  bool imported() const { return state_->imported; }
+  bool imported() const { return state_->dir != state_->input; }
 
  private:
   struct State {
     std::filesystem::path input, dir;
     std::vector<std::filesystem::path> files;
     std::vector<std::string> warnings;
-    bool imported = false;
     ~State();
   };
   std::shared_ptr<const State> state_;

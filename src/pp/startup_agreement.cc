@@ -68,10 +68,9 @@ struct Settings {
   }
 };
 
-std::string number_of(std::uint64_t value) { return std::to_string(value); }
 template <Field f>
 std::string number(const Settings& s) {
-  return number_of(s.v[f]);
+  return std::to_string(s.v[f]);
 }
 template <Field f>
 std::string flag(const Settings& s) {
