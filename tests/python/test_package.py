@@ -321,6 +321,26 @@ class StepProtocol(Traced):
         with self.assertRaises(lens.ConfigError):
             lens._lens.StepTrace(group, None, 2)
 
+    def test_a_clock_sample_over_a_broken_group_fails_naming_the_call_and_keeps_no_group(self):
+        import gc
+        import weakref
+
+        class Gone(SourceGroup):
+            def send(self, data, peer, tag, timeout):
+                raise RuntimeError("peer 1 is gone")
+
+            recv = send
+
+        group = Gone()
+        held = weakref.ref(group)
+        with self.assertRaises(lens.CommError) as caught:
+            lens._lens.sync_clocks(group, 0)
+        self.assertIn("send failed", str(caught.exception))
+        self.assertIn("peer 1 is gone", str(caught.exception))
+        del group, caught
+        gc.collect()
+        self.assertIsNone(held(), "the module's clock engine lends the group for one sample only")
+
     def test_the_meeting_names_a_peer_three_times_slower_on_the_step_span(self):
         class SlowPeer(SourceGroup):
             def all_gather(self, data, timeout):  # rank 1: the same words, 3x the median
