@@ -192,7 +192,7 @@ SpanLayers span_layers(const PipelineView& view, WaveFrame& f, const std::string
         std::string detail = fmt::format("{} | rank {} | step {} | {:.3f} ms", s->name, rank,
                                          sv->step, (s->end_ns - s->start_ns) / 1e6);
         if (s->has(semconv::kMicrobatchId))
-          detail += " | microbatch " + s->attributes.at(semconv::kMicrobatchId);
+          detail += " | microbatch " + std::string(*s->attributes.text(semconv::kMicrobatchId));
         // The interleaved schedule's model chunk: a shade of the kind's
         // colour per chunk (chunk-0 .. chunk-3, then round again).
         std::string chunk;

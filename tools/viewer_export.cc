@@ -153,7 +153,8 @@ ExportCounts export_perfetto(const OpenedRun& run, std::ostream& out,
     for (const auto& f : part.files) {
       for (const auto& s : f.spans) {
         const SpanKind k = kind_of(s);
-        json args = s.attributes;
+        json args = json::object();
+        for (const Attributes::Entry a : s.attributes) args[std::string(a.key)] = a.text;
         args["trace_id"] = s.trace_id;
         args["span_id"] = s.span_id;
         events.add({{"ph", "X"},
@@ -294,8 +295,8 @@ std::map<std::string, json> jaeger_traces(const Run& part, ExportCounts& counts,
         ++counts.links;
       }
       json tags = json::array();
-      for (const auto& [k, v] : s.attributes)
-        tags.push_back(jaeger_tag(k, v, type_of(s.attribute_types, k)));
+      for (const Attributes::Entry a : s.attributes)
+        tags.push_back(jaeger_tag(std::string(a.key), std::string(a.text), a.type));
       // Kind and status as Jaeger's own OTLP translator writes them, so a
       // failed span keeps its error mark.
       if (const char* kind = span_kind_tag(s.kind))

@@ -136,13 +136,13 @@ void RunChecker::check_spans(const Run& part, const PipelineView& view,
                             span_label(s)});
       }
       if (s.name == semconv::kJobSpan) job_of_rank_[s.rank] = {s.trace_id, s.span_id};
-      auto t = s.attributes.find(semconv::kTruncated);
+      const bool truncated = s.attributes.text(semconv::kTruncated) == "true";
       // Ended by the signal that stopped the process (lens.stopped_by): the
       // run was stopped on purpose, counted, not a fault.
-      if (t != s.attributes.end() && t->second == "true" && s.has(semconv::kStoppedBy)) {
+      if (const auto by = s.attributes.text(semconv::kStoppedBy); truncated && by) {
         ++stopped_spans_;
-        stopped_by_ = s.attributes.at(semconv::kStoppedBy);
-      } else if (t != s.attributes.end() && t->second == "true")
+        stopped_by_ = *by;
+      } else if (truncated)
         found_.push_back({-1, s.rank,
                           s.name + " was still open when its process shut down "
                                    "(nemo.span.truncated)",
@@ -313,7 +313,7 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
         found_.push_back({sv.step, rank,
                           s->has(semconv::kPipelineRank)
                               ? "linked span says dl.pipeline_parallel.rank=" +
-                                    s->attributes.at(semconv::kPipelineRank) +
+                                    std::string(*s->attributes.text(semconv::kPipelineRank)) +
                                     ", but its rank is stage " + std::to_string(sr.stage)
                               : "linked span has no dl.pipeline_parallel.rank",
                           span_label(*s)});

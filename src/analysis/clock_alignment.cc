@@ -76,10 +76,11 @@ bool ClockAlignment::add(const SpanRow& span) {
       p.uncertainty_ns < 0 || p.uncertainty_ns > kMaxOffsetNs)
     return false;
   if (span.int_attr("lens.clock.round_trip_ns", 0) < 0) return false;  // no exchange gives that
-  if (auto it = span.attributes.find("lens.clock.drift_ppm"); it != span.attributes.end()) {
+  if (const auto text = span.attributes.text("lens.clock.drift_ppm")) {
+    const std::string drift(*text);
     char* end = nullptr;
-    const double d = std::strtod(it->second.c_str(), &end);
-    if (end == it->second.c_str() || *end != '\0' || !std::isfinite(d) ||
+    const double d = std::strtod(drift.c_str(), &end);
+    if (end == drift.c_str() || *end != '\0' || !std::isfinite(d) ||
         std::abs(d) > kMaxDriftPpm)
       return false;
   }

@@ -22,7 +22,7 @@ bool LineReader::fill() {
   return n > 0;
 }
 
-LineReader::Status LineReader::next(std::string& line) {
+LineReader::Status LineReader::next(std::string& line, std::size_t room) {
   line.clear();
   std::size_t scanned = begin_;
   for (;;) {
@@ -31,6 +31,7 @@ LineReader::Status LineReader::next(std::string& line) {
     if (at != nullptr) {
       const auto stop = static_cast<std::size_t>(at - buffer_.data());
       if (stop - begin_ > max_bytes_) return Status::kTooLong;
+      line.reserve(stop - begin_ + room);
       line.assign(buffer_.data() + begin_, stop - begin_);
       bytes_ += line.size() + 1;
       begin_ = stop + 1;
@@ -42,6 +43,7 @@ LineReader::Status LineReader::next(std::string& line) {
       buffer_.resize(std::min(buffer_.size() * 2, max_bytes_ + 2));
     if (!fill()) {
       if (end_ == begin_) return Status::kEnd;
+      line.reserve(end_ - begin_ + room);
       line.assign(buffer_.data() + begin_, end_ - begin_);
       bytes_ += line.size();
       begin_ = end_;

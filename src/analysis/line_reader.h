@@ -28,7 +28,9 @@ class LineReader {
   };
 
   LineReader(std::ifstream& in, std::size_t max_bytes = kMaxLineBytes);
-  Status next(std::string& line);
+  // The next line into `line`, whose capacity then leaves at least `room`
+  // bytes after it (a parser that reads past the end may read it in place).
+  Status next(std::string& line, std::size_t room = 0);
   std::uintmax_t bytes_read() const { return bytes_; }
 
  private:

@@ -36,10 +36,11 @@ class Writer {
     static_assert(std::is_trivially_copyable_v<T>);
     out_.append(reinterpret_cast<const char*>(&v), sizeof v);
   }
-  void put(const std::string& s) {
+  void put(std::string_view s) {
     put<std::uint64_t>(s.size());
     out_ += s;
   }
+  void put(const std::string& s) { put(std::string_view(s)); }
   // A map of text keys to text (or to a trivially copyable value).
   template <typename V>
   void put_map(const std::map<std::string, V>& m) {
@@ -47,6 +48,21 @@ class Writer {
     for (const auto& [k, v] : m) {
       put(k);
       put(v);
+    }
+  }
+  // A span's attribute texts as a map of text to text, then (with_types)
+  // their types as a map of text to char.
+  void put_attributes(const Attributes& a, bool with_types) {
+    put<std::uint64_t>(a.size());
+    for (const Attributes::Entry e : a) {
+      put(e.key);
+      put(e.text);
+    }
+    if (!with_types) return;
+    put<std::uint64_t>(a.size());
+    for (const Attributes::Entry e : a) {
+      put(e.key);
+      put(e.type);
     }
   }
   template <typename T, typename Each>
@@ -87,6 +103,19 @@ class Reader {
         m[std::move(key)] = text();
       else
         m[std::move(key)] = get<V>();
+    }
+  }
+  // What put_attributes wrote.
+  void get_attributes(Attributes& a, bool with_types) {
+    for (std::size_t n = count(); n > 0; --n) {
+      const std::string key = text();
+      a.set(key, text());
+    }
+    if (!with_types) return;
+    for (std::size_t n = count(); n > 0; --n) {
+      const std::string key = text();
+      const char type = get<char>();
+      if (const auto value = a.text(key)) a.set(key, *value, type);
     }
   }
   std::size_t count() {
@@ -487,7 +516,7 @@ std::string clock_samples_share(const OpenedRun& run, int share, int shares) {
       one.put<std::int32_t>(s.rank);
       one.put<std::uint64_t>(s.process);
       one.put(s.name);
-      one.put_map(s.attributes);
+      one.put_attributes(s.attributes, false);
     });
     files.push_back(one.take());
   }
@@ -535,7 +564,7 @@ ClockAlignment clock_from_samples(std::string_view bytes) {
     s.rank = r.get<std::int32_t>();
     s.process = r.get<std::uint64_t>();
     s.name = r.text();
-    r.get_map(s.attributes);
+    r.get_attributes(s.attributes, false);
     clock.add(s);
   }
   return clock;
@@ -608,8 +637,7 @@ void put_span(Writer& w, const SpanRow& s) {
   w.put<std::int32_t>(s.kind);
   w.put<std::int32_t>(s.status_code);
   w.put(s.status_message);
-  w.put_map(s.attributes);
-  w.put_map(s.attribute_types);
+  w.put_attributes(s.attributes, true);
   w.list(s.links, [&](const std::pair<std::string, std::string>& l) {
     w.put(l.first);
     w.put(l.second);
@@ -626,8 +654,7 @@ SpanRow get_span(Reader& r) {
   s.kind = r.get<std::int32_t>();
   s.status_code = r.get<std::int32_t>();
   s.status_message = r.text();
-  r.get_map(s.attributes);
-  r.get_map(s.attribute_types);
+  r.get_attributes(s.attributes, true);
   for (std::size_t n = r.count(); n > 0; --n) {
     std::string trace = r.text();
     s.links.emplace_back(std::move(trace), r.text());

@@ -30,10 +30,9 @@ namespace {
 
 }  // namespace
 
-std::int64_t SpanRow::int_attr(const std::string& key, std::int64_t fallback) const {
-  auto it = attributes.find(key);
-  if (it == attributes.end()) return fallback;
-  return strict_int(it->second).value_or(fallback);
+std::int64_t SpanRow::int_attr(std::string_view key, std::int64_t fallback) const {
+  const std::optional<std::string_view> text = attributes.text(key);
+  return text ? strict_int(*text).value_or(fallback) : fallback;
 }
 
 RankFile RankFile::without_spans() const {
@@ -227,8 +226,9 @@ void for_each_in(dom::element v, const char* key, Each&& each) {
 // double, or NaN, Infinity, -Infinity), bytesValue, else the value's JSON
 // (arrayValue, kvlistValue), "" for {}. The type: 'i' with an intValue,
 // else 'b' with a boolValue, 'd' with a number doubleValue, else 's'. Only
-// the member that gives the text must read.
-void any_value(dom::element v, std::string& text, char& type) {
+// the member that gives the text must read. The text is the document's own
+// where it can be, else made in `scratch`.
+void any_value(dom::element v, std::string& scratch, std::string_view& text, char& type) {
   if (v.type() != Type::OBJECT) fail("attribute value is not an object");
   const dom::object o = v.get_object().value_unsafe();
   enum Member { kString, kInt, kBool, kDouble, kBytes, kMembers };
@@ -255,9 +255,12 @@ void any_value(dom::element v, std::string& text, char& type) {
                  member[kDouble].is_number()                                ? 'd'
                                                                             : 's';
   if (has[kString]) {
-    text.assign(string_of(member[kString], "stringValue"));
+    text = string_of(member[kString], "stringValue");
   } else if (has[kInt]) {
-    text = std::to_string(int_of(member[kInt], "intValue"));
+    // In decimal as read back: "007" is 7.
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, int_of(member[kInt], "intValue"));
+    text = scratch.assign(buf, r.ptr);
   } else if (has[kBool]) {
     bool b = false;
     if (member[kBool].get_bool().get(b)) fail("boolValue is not a boolean");
@@ -268,30 +271,33 @@ void any_value(dom::element v, std::string& text, char& type) {
       // The shortest text that reads back as the same double.
       char buf[32];
       const auto r = std::to_chars(buf, buf + sizeof buf, d.get_double().value_unsafe());
-      text.assign(buf, r.ptr);
+      text = scratch.assign(buf, r.ptr);
     } else {
       std::string_view s;
       if (d.get_string().get(s) || (s != "NaN" && s != "Infinity" && s != "-Infinity"))
         fail("doubleValue is not a number");
-      text.assign(s);
+      text = s;
     }
   } else if (has[kBytes]) {
-    text.assign(string_of(member[kBytes], "bytesValue"));
+    text = string_of(member[kBytes], "bytesValue");
   } else if (other) {
     // arrayValue, kvlistValue: the value's JSON as the DOM reference prints
     // it (members sorted); rare, so parsed a second time. The line's depth
     // was checked before it was parsed.
-    text = json::parse(simdjson::minify(v)).dump(-1, ' ', false, json::error_handler_t::replace);
+    scratch =
+        json::parse(simdjson::minify(v)).dump(-1, ' ', false, json::error_handler_t::replace);
+    text = scratch;
   } else {
-    text.clear();  // {}: proto3 JSON's default value
+    text = {};  // {}: proto3 JSON's default value
   }
 }
 
-// A KeyValue of an attributes list into `values` and `types` (an entry that
+// A KeyValue of an attributes list: `store(key, text, type)` (an entry that
 // is not an object is the key "" with the value "").
-void key_value(dom::element kv, std::map<std::string, std::string>& values,
-               std::map<std::string, char>& types) {
-  std::string key, text;
+template <typename Store>
+void key_value(dom::element kv, Store&& store) {
+  std::string_view key, text;
+  std::string scratch;
   char type = 's';
   if (kv.type() == Type::OBJECT) {
     dom::element value;
@@ -299,16 +305,15 @@ void key_value(dom::element kv, std::map<std::string, std::string>& values,
     const dom::object o = kv.get_object().value_unsafe();
     for (dom::key_value_pair field : o) {
       if (field.key == "key") {
-        key.assign(string_or_empty(field.value, "key"));
+        key = string_or_empty(field.value, "key");
       } else if (field.key == "value") {
         value = field.value;
         has_value = true;
       }
     }
-    if (has_value) any_value(value, text, type);
+    if (has_value) any_value(value, scratch, text, type);
   }
-  values[key] = std::move(text);
-  types[key] = type;
+  store(key, text, type);
 }
 
 // A span's members; the errors in the order the DOM reference met them.
@@ -378,9 +383,17 @@ void span_of(dom::element v, SpanRow& row) {
           enum_of(code, {"STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR"}, "status code");
     if (has_message) row.status_message.assign(string_or_empty(message, "message"));
   }
-  if (has_attributes)
-    for_each_in(attributes, "attributes",
-                [&](dom::element kv) { key_value(kv, row.attributes, row.attribute_types); });
+  if (has_attributes) {
+    // Made in the thread's own buffers, then copied at their exact size.
+    thread_local Attributes made;
+    made.clear();
+    for_each_in(attributes, "attributes", [&](dom::element kv) {
+      key_value(kv, [&](std::string_view key, std::string_view text, char type) {
+        made.set(key, text, type);
+      });
+    });
+    row.attributes = made;
+  }
   if (has_links)
     for_each_in(links, "links", [&](dom::element l) {
       dom::element t, id;
@@ -400,8 +413,12 @@ void resource_spans_of(dom::element rs, RankFile& file, std::string_view only) {
   if (member(rs, "resource", r) && r.type() == Type::OBJECT) {
     dom::element attrs;
     if (member(r, "attributes", attrs))
-      for_each_in(attrs, "attributes",
-                  [&](dom::element kv) { key_value(kv, resource, file.resource_types); });
+      for_each_in(attrs, "attributes", [&](dom::element kv) {
+        key_value(kv, [&](std::string_view key, std::string_view text, char type) {
+          resource[std::string(key)] = text;
+          file.resource_types[std::string(key)] = type;
+        });
+      });
   }
   const int rank = take_resource(file, resource);
   const std::uint64_t process = file.process;
@@ -431,10 +448,16 @@ void parse_request(RankFile& file, const std::string& line) { parse_request(file
 
 void parse_request(RankFile& file, const std::string& line, std::string_view only) {
   ThreadParser& p = thread_parser();
-  p.padded.reserve(line.size() + simdjson::SIMDJSON_PADDING);
-  p.padded.assign(line);
+  // simdjson reads up to SIMDJSON_PADDING bytes past the end: a line with
+  // that much room after it (RankFileReader's) is parsed where it is.
+  const char* text = line.data();
+  if (line.capacity() < line.size() + simdjson::SIMDJSON_PADDING) {
+    p.padded.reserve(line.size() + simdjson::SIMDJSON_PADDING);
+    p.padded.assign(line);
+    text = p.padded.data();
+  }
   dom::element doc;
-  if (const auto e = p.parser.parse(p.padded.data(), p.padded.size(), false).get(doc)) {
+  if (const auto e = p.parser.parse(text, line.size(), false).get(doc)) {
     if (e == simdjson::DEPTH_ERROR)
       fail("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels (the reader's limit)");
     if (e == simdjson::MEMALLOC) throw std::bad_alloc();
@@ -466,9 +489,11 @@ void RankFileReader::start_at(std::uint64_t offset, std::size_t line) {
 }
 
 bool RankFileReader::next_line() {
-  std::string line;
+  // One line at a time per thread, whichever file it comes from: its
+  // buffer is kept (and its room for the parser), not made for each line.
+  thread_local std::string line;
   while (!done_) {
-    const LineReader::Status status = lines_.next(line);
+    const LineReader::Status status = lines_.next(line, simdjson::SIMDJSON_PADDING);
     if (status == LineReader::Status::kEnd) {
       done_ = true;
       break;

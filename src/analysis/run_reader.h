@@ -30,6 +30,7 @@
 #include "line_reader.h"
 
 #include "opened_run.h"
+#include "span_attributes.h"
 
 namespace lens::analysis {
 
@@ -43,14 +44,12 @@ struct SpanRow {
   int kind = 0;         // OTLP SpanKind: 0 unspecified, 1 internal, 2 server, 3 client, ...
   int status_code = 0;  // OTLP StatusCode: 0 unset, 1 ok, 2 error
   std::string status_message;
-  std::map<std::string, std::string> attributes;  // scalar values as text
-  // Each attribute's type as read: 'i' int, 'd' double (finite), 'b' bool,
-  // 's' anything else (strings, bytes, arrays, NaN and infinities).
-  std::map<std::string, char> attribute_types;
+  // Values as text, each with its type as read (span_attributes.h).
+  Attributes attributes;
   std::vector<std::pair<std::string, std::string>> links;  // (trace id, span id)
 
-  std::int64_t int_attr(const std::string& key, std::int64_t fallback = -1) const;
-  bool has(const std::string& key) const { return attributes.count(key) != 0; }
+  std::int64_t int_attr(std::string_view key, std::int64_t fallback = -1) const;
+  bool has(std::string_view key) const { return attributes.has(key); }
 };
 
 // A process's identity from its resource attributes: a hash of host.name,
@@ -71,7 +70,7 @@ struct RankFile {
   int tensor_rank = -1;       // dl.tensor_parallel.rank
   std::uint64_t process = 0;  // process_key of the latest line's resource
   std::map<std::string, std::string> resource;  // every resource attribute, as text
-  std::map<std::string, char> resource_types;   // their types, as SpanRow::attribute_types
+  std::map<std::string, char> resource_types;   // their types, as Attributes::type
   std::vector<SpanRow> spans;
   std::size_t lines = 0;
   std::vector<std::string> warnings;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "lens/semconv.h"
@@ -121,14 +122,14 @@ Summary SummaryBuilder::finish(const PipelineView& rest) {
     ++tail.meetings;
     tail.held += std::max<std::int64_t>(0, m->int_attr("lens.tail.held", 0));
     tail.not_selected += std::max<std::int64_t>(0, m->int_attr("lens.tail.not_selected", 0));
-    const auto kept = m->attributes.find("lens.tail.kept");
-    if (kept == m->attributes.end()) continue;
+    const std::optional<std::string_view> kept = m->attributes.text("lens.tail.kept");
+    if (!kept) continue;
     // "12:slowest,15:baseline": a step and why, comma-separated.
     std::size_t from = 0;
-    while (from < kept->second.size()) {
-      std::size_t to = kept->second.find(',', from);
-      if (to == std::string::npos) to = kept->second.size();
-      const std::string item = kept->second.substr(from, to - from);
+    while (from < kept->size()) {
+      std::size_t to = kept->find(',', from);
+      if (to == std::string::npos) to = kept->size();
+      const std::string item(kept->substr(from, to - from));
       const std::size_t colon = item.find(':');
       if (colon != std::string::npos && colon > 0) {
         char* end = nullptr;

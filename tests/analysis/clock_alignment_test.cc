@@ -21,11 +21,11 @@ SpanRow sample(int rank, std::int64_t local_ns, std::int64_t offset_ns,
   s.name = semconv::kClockSyncSpan;
   s.rank = rank;
   s.process = process;
-  s.attributes["dl.rank"] = std::to_string(rank);
-  s.attributes["lens.clock.local_time_ns"] = std::to_string(local_ns);
-  s.attributes["lens.clock.offset_ns"] = std::to_string(offset_ns);
-  s.attributes["lens.clock.uncertainty_ns"] = std::to_string(uncertainty_ns);
-  if (drift_ppm) s.attributes["lens.clock.drift_ppm"] = drift_ppm;
+  s.attributes.set("dl.rank", std::to_string(rank));
+  s.attributes.set("lens.clock.local_time_ns", std::to_string(local_ns));
+  s.attributes.set("lens.clock.offset_ns", std::to_string(offset_ns));
+  s.attributes.set("lens.clock.uncertainty_ns", std::to_string(uncertainty_ns));
+  if (drift_ppm) s.attributes.set("lens.clock.drift_ppm", drift_ppm);
   return s;
 }
 
@@ -112,22 +112,22 @@ TEST(ClockAlignment, SamplesAreKeptPerProcess) {
 TEST(ClockAlignment, TheReferenceRankIsCheckedAndOthersAreNotUsed) {
   ClockAlignment a;
   SpanRow self = sample(2, 100 * kSecond, 0, 0);
-  self.attributes["lens.clock.reference_rank"] = "2";
+  self.attributes.set("lens.clock.reference_rank", "2");
   ASSERT_TRUE(a.add(self));
   SpanRow one = sample(1, 100 * kSecond, 4'000'000);
-  one.attributes["lens.clock.reference_rank"] = "2";
+  one.attributes.set("lens.clock.reference_rank", "2");
   ASSERT_TRUE(a.add(one));
   // A sample measured against another rank (a file from another run, or a
   // reader mixing jobs) is not used, and said.
   SpanRow stray = sample(3, 100 * kSecond, 7'000'000);
-  stray.attributes["lens.clock.reference_rank"] = "0";
+  stray.attributes.set("lens.clock.reference_rank", "0");
   ASSERT_TRUE(a.add(stray));
   EXPECT_EQ(a.reference_rank(), 2);
   EXPECT_FALSE(a.has(3, 0));
   EXPECT_EQ(a.offset_at(1, 0, 100 * kSecond), 4'000'000);
   // The reference against itself is exact: a claimed offset is refused.
   SpanRow wrong = sample(2, 200 * kSecond, 30'000, 0);
-  wrong.attributes["lens.clock.reference_rank"] = "2";
+  wrong.attributes.set("lens.clock.reference_rank", "2");
   EXPECT_FALSE(a.add(wrong));
   const auto problems = a.problems();
   ASSERT_EQ(problems.size(), 2u);
@@ -143,18 +143,18 @@ TEST(ClockAlignment, TheReferenceRankIsCheckedAndOthersAreNotUsed) {
 TEST(ClockAlignment, SamplesWhoseExchangesCrossedAClockStepAreCountedNotUsed) {
   ClockAlignment a;
   SpanRow some = sample(1, 100 * kSecond, 4'000'000);
-  some.attributes["lens.clock.exchanges"] = "8";
-  some.attributes["lens.clock.discarded"] = "3";
+  some.attributes.set("lens.clock.exchanges", "8");
+  some.attributes.set("lens.clock.discarded", "3");
   ASSERT_TRUE(a.add(some));
   SpanRow none;
   none.name = semconv::kClockSyncSpan;
   none.rank = 2;
-  none.attributes["dl.rank"] = "2";
-  none.attributes["lens.clock.exchanges"] = "8";
-  none.attributes["lens.clock.discarded"] = "8";
+  none.attributes.set("dl.rank", "2");
+  none.attributes.set("lens.clock.exchanges", "8");
+  none.attributes.set("lens.clock.discarded", "8");
   EXPECT_FALSE(a.add(none));
   SpanRow negative = sample(3, 100 * kSecond, 1'000);
-  negative.attributes["lens.clock.round_trip_ns"] = "-40";
+  negative.attributes.set("lens.clock.round_trip_ns", "-40");
   EXPECT_FALSE(a.add(negative));
   EXPECT_EQ(a.discarded_exchanges(), 11);
   EXPECT_EQ(a.empty_samples(), 1u);
@@ -223,8 +223,8 @@ Run two_stage_step(std::int64_t first_recv_end_ns) {
     f.rank = stage;
     SpanRow step = span(stage, "megatron.train_step", 0, 1000 * kUs);
     step.span_id = "step" + std::to_string(stage);
-    step.attributes["dl.step"] = "3";
-    step.attributes["dl.pipeline_parallel.rank"] = std::to_string(stage);
+    step.attributes.set("dl.step", "3");
+    step.attributes.set("dl.pipeline_parallel.rank", std::to_string(stage));
     f.spans.push_back(step);
     run.files.push_back(f);
   }

@@ -122,7 +122,7 @@ TEST_F(RunImport, ProtobufRecordsGoToTheirRanksInTheOrderTheirSpansEnded) {
   EXPECT_EQ(rank1[0].span_id, "00000000000000b1");
   EXPECT_EQ(rank1[1].span_id, "00000000000000b2");
   EXPECT_EQ(rank1[0].trace_id, "00000000000011110000000000002222");
-  EXPECT_EQ(rank1[0].attributes.at("dl.microbatch_id"), "1");
+  EXPECT_EQ(rank1[0].attributes.text("dl.microbatch_id"), "1");
   EXPECT_EQ(rank1[0].end_ns, 1000);
   ASSERT_EQ(spans_of_rank(dir_ / "out", 0).size(), 1u);
 }

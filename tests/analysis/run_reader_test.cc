@@ -119,8 +119,8 @@ TEST(RunReader, Proto3DefaultsAndEnumNamesAreAccepted) {
   EXPECT_EQ(s.kind, 3);
   EXPECT_EQ(s.status_code, 2);
   EXPECT_EQ(s.status_message, "m");
-  EXPECT_EQ(s.attributes.at("empty"), "");
-  EXPECT_EQ(s.attributes.at("d"), "NaN");
+  EXPECT_EQ(s.attributes.text("empty"), "");
+  EXPECT_EQ(s.attributes.text("d"), "NaN");
   EXPECT_EQ(f.rank, 3);
   EXPECT_EQ(s.rank, 3);
 }
@@ -149,7 +149,7 @@ TEST(RunReader, OnlySpansNamedKeepsThoseSpansAndSkipsTheRest) {
   fs::remove(p);
   ASSERT_EQ(f.spans.size(), 1u);
   EXPECT_EQ(f.spans[0].span_id, "0000000000000001");
-  EXPECT_EQ(f.spans[0].attributes.at("k"), "7");
+  EXPECT_EQ(f.spans[0].attributes.text("k"), "7");
   EXPECT_EQ(f.spans[0].rank, 2);
   // Read whole, the same file's bad trace id is an error naming its line.
   const fs::path q = write_file("named-all", content);
@@ -245,7 +245,8 @@ std::string outcome(void (*parse)(RankFile&, const std::string&), const std::str
            std::to_string(s.start_ns) + " " + std::to_string(s.end_ns) + " " +
            std::to_string(s.kind) + " " + std::to_string(s.status_code) + " " + s.status_message +
            "\n";
-    for (const auto& [k, v] : s.attributes) out += "  a " + k + "=" + v + " " + s.attribute_types.at(k) + "\n";
+    for (const Attributes::Entry a : s.attributes)
+      out += "  a " + std::string(a.key) + "=" + std::string(a.text) + " " + a.type + "\n";
     for (const auto& [t, id] : s.links) out += "  l " + t + " " + id + "\n";
   }
   return out;

@@ -61,24 +61,24 @@ Run make_step(int stages, const std::vector<std::pair<double, double>>& windows,
       return r;
     };
     SpanRow st = span("megatron.train_step", windows[s].first, windows[s].second);
-    st.attributes["dl.step"] = std::to_string(step);
-    st.attributes["dl.pipeline_parallel.rank"] = std::to_string(s);
+    st.attributes.set("dl.step", std::to_string(step));
+    st.attributes.set("dl.pipeline_parallel.rank", std::to_string(s));
     f.spans.push_back(st);
     f.spans.push_back(span("megatron.forward_backward", windows[s].first, windows[s].second));
     for (const auto& c : compute) {
       if (c.stage != s) continue;
       SpanRow r = span(c.backward ? "megatron.microbatch.backward" : "megatron.microbatch.forward",
                        c.start_ms, c.end_ms);
-      r.attributes["dl.microbatch_id"] = std::to_string(c.microbatch);
-      if (c.chunk >= 0) r.attributes["dl.virtual_pipeline.rank"] = std::to_string(c.chunk);
+      r.attributes.set("dl.microbatch_id", std::to_string(c.microbatch));
+      if (c.chunk >= 0) r.attributes.set("dl.virtual_pipeline.rank", std::to_string(c.chunk));
       f.spans.push_back(r);
     }
     for (const auto& t : transfers) {
       if (t.stage != s) continue;
       SpanRow r = span("megatron.p2p." + t.name, t.start_ms, t.end_ms);
-      r.attributes["dl.pipeline_parallel.peer_rank"] = std::to_string(t.peer);
-      if (t.received >= 0) r.attributes["dl.microbatch_id.received"] = std::to_string(t.received);
-      if (t.sent >= 0) r.attributes["dl.microbatch_id.sent"] = std::to_string(t.sent);
+      r.attributes.set("dl.pipeline_parallel.peer_rank", std::to_string(t.peer));
+      if (t.received >= 0) r.attributes.set("dl.microbatch_id.received", std::to_string(t.received));
+      if (t.sent >= 0) r.attributes.set("dl.microbatch_id.sent", std::to_string(t.sent));
       f.spans.push_back(r);
     }
     run.files.push_back(std::move(f));
@@ -678,8 +678,8 @@ Run tensor_parallel_step(std::int64_t step, double slow) {
     const auto collective = [&](int s, double a, double b) {
       add_span(r, s, "megatron.tp.all_reduce", a, b);
       SpanRow& c = r.files[static_cast<std::size_t>(s)].spans.back();
-      c.attributes["dl.tensor_parallel.rank"] = std::to_string(tensor);
-      c.attributes["dl.collective.sequence"] = std::to_string(sequence[s]++);
+      c.attributes.set("dl.tensor_parallel.rank", std::to_string(tensor));
+      c.attributes.set("dl.collective.sequence", std::to_string(sequence[s]++));
     };
     collective(0, 0.8, 1);
     collective(1, 1 + own, f_end);
@@ -740,7 +740,7 @@ TEST(StepAnalysis, ACollectiveOutsideThePassesIsTakenFromTheRestNotFromCompute) 
     std::int64_t sequence = 0;
     for (const auto& [a, b] : {std::pair{1 + 0.2 * late, 1.5}, std::pair{4 + 0.5 * late, 5.0}}) {
       add_span(r, 0, "megatron.tp.all_reduce", a, b);
-      r.files[0].spans.back().attributes["dl.collective.sequence"] = std::to_string(sequence++);
+      r.files[0].spans.back().attributes.set("dl.collective.sequence", std::to_string(sequence++));
     }
     add_tensor_rank(run, std::move(r), tensor);
   }

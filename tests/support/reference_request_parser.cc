@@ -162,8 +162,10 @@ void parse_request_reference(RankFile& file, const std::string& line) {
         }
         for (const auto& kv : array_or_empty(s, "attributes")) {
           const std::string key = string_or_empty(kv, "key");
-          row.attributes[key] = kv.contains("value") ? scalar_text(kv.at("value")) : std::string();
-          row.attribute_types[key] = kv.contains("value") ? scalar_type(kv.at("value")) : 's';
+          if (kv.contains("value"))
+            row.attributes.set(key, scalar_text(kv.at("value")), scalar_type(kv.at("value")));
+          else
+            row.attributes.set(key, "", 's');
         }
         for (const auto& l : array_or_empty(s, "links")) {
           if (!l.contains("traceId") || !l.contains("spanId"))

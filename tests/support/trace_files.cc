@@ -30,7 +30,8 @@ std::vector<ExportedSpan> read_run(const std::filesystem::path& dir) {
       e.name = s.name;
       e.start_ns = s.start_ns;
       e.end_ns = s.end_ns;
-      e.attributes = s.attributes;
+      for (const lens::analysis::Attributes::Entry a : s.attributes)
+        e.attributes.emplace(a.key, a.text);
       e.resource = resource;
       e.links = s.links;
       out.push_back(std::move(e));
