@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "pipeline_view.h"
+#include "span_kind.h"
 #include "rank_order.h"
 #include "lens/semconv.h"
 

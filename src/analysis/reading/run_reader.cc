@@ -11,7 +11,6 @@
 #include <simdjson.h>
 
 #include "json_depth.h"
-#include "run_import.h"
 #include "lens/semconv.h"
 
 namespace lens::analysis {

@@ -12,33 +12,9 @@
 #include <vector>
 
 #include "run_reader.h"
+#include "span_kind.h"
 
 namespace lens::analysis {
-
-enum class SpanKind {
-  kStep,
-  kForwardBackward,
-  kForward,
-  kBackward,
-  kP2p,
-  kCollective,  // a tensor-parallel collective (megatron.tp.*), inside a compute
-  kLinked,
-  kOptimizer,
-  kOther
-};
-
-SpanKind kind_of(const SpanRow& span);
-// A step span that says its step (dl.step): what a step is recognised by.
-bool is_step_span(const SpanRow& span);
-// A step span's name: lens's and Megatron-LM upstream's (train.iteration).
-bool is_step_name(std::string_view name);
-const char* kind_name(SpanKind kind);
-// The row a span of this kind is drawn in within its rank's lane:
-// 0 step and forward_backward, 1 compute (forward, backward, optimizer),
-// 2 p2p, TP collectives and anything else, 3 linked receives (they overlap the p2p receive
-// they wrap, so they get a row of their own).
-inline constexpr int kLaneRows = 4;
-int lane_row(SpanKind kind);
 
 struct StepOnRank {
   int rank = -1;
