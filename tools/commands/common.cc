@@ -55,9 +55,10 @@ void add_reading_options(CLI::App* command, bool* raw_clock) {
   command
       ->add_option_function<int>(
           "--threads", [](const int& n) { set_default_read_threads(n); },
-          "threads: 1 reads and works on one; 2 or more read the files on one while "
-          "the view works on another (the same output); default: the machine's cores "
-          "(under MPI, shared between the node's processes)")
+          "threads: 1 reads and works on one; 2 or more assemble the steps on one "
+          "while the view works on another and parse the files' lines on the other "
+          "N-1 (the same output); default: the machine's cores (under MPI, shared "
+          "between the node's processes)")
       ->check(CLI::Range(1, 1024));
 
   // Traces of several runs in one place: the one to read, by its run id.

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "clock_alignment.h"
+#include "lines_ahead.h"
 #include "pipeline_view.h"
 #include "run_import.h"
 #include "lens/semconv.h"
@@ -50,9 +51,21 @@ class Recent {
   std::deque<std::string> order_;  // oldest first
 };
 
+// A file's lines as one stream takes them (LinesAhead's file `index`).
+struct FileLines {
+  LinesAhead* lines = nullptr;
+  std::size_t index = 0;
+  bool next_line() { return lines->next_line(index); }
+  bool done() const { return lines->done(index); }
+  RankFile& file() { return lines->file(index); }
+  const RankFile& file() const { return lines->file(index); }
+  std::size_t line_number() const { return lines->line_number(index); }
+  std::uintmax_t bytes_read() const { return lines->bytes_read(index); }
+};
+
 // One file being read, and its spans not yet handed over.
 struct Cursor {
-  std::unique_ptr<RankFileReader> reader;
+  FileLines reader;
   // Spans of steps whose step span has not arrived yet, by trace id, with
   // when their trace was first seen (what is left of them at the end is
   // returned in that order).
@@ -93,13 +106,13 @@ void count_left_out(const Cursor& c, const SpanRow& row, std::int64_t step, bool
   auto& list = duplicate ? late->duplicate_list : late->late_list;
   if (list.size() < LateSpans::kKept)
     list.push_back(
-        {row.rank, c.reader->file().path, c.reader->line_number(), step, row.name, row.span_id});
+        {row.rank, c.reader.file().path, c.reader.line_number(), step, row.name, row.span_id});
 }
 
 void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
-  std::vector<SpanRow> rows = std::move(c.reader->file().spans);
-  c.reader->file().spans.clear();
-  const std::size_t line = c.reader->line_number();
+  std::vector<SpanRow> rows = std::move(c.reader.file().spans);
+  c.reader.file().spans.clear();
+  const std::size_t line = c.reader.line_number();
   const bool owned = line > c.owned.after && line <= c.owned.through;
   // A span left out of the windows, kept and counted by the owner of its line.
   const auto leave_out = [&](SpanRow& row, std::int64_t step, bool repeat) {
@@ -184,18 +197,20 @@ namespace {
 
 std::atomic<int> g_read_threads{0};  // 0: the machine's cores
 
-// Everything on the calling thread.
+// The stream on the calling thread, its lines parsed ahead on
+// `parse_workers` threads (none: parsed on this one too).
 Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>& on_step,
-                const StreamOptions& options) {
+                const StreamOptions& options, int parse_workers) {
   const std::filesystem::path& dir = opened.input();
   const auto& paths = opened.files();
   std::vector<Cursor> cursors(paths.size());
+  std::vector<std::unique_ptr<RankFileReader>> readers;
   std::uintmax_t total_bytes = 0;
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    cursors[i].reader = std::make_unique<RankFileReader>(paths[i]);
+    readers.push_back(std::make_unique<RankFileReader>(paths[i]));
     if (auto start = options.starts.find(paths[i].filename().string());
         start != options.starts.end())
-      cursors[i].reader->start_at(start->second.offset, start->second.line);
+      readers.back()->start_at(start->second.offset, start->second.line);
     if (auto owned = options.owned.find(paths[i].filename().string());
         owned != options.owned.end())
       cursors[i].owned = owned->second;
@@ -203,6 +218,8 @@ Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>&
     const auto size = std::filesystem::file_size(paths[i], ec);
     if (!ec) total_bytes += size;
   }
+  LinesAhead lines(std::move(readers), parse_workers);
+  for (std::size_t i = 0; i < cursors.size(); ++i) cursors[i].reader = {&lines, i};
   std::int64_t handed_over = std::numeric_limits<std::int64_t>::min();
   bool stopped = false;
 
@@ -217,7 +234,7 @@ Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>&
       window.step = step;
       window.run.dir = dir;
       for (auto& c : cursors) {
-        RankFile f = c.reader->file().without_spans();
+        RankFile f = c.reader.file().without_spans();
         auto it = c.complete.find(step);
         if (it != c.complete.end()) {
           f.spans = std::move(it->second);
@@ -258,16 +275,16 @@ Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>&
     // completed a step before it is handed over.
     Cursor* behind = nullptr;
     for (auto& c : cursors)
-      if (!c.reader->done() && (behind == nullptr || c.last_complete < behind->last_complete))
+      if (!c.reader.done() && (behind == nullptr || c.last_complete < behind->last_complete))
         behind = &c;
     if (behind == nullptr || stopped) break;
-    const std::uintmax_t before = behind->reader->bytes_read();
-    if (behind->reader->next_line()) take_line(*behind, handed_over, options.late);
-    bytes += behind->reader->bytes_read() - before;
+    const std::uintmax_t before = behind->reader.bytes_read();
+    if (behind->reader.next_line()) take_line(*behind, handed_over, options.late);
+    bytes += behind->reader.bytes_read() - before;
     if (options.progress) options.progress(bytes, total_bytes);
     std::int64_t ready = std::numeric_limits<std::int64_t>::max();
     for (const auto& c : cursors)
-      if (!c.reader->done()) ready = std::min(ready, c.last_complete);
+      if (!c.reader.done()) ready = std::min(ready, c.last_complete);
     hand_over(ready);
   }
   hand_over(std::numeric_limits<std::int64_t>::max());
@@ -275,7 +292,7 @@ Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>&
   Run rest;
   rest.dir = dir;
   for (auto& c : cursors) {
-    RankFile f = c.reader->file().without_spans();
+    RankFile f = c.reader.file().without_spans();
     std::vector<Cursor::Open*> open;
     for (auto& [trace, o] : c.open) open.push_back(&o);
     std::sort(open.begin(), open.end(),
@@ -333,7 +350,7 @@ bool read_threads_chosen() { return g_read_threads.load() > 0; }
 
 Run stream_steps(const OpenedRun& run, const std::function<void(StepWindow&)>& on_step,
                  const StreamOptions& options) {
-  if (options.threads < 2) return stream_here(run, on_step, options);
+  if (options.threads < 2) return stream_here(run, on_step, options, 0);
   WindowPipe pipe;
   Run rest;
   std::thread reader([&] {
@@ -349,7 +366,7 @@ Run stream_steps(const OpenedRun& run, const std::function<void(StepWindow&)>& o
             pipe.windows.push_back(std::move(w));
             pipe.changed.notify_all();
           },
-          options);
+          options, options.threads - 1);
     } catch (const Abandoned&) {
     } catch (...) {
       std::lock_guard<std::mutex> lock(pipe.mutex);

@@ -122,11 +122,13 @@ struct StreamOptions {
     std::vector<std::string> claimed;
   };
   PartTally* part_tally = nullptr;
-  // Threads: with 2 or more, the files are read and the windows assembled on
-  // a thread of their own while on_step runs on the caller's, up to two
-  // windows ahead; on_step is called in the same order with the same
-  // windows (and the options' counts are filled by the reading thread, to
-  // be read after the call returns). 1: everything on the caller's thread.
+  // Threads: with 2 or more, the windows are assembled on a thread of their
+  // own while on_step runs on the caller's, up to two windows ahead, and
+  // the files' lines are parsed ahead on threads - 1 more (LinesAhead:
+  // each file's lines in its order, the same rows whichever thread parsed
+  // them); on_step is called in the same order with the same windows (and
+  // the options' counts are filled by the assembling thread, to be read
+  // after the call returns). 1: everything on the caller's thread.
   int threads = default_read_threads();
 };
 
