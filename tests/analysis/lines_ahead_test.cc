@@ -2,8 +2,10 @@
 // lines parsed ahead by 0 to 3 workers, give what each file's
 // RankFileReader gives alone: the same rows, resource fields, line numbers,
 // bytes and end, and a malformed line's ReadError at that line; and a
-// caller that stops early stops the workers.
+// caller that stops early stops the workers. per_file: the files read side
+// by side give what reading them in turn gives.
 #include "lines_ahead.h"
+#include "per_file.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -140,6 +142,36 @@ TEST_F(LinesAheadTest, ACallerThatStopsEarlyStopsTheWorkers) {
     EXPECT_EQ(take(lines, 1).rfind("line 1 ", 0), 0u);
     // The destructor joins the workers mid-read.
   }
+}
+
+// per_file: results in file order on any number of threads, and the first
+// failing file's error in that order, whichever thread met it first.
+TEST_F(LinesAheadTest, PerFileGivesResultsAndTheFirstErrorInFileOrder) {
+  const auto count_lines = [](const fs::path& p) {
+    RankFileReader reader(p);
+    std::size_t spans = 0;
+    while (reader.next_line()) spans += reader.file().spans.size();
+    return std::to_string(reader.line_number()) + ":" + std::to_string(spans);
+  };
+  std::vector<fs::path> good = paths_;
+  good.erase(good.begin() + 3);  // the file with a malformed line
+  const auto one = per_file(good, 1, count_lines);
+  ASSERT_EQ(one.size(), good.size());
+  for (int threads : {2, 3, 8}) EXPECT_EQ(per_file(good, threads, count_lines), one);
+  // Files 1 and 3 both fail: file 1's error, on any number of threads.
+  const auto failing = [&](const fs::path& p) -> std::string {
+    if (p == paths_[1]) throw ReadError("first");
+    return count_lines(p);  // paths_[3] throws its own ReadError
+  };
+  for (int threads : {1, 2, 5}) {
+    try {
+      per_file(paths_, threads, failing);
+      ADD_FAILURE() << "no error on " << threads << " threads";
+    } catch (const ReadError& e) {
+      EXPECT_STREQ(e.what(), "first") << threads;
+    }
+  }
+  EXPECT_TRUE(per_file(std::vector<fs::path>{}, 4, count_lines).empty());
 }
 
 }  // namespace

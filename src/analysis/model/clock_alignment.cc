@@ -11,7 +11,9 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "per_file.h"
 #include "pipeline_view.h"
+#include "step_stream.h"
 #include "lens/semconv.h"
 #include "lens/line_fit.h"
 
@@ -305,9 +307,11 @@ std::vector<SpanRow> read_file_clock_samples(const std::filesystem::path& file) 
 }
 
 std::vector<SpanRow> read_clock_samples(const OpenedRun& run) {
+  // The files read side by side (default_read_threads), their samples in
+  // file order as one after the other gives them.
   std::vector<SpanRow> samples;
-  for (const auto& path : run.files())
-    for (auto& s : read_file_clock_samples(path)) samples.push_back(std::move(s));
+  for (auto& file : per_file(run.files(), default_read_threads(), read_file_clock_samples))
+    for (auto& s : file) samples.push_back(std::move(s));
   return samples;
 }
 

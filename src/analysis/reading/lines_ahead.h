@@ -34,8 +34,8 @@ namespace lens::analysis {
 
 class LinesAhead {
  public:
-  static constexpr std::size_t kLinesAhead = 4;
-  static constexpr std::uintmax_t kBytesAheadPerWorker = std::uintmax_t{16} << 20;
+  static constexpr std::size_t kLinesAhead = 2;
+  static constexpr std::uintmax_t kBytesAheadPerWorker = std::uintmax_t{4} << 20;
 
   // Takes the readers, positioned where they start (start_at); `workers`
   // threads parse ahead, none with 0 (each line is then read when taken,
