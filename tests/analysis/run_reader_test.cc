@@ -177,6 +177,9 @@ TEST(RunReader, MalformedValuesAreErrorsNamingFileLineAndField) {
        "traceId is all zeros"},
       {request(R"("spanId":"0123456789abcdef")"), "a span has no traceId or spanId"},
       {request(ids + R"("parentSpanId":"xyz")"), "parentSpanId 'xyz' is not hex"},
+      // Named lowercased up to the digit that is not hex, as read after it.
+      {request(ids + R"("parentSpanId":"ABxCD")"), "parentSpanId 'abxCD' is not hex"},
+      {request(ids + R"("parentSpanId":"ABCDEF")"), "parentSpanId 'abcdef' is not 16 hex digits"},
       {request(ids + R"("links":[{"traceId":"0123456789abcdef0123456789abcdef","spanId":"12"}])"),
        "link spanId '12' is not 16 hex digits"},
       {request(ids + R"("attributes":[{"key":"a","value":{"intValue":"7x"}}])"),
