@@ -34,7 +34,7 @@ PerTelemetry& per_telemetry() {
     state.tracer = t ? t->tracer(lens::kDefaultTracerName) : lens::Tracer();
     // As StepTrace does (step_context.h): a shared budget where more than
     // one rank decides a step, and the step checks that renew it. A setting
-    // that cannot work is raised by step_check_due, at the first step.
+    // that cannot work is raised by step_context, at the first step.
     const lens::TraceScope scope = t ? t->config().trace_scope : lens::TraceScope::kWorld;
     state.budget = lens::StepBudget(t ? t->config().step_budget_per_minute : 0,
                                     t && lens::step_budget_shared(t->config(), scope));
@@ -146,44 +146,80 @@ void bind_protocol(py::module_& m) {
         return c;
       },
       py::arg("step"), py::arg("reserved_here"), py::arg("pipeline_source") = py::none());
-  m.def("step_check_due", [] {
-    lens::Telemetry* t = lens::get_telemetry();
-    if (!t) return false;
-    lens::step_check_interval(t->config(), t->config().trace_scope);  // throws what cannot work
-    return per_telemetry().checks.due();
-  });
+  // One step's context the way lens.distributed.broadcast_trace_context and
+  // step_trace_context give it, the protocol's pieces in their order here
+  // rather than in Python: derived (no collective), or reserved on the
+  // source and broadcast over `group` (a _TorchGroup) from its rank `src`;
+  // then, when one is due, the step check over `check_group`. A failed
+  // collective or check leaves a failure record and raises lens.CommError
+  // (a check that finds ranks apart: lens.StepCheckError).
   m.def(
-      "step_check_record",
-      [](std::uint64_t step, const std::optional<PyCarrier>& derived, int check_rank,
-         std::optional<int> pipeline_source) {
+      "step_context",
+      [](std::uint64_t step, bool derived, int global_rank, int source_rank, py::object group,
+         int src, py::object check_group,
+         std::optional<int> pipeline_source) -> std::optional<PyCarrier> {
         lens::Telemetry* t = lens::get_telemetry();
-        if (!t) throw std::runtime_error("lens: telemetry is not initialised");
-        const lens::Config& cfg = t->config();
         PerTelemetry& state = per_telemetry();
-        const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                     std::chrono::steady_clock::now().time_since_epoch())
-                                     .count();
-        const bool per_pipeline = derived && cfg.trace_scope == lens::TraceScope::kPipeline;
-        const auto record = lens::encode_step_check(state.checks.record(
-            step, unwrap(derived), per_pipeline ? pipeline_source : std::nullopt, check_rank,
-            state.budget, now));
-        return py::bytes(reinterpret_cast<const char*>(record.data()), record.size());
+        const bool source = global_rank == source_rank;
+        const std::chrono::milliseconds timeout =
+            t ? t->config().collective_timeout : std::chrono::milliseconds(300000);
+        const std::string who = "lens: rank " + std::to_string(global_rank);
+        std::optional<PyCarrier> out;
+        if (derived) {
+          lens::Telemetry* d = step_telemetry();
+          out = PyCarrier{lens::derive_step_context(*d, d->config().trace_scope, step,
+                                                    state.budget, pipeline_source),
+                          source, std::nullopt};
+        } else {
+          std::optional<lens::StepCarrier> local;
+          std::optional<std::int64_t> reserved_at;
+          if (source && t) {
+            lens::Telemetry* r = step_telemetry();
+            reserved_at = r->now_unix_ns();
+            local = lens::reserve_step_context(*r, r->config().trace_scope,
+                                               r->config().rank.value_or(0), step, state.budget);
+          }
+          TorchCommunicator comm(std::move(group));
+          std::optional<lens::StepCarrier> got;
+          try {
+            got = lens::broadcast_trace_context(comm, src, local, timeout, step);
+          } catch (const lens::CommError& e) {
+            if (t)
+              lens::write_failure_record(*t, who,
+                                         "broadcast_trace_context (step " + std::to_string(step) +
+                                             ", source rank " + std::to_string(source_rank) +
+                                             ") failed: " + e.what());
+            throw;
+          }
+          if (got) out = PyCarrier{*got, source, source ? reserved_at : std::nullopt};
+        }
+        if (t == nullptr) return out;
+        lens::step_check_interval(t->config(), t->config().trace_scope);  // throws what cannot work
+        if (state.checks.due()) {
+          TorchCommunicator checks(std::move(check_group));
+          const bool per_pipeline =
+              derived && t->config().trace_scope == lens::TraceScope::kPipeline;
+          const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now().time_since_epoch())
+                                       .count();
+          const lens::StepCheckRecord mine =
+              state.checks.record(step, derived ? unwrap(out) : std::nullopt,
+                                  per_pipeline ? pipeline_source : std::nullopt, checks.rank(),
+                                  state.budget, now);
+          try {
+            lens::StepCheckSchedule::accept(lens::run_step_check(checks, mine, timeout),
+                                            state.budget);
+          } catch (const lens::CommError& e) {
+            lens::write_failure_record(*t, who, e.what());
+            throw;
+          }
+        }
+        state.checks.opened();
+        return out;
       },
-      py::arg("step"), py::arg("derived"), py::arg("check_rank"),
+      py::arg("step"), py::arg("derived"), py::arg("global_rank"), py::arg("source_rank"),
+      py::arg("group"), py::arg("src"), py::arg("check_group"),
       py::arg("pipeline_source") = py::none());
-  m.def(
-      "accept_step_checks",
-      [](int my_rank, const py::bytes& records) {
-        const std::string_view bytes = records;
-        const auto all = lens::compare_step_checks(
-            my_rank, std::span<const std::uint8_t>(
-                         reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()));
-        lens::StepCheckSchedule::accept(all, per_telemetry().budget);
-      },
-      py::arg("my_rank"), py::arg("records"));
-  m.def("step_opened", [] {
-    if (lens::get_telemetry()) per_telemetry().checks.opened();
-  });
   m.def(
       "anchor_step_context",
       [](std::uint64_t step) -> std::optional<lens::SpanContext> {

@@ -84,6 +84,14 @@ class _TorchGroup:
     def _wait(work, timeout):
         work.wait(timeout=datetime.timedelta(seconds=timeout))
 
+    def index_of(self, global_rank):
+        """The group rank of a global rank of this group."""
+        try:
+            return self._global.index(global_rank)
+        except ValueError:
+            raise ValueError(f"rank {global_rank} is not in the group (its ranks: "
+                             f"{self._global})") from None
+
     def broadcast(self, data, root, timeout):
         import torch.distributed as dist
 
@@ -116,6 +124,23 @@ class _TorchGroup:
         self._wait(dist.irecv(tensor, src=self._global[peer], group=self._group, tag=tag),
                    timeout)
         return bytes(tensor.cpu().tolist())
+
+
+_torch_groups = {}  # (group, the world's group) -> its _TorchGroup, made once
+_torch_groups_lock = threading.Lock()
+
+
+def _torch_group(group):
+    """The _TorchGroup of ``group`` (None: the world), made once per group
+    and default group (a process that makes its world again gets new ones)."""
+    from torch.distributed import distributed_c10d
+
+    key = (group, distributed_c10d._get_default_group())
+    with _torch_groups_lock:
+        made = _torch_groups.get(key)
+        if made is None:
+            made = _torch_groups[key] = _TorchGroup(group)
+        return made
 
 
 class StepTrace:
@@ -302,57 +327,23 @@ def broadcast_trace_context(rank, src_rank=0, group=None, step=None):
     says "no context" (the source has no telemetry) or does not decode
     (counted and warned about). A broadcast that fails or outlives the
     collective timeout (LENS_COLLECTIVE_TIMEOUT_MS) leaves a ``lens.failure``
-    event on this rank's open spans, logs them, and raises: a broken group
-    cannot be papered over without deadlocking later collectives. In
+    event on this rank's open spans, logs them, and raises lens.CommError
+    naming the call: a broken group cannot be papered over without
+    deadlocking later collectives. The steps are lens's C++ core's, over the
+    group as a _TorchGroup (the same ones lens.distributed.StepTrace runs). In
     pipeline scope with LENS_STEP_BUDGET, every LENS_STEP_VERIFY_STEPS calls
     also all-gather a step check over the world group (the budget's rate,
     renewed for every replica alike).
     """
-    import torch
-    import torch.distributed as dist
-
     with _count_lock:
         count = next(_broadcast_count)
     step = count if step is None else int(step)
-    source = rank == src_rank
-    local = _lens.reserve_step_carrier(step) if source and _lens.is_initialized() else None
-    frame = _lens.encode_carrier(local)
-    tensor = torch.frombuffer(bytearray(frame), dtype=torch.uint8).to(_frame_device(group))
-    timeout = _lens.config().get("collective_timeout", 300.0)
-    try:
-        work = dist.broadcast(tensor, src=src_rank, group=group, async_op=True)
-        work.wait(timeout=datetime.timedelta(seconds=timeout))
-    except Exception as error:
-        detail = f"broadcast_trace_context (step {step}, source rank {src_rank}) failed: {error}"
-        _lens.write_failure_record(f"lens: rank {rank}", detail)
-        raise
-    received = bytes(tensor.cpu().tolist())
-    # The source's step span starts when it reserved the context, before
-    # this broadcast: the step's first span, which every link points back to.
-    carrier = _lens.accept_carrier_frame(received, expected_step=step, reserved_here=source,
-                                         reserved=local)
-    # Pipeline scope with a step budget: every replica's source spends it
-    # alike, its rate renewed at a step check every LENS_STEP_VERIFY_STEPS
-    # steps (over the world group; records without a trace).
-    _step_check(step, None, rank, None)
-    return carrier
-
-
-def _step_check(step, derived, rank, check_group, pipeline_source=None):
-    """The step check (step_check.h) when one is due, then counts the step."""
-    import torch.distributed as dist
-
-    if _lens.is_initialized() and _lens.step_check_due():
-        check_rank = dist.get_rank(check_group)
-        record = _lens.step_check_record(int(step), derived, check_rank, pipeline_source)
-        gathered = [None] * dist.get_world_size(check_group)
-        dist.all_gather_object(gathered, record, group=check_group)
-        try:
-            _lens.accept_step_checks(check_rank, b"".join(gathered))
-        except Exception as error:
-            _lens.write_failure_record(f"lens: rank {rank}", str(error))
-            raise
-    _lens.step_opened()
+    # The protocol's steps in lens's C++ core (reserve, broadcast, accept,
+    # the step check when due), over this group as a _TorchGroup; the step
+    # check over the world group (records without a trace).
+    torch_group = _torch_group(group)
+    return _lens.step_context(step, False, int(rank), int(src_rank), torch_group,
+                              torch_group.index_of(int(src_rank)), _torch_group(None))
 
 
 def step_trace_context(step, rank, src_rank=0, group=None, check_group=None):
@@ -363,8 +354,8 @@ def step_trace_context(step, rank, src_rank=0, group=None, check_group=None):
     per step; every rank derives the step's context from the step number and
     what lens.distributed.init agreed (run key, run id, scope, sampler), and
     every LENS_STEP_VERIFY_STEPS calls the ranks of ``check_group`` (default:
-    the world) compare their step numbers and contexts in one
-    all_gather_object; a rank at another step makes every rank raise
+    the world) compare their step numbers and contexts in one all-gather of
+    48-byte records; a rank at another step makes every rank raise
     lens.StepCheckError (a RuntimeError) naming the ranks and their steps. Call it
     on every rank, once per step, with the same step numbers, under the same
     gate as broadcast_trace_context. ``src_rank`` is the global rank of the
@@ -376,10 +367,8 @@ def step_trace_context(step, rank, src_rank=0, group=None, check_group=None):
         return broadcast_trace_context(rank, src_rank=src_rank, group=group, step=step)
     # In pipeline scope each pipeline's trace is derived from its source's
     # global rank (src_rank: torch.distributed names ranks globally).
-    carrier = _lens.derive_step_carrier(int(step), reserved_here=rank == src_rank,
-                                        pipeline_source=int(src_rank))
-    _step_check(step, carrier, rank, check_group, int(src_rank))
-    return carrier
+    return _lens.step_context(int(step), True, int(rank), int(src_rank), None, 0,
+                              _torch_group(check_group), pipeline_source=int(src_rank))
 
 
 def sync_clocks(step=None):
