@@ -9,6 +9,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -22,15 +24,57 @@
 namespace lens::analysis {
 namespace {
 
+// Ids as the stream keeps them: the reader gives every id as lowercase hex
+// of its length (run_reader.h), so a span id's 16 digits are its 64 bits
+// and a trace id's 32 are two words: held and compared without a copy of
+// the text. (Text of another form, which the reader never gives, is keyed
+// by a hash of it.)
+struct TraceKey {
+  std::uint64_t high = 0, low = 0;
+  bool operator==(const TraceKey&) const = default;
+};
+struct TraceKeyHash {
+  std::size_t operator()(const TraceKey& k) const {
+    return static_cast<std::size_t>(k.high ^ (k.low * 0x9e3779b97f4a7c15ULL));
+  }
+};
+
+std::optional<std::uint64_t> hex_word(std::string_view hex) {
+  if (hex.size() != 16) return std::nullopt;
+  std::uint64_t v = 0;
+  for (const char c : hex) {
+    const unsigned d = c >= '0' && c <= '9' ? static_cast<unsigned>(c - '0')
+                       : c >= 'a' && c <= 'f' ? static_cast<unsigned>(c - 'a' + 10)
+                                              : 16u;
+    if (d == 16u) return std::nullopt;
+    v = v << 4 | d;
+  }
+  return v;
+}
+
+std::uint64_t span_key(const std::string& id) {
+  if (const auto v = hex_word(id)) return *v;
+  return std::hash<std::string>()(id);
+}
+
+TraceKey trace_key(const std::string& id) {
+  if (id.size() == 32) {
+    const std::string_view text(id);
+    const auto high = hex_word(text.substr(0, 16)), low = hex_word(text.substr(16));
+    if (high && low) return {*high, *low};
+  }
+  return {std::hash<std::string>()(id), ~std::uint64_t{0}};
+}
+
 // The latest `limit` keys remembered, each with a value; the oldest is
 // forgotten when a new one would pass the limit.
-template <typename Value>
+template <typename Key, typename Value, typename Hash = std::hash<Key>>
 class Recent {
  public:
   explicit Recent(std::size_t limit) : limit_(limit) {}
   // False when `key` was already remembered (its value is kept); sets
   // `forgot` when an older key had to go.
-  bool remember(const std::string& key, Value value, bool& forgot) {
+  bool remember(const Key& key, Value value, bool& forgot) {
     if (!values_.emplace(key, std::move(value)).second) return false;
     order_.push_back(key);
     if (order_.size() > limit_) {
@@ -40,15 +84,15 @@ class Recent {
     }
     return true;
   }
-  const Value* find(const std::string& key) const {
+  const Value* find(const Key& key) const {
     auto it = values_.find(key);
     return it == values_.end() ? nullptr : &it->second;
   }
 
  private:
   std::size_t limit_;
-  std::unordered_map<std::string, Value> values_;
-  std::deque<std::string> order_;  // oldest first
+  std::unordered_map<Key, Value, Hash> values_;
+  std::deque<Key> order_;  // oldest first
 };
 
 // A file's lines as one stream takes them (LinesAhead's file `index`).
@@ -74,26 +118,26 @@ struct Cursor {
     std::vector<SpanRow> rows;
     std::vector<std::size_t> lines;  // each row's
   };
-  std::unordered_map<std::string, Open> open;
+  std::unordered_map<TraceKey, Open, TraceKeyHash> open;
   std::size_t traces_seen = 0;
   // The lines whose spans outside the step windows are this reader's
   // (StreamOptions::owned), and the span ids held in `open` from other lines.
   StreamOptions::Owned owned;
-  std::unordered_set<std::string> borrowed_ids;
+  std::unordered_set<std::uint64_t> borrowed_ids;
   // Completed steps not yet handed over, and their trace ids.
   std::map<std::int64_t, std::vector<SpanRow>> complete;
-  std::unordered_map<std::string, std::int64_t> complete_trace;
+  std::unordered_map<TraceKey, std::int64_t, TraceKeyHash> complete_trace;
   std::int64_t last_complete = -1;
   std::vector<SpanRow> late;  // step spans that arrived after their step was handed over
   // What was handed over, to tell a span delivered twice from a late one:
   // the trace ids of handed-over steps (with their step), and the latest
   // span ids.
-  Recent<std::int64_t> handed_trace{LateSpans::kRememberedTraces};
-  Recent<bool> handed_ids{LateSpans::kRememberedIds};
+  Recent<TraceKey, std::int64_t, TraceKeyHash> handed_trace{LateSpans::kRememberedTraces};
+  Recent<std::uint64_t, bool> handed_ids{LateSpans::kRememberedIds};
   // The span ids of the spans held above (open or complete, not yet handed
   // over): a batch delivered twice before its step was handed over repeats
   // one of them.
-  std::unordered_set<std::string> held_ids;
+  std::unordered_set<std::uint64_t> held_ids;
 };
 
 // A span left out of the step windows: a repeat of a span read before (of
@@ -101,7 +145,7 @@ struct Cursor {
 void count_left_out(const Cursor& c, const SpanRow& row, std::int64_t step, bool repeat,
                     LateSpans* late) {
   if (late == nullptr) return;
-  const bool duplicate = repeat || c.handed_ids.find(row.span_id) != nullptr;
+  const bool duplicate = repeat || c.handed_ids.find(span_key(row.span_id)) != nullptr;
   (duplicate ? late->duplicates : late->late) += 1;
   auto& list = duplicate ? late->duplicate_list : late->late_list;
   if (list.size() < LateSpans::kKept)
@@ -121,42 +165,44 @@ void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
     c.late.push_back(std::move(row));
   };
   for (auto& row : rows) {
-    if (!row.span_id.empty() && !c.held_ids.insert(row.span_id).second) {
+    const std::uint64_t id = span_key(row.span_id);
+    const TraceKey trace = trace_key(row.trace_id);
+    if (!row.span_id.empty() && !c.held_ids.insert(id).second) {
       // The same span again while its first copy is held: left out.
-      const auto done = c.complete_trace.find(row.trace_id);
+      const auto done = c.complete_trace.find(trace);
       leave_out(row, done != c.complete_trace.end() ? done->second : -1, true);
       continue;
     }
     if (is_step_span(row)) {
       const std::int64_t step = row.int_attr(semconv::kStep);
       if (step <= handed_over) {
-        c.held_ids.erase(row.span_id);
+        c.held_ids.erase(id);
         leave_out(row, step, false);
         continue;
       }
       std::vector<SpanRow>& bucket = c.complete[step];
-      auto it = c.open.find(row.trace_id);
+      auto it = c.open.find(trace);
       if (it != c.open.end()) {
         for (auto& child : it->second.rows) bucket.push_back(std::move(child));
         c.open.erase(it);
       }
-      c.complete_trace[row.trace_id] = step;
-      if (!owned) c.borrowed_ids.insert(row.span_id);
+      c.complete_trace[trace] = step;
+      if (!owned) c.borrowed_ids.insert(id);
       bucket.push_back(std::move(row));
       c.last_complete = std::max(c.last_complete, step);
       continue;
     }
-    auto done = c.complete_trace.find(row.trace_id);
+    auto done = c.complete_trace.find(trace);
     if (done != c.complete_trace.end()) {
-      if (!owned) c.borrowed_ids.insert(row.span_id);
+      if (!owned) c.borrowed_ids.insert(id);
       c.complete[done->second].push_back(std::move(row));  // ended after its step span
-    } else if (const std::int64_t* gone = c.handed_trace.find(row.trace_id)) {
-      c.held_ids.erase(row.span_id);
+    } else if (const std::int64_t* gone = c.handed_trace.find(trace)) {
+      c.held_ids.erase(id);
       leave_out(row, *gone, false);  // its step was handed over
     } else {
-      auto [it, fresh] = c.open.try_emplace(row.trace_id);
+      auto [it, fresh] = c.open.try_emplace(trace);
       if (fresh) it->second.seen = c.traces_seen++;
-      if (!owned) c.borrowed_ids.insert(row.span_id);
+      if (!owned) c.borrowed_ids.insert(id);
       it->second.rows.push_back(std::move(row));
       it->second.lines.push_back(line);
     }
@@ -245,11 +291,12 @@ Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>&
             return true;
           });
           for (const auto& s : f.spans) {
-            if (!c.borrowed_ids.empty() && c.borrowed_ids.erase(s.span_id) > 0 &&
+            const std::uint64_t id = span_key(s.span_id);
+            if (!c.borrowed_ids.empty() && c.borrowed_ids.erase(id) > 0 &&
                 options.part_tally != nullptr && step >= options.first_step)
               options.part_tally->claimed.push_back(s.span_id);
-            c.held_ids.erase(s.span_id);
-            if (options.late) c.handed_ids.remember(s.span_id, true, options.late->forgot);
+            c.held_ids.erase(id);
+            if (options.late) c.handed_ids.remember(id, true, options.late->forgot);
           }
         }
         window.run.files.push_back(std::move(f));
@@ -302,7 +349,8 @@ Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>&
         options.part_tally != nullptr ? &options.part_tally->open_lines[name] : nullptr;
     for (Cursor::Open* o : open)
       for (std::size_t i = 0; i < o->rows.size(); ++i) {
-        if (!c.borrowed_ids.empty() && c.borrowed_ids.count(o->rows[i].span_id)) continue;
+        if (!c.borrowed_ids.empty() && c.borrowed_ids.count(span_key(o->rows[i].span_id)))
+          continue;
         f.spans.push_back(std::move(o->rows[i]));
         if (lines != nullptr) lines->push_back(o->lines[i]);
       }
