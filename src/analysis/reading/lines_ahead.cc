@@ -15,17 +15,12 @@ LinesAhead::LinesAhead(std::vector<std::unique_ptr<RankFileReader>> readers, int
   }
   if (lanes_.empty() || workers <= 0) return;
   budget_ = kBytesAheadPerWorker * static_cast<std::uintmax_t>(workers);
-  workers_.reserve(static_cast<std::size_t>(workers));
   try {
+    workers_.reserve(static_cast<std::size_t>(workers));
     for (int w = 0; w < workers; ++w) workers_.emplace_back([this] { work(); });
   } catch (...) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    changed_.notify_all();
-    for (auto& t : workers_) t.join();
-    throw;
+    // Fewer threads than asked (none to be had): the read goes on with
+    // those that started, or with none, each line then parsed when taken.
   }
 }
 
@@ -89,8 +84,16 @@ void LinesAhead::work() {
     lock.lock();
     lane->busy = false;
     lane->finished = !p.got || p.error != nullptr;
-    ahead_bytes_ += p.length;
-    lane->ready.push_back(std::move(p));
+    const std::uintmax_t length = p.length;
+    try {
+      lane->ready.push_back(std::move(p));
+      ahead_bytes_ += length;
+    } catch (...) {
+      // No memory to queue the line: it is lost, so the read cannot go
+      // on; the taker gets the error at its next line, of any file.
+      failed_ = std::current_exception();
+      stop_ = true;
+    }
     changed_.notify_all();
   }
 }
@@ -102,6 +105,7 @@ bool LinesAhead::next_line(std::size_t i) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
+      if (failed_) std::rethrow_exception(failed_);
       if (!lane.ready.empty()) {
         p = std::move(lane.ready.front());
         lane.ready.pop_front();

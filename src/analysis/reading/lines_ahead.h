@@ -16,6 +16,7 @@
 //
 // Thread safety: one caller thread; the workers are the object's own and
 // are stopped by its destructor (a line being parsed is finished first).
+// Fewer threads than asked (the system has none to give) only read slower.
 #pragma once
 
 #include <condition_variable>
@@ -88,6 +89,7 @@ class LinesAhead {
   std::uintmax_t budget_ = 0;
   std::size_t next_ = 0;  // where pick() looks first
   bool stop_ = false;
+  std::exception_ptr failed_;  // a worker could not queue a line it parsed
   std::vector<std::thread> workers_;
 };
 
