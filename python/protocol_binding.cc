@@ -199,16 +199,10 @@ void bind_protocol(py::module_& m) {
           TorchCommunicator checks(std::move(check_group));
           const bool per_pipeline =
               derived && t->config().trace_scope == lens::TraceScope::kPipeline;
-          const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                       std::chrono::steady_clock::now().time_since_epoch())
-                                       .count();
-          const lens::StepCheckRecord mine =
-              state.checks.record(step, derived ? unwrap(out) : std::nullopt,
-                                  per_pipeline ? pipeline_source : std::nullopt, checks.rank(),
-                                  state.budget, now);
           try {
-            lens::StepCheckSchedule::accept(lens::run_step_check(checks, mine, timeout),
-                                            state.budget);
+            state.checks.check(checks, step, derived ? unwrap(out) : std::nullopt,
+                               per_pipeline ? pipeline_source : std::nullopt, state.budget,
+                               timeout);
           } catch (const lens::CommError& e) {
             lens::write_failure_record(*t, who, e.what());
             throw;

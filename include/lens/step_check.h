@@ -84,6 +84,11 @@ class StepCheckSchedule {
   /// After a check that passed: the budget takes rank 0's rate. Counted in
   /// pipeline_stats().step_checks.
   static void accept(const std::vector<StepCheckRecord>& all, StepBudget& budget);
+  /// The whole check of the step being opened, as every caller runs it when
+  /// due(): this rank's record (now), run_step_check over `comm`, accept.
+  /// Throws CommError if the all-gather fails, StepCheckError on a mismatch.
+  void check(Communicator& comm, std::uint64_t step, const std::optional<StepCarrier>& derived,
+             std::optional<int> pipeline, StepBudget& budget, std::chrono::milliseconds timeout);
   /// Call once per opened step, after its check.
   void opened() { ++opened_; }
 

@@ -107,15 +107,16 @@ class Reader {
   }
   // What put_attributes wrote.
   void get_attributes(Attributes& a, bool with_types) {
+    std::vector<std::pair<std::string, std::string>> texts;
     for (std::size_t n = count(); n > 0; --n) {
-      const std::string key = text();
-      a.set(key, text());
+      std::string key = text();
+      texts.emplace_back(std::move(key), text());
     }
-    if (!with_types) return;
-    for (std::size_t n = count(); n > 0; --n) {
-      const std::string key = text();
-      const char type = get<char>();
-      if (const auto value = a.text(key)) a.set(key, *value, type);
+    std::map<std::string, char> types;
+    if (with_types) get_map(types);
+    for (const auto& [key, value] : texts) {
+      const auto type = types.find(key);
+      a.set(key, value, type == types.end() ? 's' : type->second);
     }
   }
   std::size_t count() {

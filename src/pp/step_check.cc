@@ -2,6 +2,7 @@
 #include "lens/step_check.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -140,6 +141,17 @@ std::vector<StepCheckRecord> run_step_check(Communicator& comm, const StepCheckR
   std::vector<std::uint8_t> all(kStepCheckRecordBytes * static_cast<std::size_t>(comm.size()));
   comm.all_gather(record, all, timeout);
   return compare_step_checks(comm.rank(), all);
+}
+
+void StepCheckSchedule::check(Communicator& comm, std::uint64_t step,
+                              const std::optional<StepCarrier>& derived,
+                              std::optional<int> pipeline, StepBudget& budget,
+                              std::chrono::milliseconds timeout) {
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  const StepCheckRecord mine = record(step, derived, pipeline, comm.rank(), budget, now);
+  accept(run_step_check(comm, mine, timeout), budget);
 }
 
 }  // namespace lens

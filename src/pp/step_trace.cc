@@ -103,14 +103,9 @@ void StepTrace::set_up_checks(Communicator* job_comm) {
 
 void StepTrace::check_if_due(std::uint64_t step, const std::optional<StepCarrier>& derived) {
   if (check_comm_ == nullptr || !checks_.due()) return;
-  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::steady_clock::now().time_since_epoch())
-                               .count();
   const bool per_pipeline = derived && scope_ == TraceScope::kPipeline;
-  const StepCheckRecord mine =
-      checks_.record(step, derived, per_pipeline ? pipeline_source_ : std::nullopt,
-                     check_comm_->rank(), budget_, now);
-  StepCheckSchedule::accept(run_step_check(*check_comm_, mine, timeout_), budget_);
+  checks_.check(*check_comm_, step, derived, per_pipeline ? pipeline_source_ : std::nullopt,
+                budget_, timeout_);
 }
 
 void StepTrace::sync_clocks_if_due(std::uint64_t step) {
