@@ -6,11 +6,13 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "bindings.h"
 #include "lens/config.h"
 #include "lens/error.h"
+#include "lens/settings.h"
 #include "lens/startup_agreement.h"
 #include "lens/step_context.h"
 #include "lens/telemetry.h"
@@ -19,89 +21,124 @@
 namespace lens_python {
 namespace {
 
-// step_context= as lens.init takes it: "broadcast" or "derived".
-std::optional<lens::StepContextMode> step_context_option(const std::optional<std::string>& v) {
-  if (!v) return std::nullopt;
-  if (*v == "broadcast") return lens::StepContextMode::kBroadcast;
-  if (*v == "derived") return lens::StepContextMode::kDerived;
-  throw lens::ConfigError("step_context='" + *v + "' is not valid; accepted: broadcast, derived");
+// A keyword's value as the settings table takes it.
+lens::SettingValue setting_value(const std::string& name, const py::handle& value) {
+  if (py::isinstance<py::bool_>(value)) return value.cast<bool>();
+  if (py::isinstance<py::int_>(value)) {
+    try {
+      return value.cast<std::int64_t>();
+    } catch (const py::cast_error&) {
+      throw lens::ConfigError(name + "=" + std::string(py::repr(value)) +
+                              " is not valid; accepted: an integer of 64 bits");
+    }
+  }
+  if (py::isinstance<py::float_>(value)) return value.cast<double>();
+  if (py::isinstance<py::str>(value)) return value.cast<std::string>();
+  throw lens::ConfigError(name + "=" + std::string(py::repr(value)) +
+                          " is not valid; accepted: a bool, an int, a float or a str");
+}
+
+// lens.init's keywords as options: each a row of the settings table
+// (lens/settings.h), but for what only code gives (coordinates, the run key,
+// the clock test aid). None leaves a setting to its variable. An unknown
+// keyword is a TypeError naming those accepted.
+lens::TelemetryOptions options_from(const py::kwargs& keywords) {
+  lens::TelemetryOptions o;
+  for (const auto& [key, value] : keywords) {
+    const std::string name = py::str(key);
+    if (value.is_none()) continue;
+    if (name == "coordinates") {
+      const auto [pp, dp, tp] = value.cast<std::tuple<int, int, int>>();
+      o.coordinates = {pp, dp, tp};
+    } else if (name == "run_key") {
+      o.run_key = value.cast<std::uint64_t>();
+    } else if (name == "test_clock_offset_us") {
+      // The clock test aid (config.h): off unless a test sets it.
+      o.test_clock_offset_ns = static_cast<std::int64_t>(value.cast<double>() * 1e3);
+    } else if (name == "test_clock_drift_ppm") {
+      o.test_clock_drift_ppm = value.cast<double>();
+    } else if (const lens::SettingRow* row = lens::find_setting(name); row && row->give) {
+      row->give(*row, o, setting_value(name, value));
+    } else {
+      std::string accepted = "coordinates, run_key, test_clock_offset_us, test_clock_drift_ppm";
+      for (const lens::SettingRow& r : lens::setting_rows())
+        if (r.give) accepted += ", " + std::string(r.option);
+      throw py::type_error("lens.init() got an unexpected keyword argument '" + name +
+                           "'; accepted: " + accepted);
+    }
+  }
+  return o;
+}
+
+py::object to_python(const lens::SettingValue& v) {
+  if (const auto* b = std::get_if<bool>(&v)) return py::bool_(*b);
+  if (const auto* n = std::get_if<std::int64_t>(&v)) return py::int_(*n);
+  if (const auto* d = std::get_if<double>(&v)) return py::float_(*d);
+  if (const auto* t = std::get_if<std::string>(&v)) return py::str(*t);
+  return py::none();
+}
+
+std::string_view kind_name(lens::SettingKind kind) {
+  switch (kind) {
+    case lens::SettingKind::kFlag: return "flag";
+    case lens::SettingKind::kCount: return "count";
+    case lens::SettingKind::kMillis: return "seconds";
+    case lens::SettingKind::kChoice: return "choice";
+    case lens::SettingKind::kText: return "text";
+    case lens::SettingKind::kComposite: return "composite";
+  }
+  return "";
 }
 
 }  // namespace
 
 void bind_telemetry(py::module_& m) {
-  m.def(
-      "init",
-      [](std::optional<bool> enabled, std::optional<std::string> span_groups,
-         std::optional<std::string> exporter, std::optional<std::string> service_name,
-         std::optional<int> rank, std::optional<int> world_size,
-         std::optional<std::string> trace_dir, std::optional<std::string> trace_file,
-         std::optional<std::string> run_id, std::optional<double> collective_timeout,
-         std::optional<std::tuple<int, int, int>> coordinates, std::optional<std::uint64_t> run_key,
-         std::optional<std::string> step_context, double test_clock_offset_us,
-         double test_clock_drift_ppm) {
-        lens::TelemetryOptions o;
-        o.step_context = step_context_option(step_context);
-        o.enabled = enabled;
-        o.span_groups = span_groups;
-        o.exporter = exporter;
-        o.service_name = service_name;
-        o.rank = rank;
-        o.world_size = world_size;
-        o.trace_dir = trace_dir;
-        o.trace_file = trace_file;
-        o.run_id = run_id;
-        if (collective_timeout) o.collective_timeout = to_ms(*collective_timeout);
-        if (coordinates) {
-          const auto [pp, dp, tp] = *coordinates;
-          o.coordinates = {pp, dp, tp};
-        }
-        o.run_key = run_key;
-        // The clock test aid (config.h): off unless a test sets it.
-        o.test_clock_offset_ns = static_cast<std::int64_t>(test_clock_offset_us * 1e3);
-        o.test_clock_drift_ppm = test_clock_drift_ppm;
-        py::gil_scoped_release release;
-        return lens::init(o) != nullptr;
-      },
-      py::kw_only(), py::arg("enabled") = py::none(), py::arg("span_groups") = py::none(),
-      py::arg("exporter") = py::none(), py::arg("service_name") = py::none(),
-      py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
-      py::arg("trace_dir") = py::none(), py::arg("trace_file") = py::none(),
-      py::arg("run_id") = py::none(), py::arg("collective_timeout") = py::none(),
-      py::arg("coordinates") = py::none(), py::arg("run_key") = py::none(),
-      py::arg("step_context") = py::none(), py::arg("test_clock_offset_us") = 0.0,
-      py::arg("test_clock_drift_ppm") = 0.0);
+  m.def("init", [](const py::kwargs& keywords) {
+    const lens::TelemetryOptions o = options_from(keywords);
+    py::gil_scoped_release release;
+    return lens::init(o) != nullptr;
+  });
+
+  // The settings table: each row's keyword (None: a variable only), the
+  // variables it is read from, its kind, what it accepts, whether the ranks
+  // agree on it at start-up.
+  m.def("settings", [] {
+    py::list rows;
+    for (const lens::SettingRow& r : lens::setting_rows()) {
+      py::dict d;
+      d["option"] = r.give ? py::object(py::str(std::string(r.option))) : py::object(py::none());
+      py::list variables;
+      for (std::string_view v : r.variable_names()) variables.append(std::string(v));
+      d["variables"] = variables;
+      d["kind"] = std::string(kind_name(r.kind));
+      d["accepted"] = r.kind == lens::SettingKind::kCount || r.kind == lens::SettingKind::kMillis
+                          ? std::to_string(r.lo) + " to " + std::to_string(r.hi)
+                          : std::string(r.accepted);
+      d["job_wide"] = r.job_wide;
+      rows.append(d);
+    }
+    return rows;
+  });
 
   // The start-up agreement's record for this process (lens.distributed.init
-  // all-gathers it): the settings resolved from the same options and
-  // environment as init, or, when they do not resolve, the mark of a rank
-  // that could not read its configuration, with the error to raise after the
-  // exchange. The comparison is compare_startup_records, as in C++.
-  m.def(
-      "startup_record",
-      [](int pipeline_parallel_size, std::optional<bool> enabled,
-         std::optional<std::string> span_groups, std::optional<std::string> run_id,
-         std::optional<std::string> step_context) {
-        lens::TelemetryOptions o;
-        o.enabled = enabled;
-        o.span_groups = span_groups;
-        o.run_id = run_id;
-        std::string error;
-        std::vector<std::uint8_t> record;
-        try {
-          o.step_context = step_context_option(step_context);
-          const lens::Config c = lens::resolve_config(o, lens::process_environment());
-          record = lens::startup_record(&c, pipeline_parallel_size);
-        } catch (const lens::ConfigError& e) {
-          error = e.what();
-          record = lens::startup_record(nullptr, pipeline_parallel_size);
-        }
-        return py::make_tuple(
-            py::bytes(reinterpret_cast<const char*>(record.data()), record.size()), error);
-      },
-      py::arg("pipeline_parallel_size"), py::kw_only(), py::arg("enabled") = py::none(),
-      py::arg("span_groups") = py::none(), py::arg("run_id") = py::none(),
-      py::arg("step_context") = py::none());
+  // all-gathers it): the settings resolved from the same options (lens.init's
+  // keywords) and environment as init, or, when they do not resolve, the
+  // mark of a rank that could not read its configuration, with the error to
+  // raise after the exchange. The comparison is compare_startup_records, as
+  // in C++.
+  m.def("startup_record", [](int pipeline_parallel_size, const py::kwargs& keywords) {
+    std::string error;
+    std::vector<std::uint8_t> record;
+    try {
+      const lens::Config c = lens::resolve_config(options_from(keywords), lens::process_environment());
+      record = lens::startup_record(&c, pipeline_parallel_size);
+    } catch (const std::exception& e) {
+      error = e.what();
+      record = lens::startup_record(nullptr, pipeline_parallel_size);
+    }
+    return py::make_tuple(py::bytes(reinterpret_cast<const char*>(record.data()), record.size()),
+                          error);
+  });
   m.def(
       "compare_startup_records",
       [](int my_rank, const std::vector<py::bytes>& records) {
@@ -126,26 +163,16 @@ void bind_telemetry(py::module_& m) {
     lens::Telemetry* t = lens::get_telemetry();
     return t ? t->trace_file() : std::string();
   });
+  // The resolved settings: every row the table shows, by its option, and the
+  // run key.
   m.def("config", [] {
     py::dict d;
     lens::Telemetry* t = lens::get_telemetry();
     if (!t) return d;
     const lens::Config& c = t->config();
-    d["exporter"] = c.exporter;
-    d["service_name"] = c.service_name;
-    d["run_id"] = c.run_id;
-    d["span_groups"] = c.span_groups.to_spec();
-    d["collective_timeout"] = static_cast<double>(c.collective_timeout.count()) / 1000.0;
-    d["clock_sync"] = c.clock_sync;
-    d["step_context"] = std::string(lens::step_context_mode_name(c.step_context));
-    d["step_verify_steps"] = c.step_verify_steps;
-    d["tail_selection"] = c.tail_selection;
-    d["tail_keep"] = c.tail_keep;
-    d["tail_baseline_percent"] = c.tail_baseline_percent;
+    for (const lens::SettingRow& r : lens::setting_rows())
+      if (r.shown) d[py::str(std::string(r.option))] = to_python(r.shown(r, c));
     d["run_key"] = c.run_key;
-    d["trace_scope"] = std::string(lens::trace_scope_name(c.trace_scope));
-    d["rank"] = c.rank ? py::int_(*c.rank) : py::object(py::none());
-    d["world_size"] = c.world_size ? py::int_(*c.world_size) : py::object(py::none());
     return d;
   });
 

@@ -1,7 +1,9 @@
 /// \file
 /// Configuration: programmatic options over environment variables.
 ///
-/// resolve_config() merges TelemetryOptions (set in code; they win) with the
+/// Every setting is a row of the settings table (lens/settings.h), from
+/// which resolving, lens.init's keywords and the start-up agreement's names
+/// are derived. resolve_config() merges TelemetryOptions (set in code; they win) with the
 /// environment (MEGATRON_OTEL_* with NEMO_LENS_* as fallback prefix, the
 /// standard OTEL_* variables, and LENS_* for what lens adds). An empty
 /// variable counts as unset. A value lens cannot accept throws ConfigError
@@ -165,7 +167,7 @@ struct Config {
   Attributes resource_attributes;  ///< from OTEL_RESOURCE_ATTRIBUTES and options
   std::optional<int> rank;
   std::optional<int> world_size;
-  std::string trace_dir;
+  std::string trace_dir = "lens-traces";
   std::string trace_file;
   BatchProcessorOptions batch;
   SpanLimits span_limits;
@@ -185,6 +187,8 @@ struct Config {
   std::uint32_t device_max_pending = 4096;
   std::uint32_t device_anchor_ms = 5000;
   bool tail_selection = false;  ///< batch.hold is set when on
+  std::uint32_t tail_hold_steps = 64;
+  std::uint32_t tail_hold_mb = 256;
   std::uint32_t tail_keep = 1;
   std::uint32_t tail_baseline_percent = 0;
   std::int64_t test_clock_offset_ns = 0;  ///< the test aid (TelemetryOptions)

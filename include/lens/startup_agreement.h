@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lens/communicator.h"
@@ -52,6 +53,10 @@ StartupAgreement agree_on_startup(Communicator& comm, const Config& config,
 /// compare_startup_records, so the rules live here only. Throws ConfigError
 /// on a run id too long for the record.
 std::vector<std::uint8_t> startup_record(const Config* config, int pipeline_parallel_size);
+
+/// The options of the settings table's rows the agreement compares: every
+/// job-wide row's, each once (a test holds the two to each other).
+std::vector<std::string_view> agreed_options();
 
 /// Compares every rank's record (concatenated in rank order) as
 /// agree_on_startup does and returns rank 0's run id and key; throws

@@ -38,7 +38,7 @@ __all__ = [
     "metrics_exporter_from_environment", "set_step_figures", "take_step_figures",
     "TailSelector", "hold_step", "holds_steps", "settle_steps",
     "current_span_context", "distributed", "flush", "get_telemetry", "init",
-    "managed_span", "refresh", "set_span_groups", "shutdown", "state",
+    "managed_span", "refresh", "set_span_groups", "settings", "shutdown", "state",
 ]
 
 _KNOWN_GROUPS = frozenset(_lens.group_names())
@@ -95,9 +95,13 @@ def refresh():
 def init(**options):
     """Initialises the process's telemetry from the environment and options.
 
-    Options (all keyword, all optional, each overriding its variable):
-    enabled, span_groups, exporter, service_name, rank, world_size, trace_dir,
-    trace_file, run_id, collective_timeout (seconds), coordinates (this
+    Options (all keyword, all optional, each overriding its variable; None
+    leaves it to the variable): every setting of lens's settings table that
+    code can give, by its name (``lens.settings()`` lists them with their
+    variables and what they accept): enabled, span_groups, exporter, run_id,
+    service_name, rank, world_size, trace_dir, trace_file, collective_timeout
+    (durations in seconds), trace_scope, step_context, the tail selection's
+    and the clock sync's settings, and more. Besides them: coordinates (this
     rank's (pp, dp, tp), which LENS_EXPORT_FILTER selects on; a rank it
     leaves out records nothing but still takes part in broadcasts),
     test_clock_offset_us and test_clock_drift_ppm (a TEST AID that skews this
@@ -107,13 +111,22 @@ def init(**options):
     broadcast_trace_context (src_rank: its first stage's global rank): each
     replica's step spans then share a trace, linked to global rank 0's. Returns the Telemetry,
     or None when telemetry is disabled. Raises ConfigError (a ValueError) on
-    an invalid setting, naming the setting and what it accepts.
+    an invalid setting, naming the setting and what it accepts, and
+    TypeError on a keyword that is no setting.
     """
     try:
         _lens.init(**options)
     finally:
         refresh()
     return _telemetry
+
+
+def settings():
+    """The settings table: one dict per setting, with its ``option`` (the
+    keyword lens.init takes; None for a variable only), its ``variables``
+    (the first one set wins), its ``kind``, what it ``accepted`` and whether
+    it is ``job_wide`` (agreed at start-up by lens.distributed.init)."""
+    return _lens.settings()
 
 
 def get_telemetry():

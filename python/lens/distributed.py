@@ -282,10 +282,7 @@ def init(group=None, pipeline_parallel_size=None, **options):
             "lens.distributed.init needs pipeline_parallel_size: the job's pipeline-parallel "
             "size (1 never broadcasts)")
     pp_size = int(pipeline_parallel_size)
-    record, error = _lens.startup_record(pp_size, enabled=options.get("enabled"),
-                                         span_groups=options.get("span_groups"),
-                                         run_id=options.get("run_id"),
-                                         step_context=options.get("step_context"))
+    record, error = _lens.startup_record(pp_size, **options)
     size = dist.get_world_size(group)
     gathered = [None] * size
     dist.all_gather_object(gathered, record, group=group)

@@ -1,13 +1,16 @@
 #include "lens/startup_agreement.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include "lens/carrier.h"
 #include "lens/error.h"
+#include "lens/settings.h"
 #include "rank_list.h"
 
 namespace lens {
@@ -99,78 +102,94 @@ std::uint64_t sampler_key(const Settings& s) {
   return s.v[kSamplerKind] * 2 + s.v[kSamplerParentBased];
 }
 
-// The settings every rank must agree on, in the order they are compared:
-// the name a mismatch names, the field, what this rank's Config gives (null:
-// set apart: the versions and the PP size), how a value reads, and, where it
-// is not the field alone, what must match. Adding a job-wide setting is a
-// row here and a place in the record (kPlaces, the layout above, and
+// The settings every rank must agree on, in the order they are compared.
+// Each is a row of the settings table (lens/settings.h) by its option, which
+// gives the name a mismatch names (its first variable) and this rank's value
+// (its number()), unless the row here says otherwise: `name` for what is not
+// a table row (the versions, the PP size, set apart), `of` for a value that
+// is not the row's number alone. `show` is how a value reads (null: carried,
+// not compared); `key`, where it is not the field alone, what must match.
+// Adding a job-wide setting is a row marked job-wide in the settings table,
+// a row here and a place in the record (kPlaces, the layout above, and
 // kStepProtocolVersion when the record changes).
 struct Agreed {
-  const char* setting;  // null: carried, not compared
   Field field;
-  std::uint64_t (*of)(const Config&);
-  std::string (*show)(const Settings&);
+  std::string_view option = {};
+  std::string_view name = {};
+  std::string (*show)(const Settings&) = nullptr;
   std::uint64_t (*key)(const Settings&) = nullptr;
+  std::uint64_t (*of)(const Config&) = nullptr;
 };
 const Agreed kAgreed[] = {
-    {"lens step protocol version", kProtocol, nullptr, number<kProtocol>},
-    {"lens carrier frame version", kFrameVersion, nullptr, number<kFrameVersion>},
-    {"MEGATRON_OTEL_ENABLED", kEnabled, [](const Config& c) -> std::uint64_t { return c.enabled; },
-     flag<kEnabled>},
-    {"pipeline-parallel size", kPpSize, nullptr, number<kPpSize>},
-    {"MEGATRON_OTEL_SPAN_GROUPS", kSpanGroups,
-     [](const Config& c) -> std::uint64_t { return c.span_groups.bits(); }, span_groups},
-    {"LENS_TRACE_SCOPE", kTraceScope,
-     [](const Config& c) -> std::uint64_t { return static_cast<std::uint64_t>(c.trace_scope); },
-     trace_scope},
-    {"LENS_STEP_BUDGET", kStepBudget,
-     [](const Config& c) -> std::uint64_t { return c.step_budget_per_minute; },
-     number<kStepBudget>},
-    {"LENS_STEP_PREFETCH", kStepPrefetch,
-     [](const Config& c) -> std::uint64_t { return c.step_prefetch; }, flag<kStepPrefetch>},
-    {"LENS_CLOCK_SYNC", kClockSync, [](const Config& c) -> std::uint64_t { return c.clock_sync; },
-     flag<kClockSync>},
-    {"LENS_CLOCK_SYNC_EXCHANGES", kClockSyncExchanges,
-     [](const Config& c) -> std::uint64_t {
-       return static_cast<std::uint64_t>(c.clock_sync_exchanges);
-     },
-     number<kClockSyncExchanges>},
-    {"LENS_CLOCK_SYNC_STEPS", kClockSyncSteps,
-     [](const Config& c) -> std::uint64_t { return c.clock_sync_steps; },
-     number<kClockSyncSteps>},
-    {"LENS_CLOCK_SYNC_SECONDS", kClockSyncSeconds,
-     [](const Config& c) -> std::uint64_t { return c.clock_sync_seconds; },
-     number<kClockSyncSeconds>},
-    {"LENS_STEP_CONTEXT", kStepContext,
-     [](const Config& c) -> std::uint64_t { return static_cast<std::uint64_t>(c.step_context); },
-     step_context},
-    // Tail selection: every rank chooses the same steps from the same figures.
-    {"LENS_TAIL_SELECTION", kTailSelection,
-     [](const Config& c) -> std::uint64_t { return c.tail_selection; }, flag<kTailSelection>},
-    {"LENS_TAIL_KEEP", kTailKeep,
-     [](const Config& c) -> std::uint64_t { return c.tail_selection ? c.tail_keep : 0; },
-     number<kTailKeep>},
-    {"LENS_TAIL_BASELINE", kTailBaseline,
-     [](const Config& c) -> std::uint64_t {
+    {.field = kProtocol, .name = "lens step protocol version", .show = number<kProtocol>},
+    {.field = kFrameVersion, .name = "lens carrier frame version", .show = number<kFrameVersion>},
+    {.field = kEnabled, .option = "enabled", .show = flag<kEnabled>},
+    {.field = kPpSize, .name = "pipeline-parallel size", .show = number<kPpSize>},
+    {.field = kSpanGroups, .option = "span_groups", .show = span_groups},
+    {.field = kTraceScope, .option = "trace_scope", .show = trace_scope},
+    {.field = kStepBudget, .option = "step_budget_per_minute", .show = number<kStepBudget>},
+    {.field = kStepPrefetch, .option = "step_prefetch", .show = flag<kStepPrefetch>},
+    {.field = kClockSync, .option = "clock_sync", .show = flag<kClockSync>},
+    {.field = kClockSyncExchanges, .option = "clock_sync_exchanges",
+     .show = number<kClockSyncExchanges>},
+    {.field = kClockSyncSteps, .option = "clock_sync_steps", .show = number<kClockSyncSteps>},
+    {.field = kClockSyncSeconds, .option = "clock_sync_seconds", .show = number<kClockSyncSeconds>},
+    {.field = kStepContext, .option = "step_context", .show = step_context},
+    // Tail selection: every rank chooses the same steps from the same
+    // figures; keep and baseline matter only when it is on.
+    {.field = kTailSelection, .option = "tail_selection", .show = flag<kTailSelection>},
+    {.field = kTailKeep,
+     .option = "tail_keep",
+     .show = number<kTailKeep>,
+     .of = [](const Config& c) -> std::uint64_t { return c.tail_selection ? c.tail_keep : 0; }},
+    {.field = kTailBaseline,
+     .option = "tail_baseline_percent",
+     .show = number<kTailBaseline>,
+     .of = [](const Config& c) -> std::uint64_t {
        return c.tail_selection ? c.tail_baseline_percent : 0;
-     },
-     number<kTailBaseline>},
-    {"LENS_STEP_VERIFY_STEPS", kStepVerifySteps,
-     [](const Config& c) -> std::uint64_t { return c.step_verify_steps; },
-     number<kStepVerifySteps>},
+     }},
+    {.field = kStepVerifySteps, .option = "step_verify_steps", .show = number<kStepVerifySteps>},
     // The sampler decides every step in `derived` mode and every replica's
     // step in `pipeline` scope: each rank must decide alike.
-    {"OTEL_TRACES_SAMPLER", kSamplerKind,
-     [](const Config& c) -> std::uint64_t { return static_cast<std::uint64_t>(c.sampler.kind); },
-     sampler, sampler_key},
-    {nullptr, kSamplerParentBased,
-     [](const Config& c) -> std::uint64_t { return c.sampler.parent_based; }, nullptr},
-    {"OTEL_TRACES_SAMPLER_ARG", kSamplerRatioBits,
-     [](const Config& c) { return std::bit_cast<std::uint64_t>(c.sampler.ratio); },
-     sampler_ratio},
+    {.field = kSamplerKind,
+     .option = "sampler",
+     .show = sampler,
+     .key = sampler_key,
+     .of = [](const Config& c) -> std::uint64_t {
+       return static_cast<std::uint64_t>(c.sampler.kind);
+     }},
+    {.field = kSamplerParentBased,
+     .option = "sampler",
+     .of = [](const Config& c) -> std::uint64_t { return c.sampler.parent_based; }},
+    {.field = kSamplerRatioBits,
+     .option = "sampler",
+     .name = "OTEL_TRACES_SAMPLER_ARG",
+     .show = sampler_ratio,
+     .of = [](const Config& c) { return std::bit_cast<std::uint64_t>(c.sampler.ratio); }},
     // The run key: rank 0's is taken, not compared.
-    {nullptr, kRunKey, [](const Config& c) -> std::uint64_t { return c.run_key; }, nullptr},
+    {.field = kRunKey, .of = [](const Config& c) -> std::uint64_t { return c.run_key; }},
 };
+
+// The settings table's row of an agreed setting (null: not a row).
+const SettingRow* row_of(const Agreed& a) {
+  if (a.option.empty()) return nullptr;
+  const SettingRow* row = find_setting(a.option);
+  if (row == nullptr || !row->job_wide || (a.of == nullptr && row->number == nullptr))
+    throw std::logic_error("lens: the start-up agreement names '" + std::string(a.option) +
+                           "', which is not a job-wide row of the settings table");
+  return row;
+}
+
+std::string name_of(const Agreed& a) {
+  const SettingRow* row = row_of(a);
+  return std::string(a.name.empty() && row ? row->variables[0] : a.name);
+}
+
+std::optional<std::uint64_t> value_of(const Agreed& a, const Config& c) {
+  if (a.of) return a.of(c);
+  if (const SettingRow* row = row_of(a)) return row->number(c);
+  return std::nullopt;
+}
 
 void put(std::uint8_t* at, std::size_t bytes, std::uint64_t value) {
   for (std::size_t i = 0; i < bytes; ++i) at[i] = static_cast<std::uint8_t>(value >> (8 * i));
@@ -227,7 +246,7 @@ Settings settings_of(const Config& config, int pipeline_parallel_size) {
   }
   Settings mine;
   for (const Agreed& a : kAgreed)
-    if (a.of != nullptr) mine.v[a.field] = a.of(config);
+    if (const auto value = value_of(a, config)) mine.v[a.field] = *value;
   mine.v[kPpSize] = static_cast<std::uint32_t>(pipeline_parallel_size);
   mine.run_id = config.run_id;
   return mine;
@@ -244,16 +263,16 @@ StartupAgreement compare(int my_rank, const std::vector<Settings>& ranks) {
                       " could not read their lens configuration (their log names the setting)");
   }
   for (const Agreed& a : kAgreed) {
-    if (a.setting == nullptr) continue;
-    const auto value_of = [&](const Settings& s) { return a.key ? a.key(s) : s.v[a.field]; };
+    if (a.show == nullptr) continue;
+    const auto compared = [&](const Settings& s) { return a.key ? a.key(s) : s.v[a.field]; };
     std::vector<int> differing;
     for (int r = 1; r < size; ++r)
-      if (value_of(ranks[static_cast<std::size_t>(r)]) != value_of(ranks[0]))
+      if (compared(ranks[static_cast<std::size_t>(r)]) != compared(ranks[0]))
         differing.push_back(r);
     if (differing.empty()) continue;
     const Settings& other = ranks[static_cast<std::size_t>(differing[0])];
     throw ConfigError("lens start-up check failed on rank " + std::to_string(my_rank) + ": " +
-                      a.setting + " differs across ranks: rank 0 has " + a.show(ranks[0]) +
+                      name_of(a) + " differs across ranks: rank 0 has " + a.show(ranks[0]) +
                       ", rank(s) " + rank_list(differing) + " have " + a.show(other) + " (rank " +
                       std::to_string(differing[0]) + "); accepted: the same value on every rank");
   }
@@ -302,6 +321,14 @@ void compare_telemetry_start(int my_rank, std::span<const std::uint8_t> statuses
                     rank_list(failed) +
                     " could not start their telemetry (their log says why, e.g. a trace "
                     "directory they cannot write); every rank stops before the first step");
+}
+
+std::vector<std::string_view> agreed_options() {
+  std::vector<std::string_view> out;
+  for (const Agreed& a : kAgreed)
+    if (row_of(a) != nullptr && std::find(out.begin(), out.end(), a.option) == out.end())
+      out.push_back(a.option);
+  return out;
 }
 
 std::vector<std::uint8_t> startup_record(const Config* config, int pipeline_parallel_size) {

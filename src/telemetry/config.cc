@@ -11,6 +11,7 @@
 #include "lens/error.h"
 #include "lens/ids.h"
 #include "lens/resource.h"
+#include "lens/settings.h"
 #include "setting.h"
 
 namespace lens {
@@ -24,7 +25,7 @@ using detail::parse_uint;
 using detail::Setting;
 using detail::trimmed;
 
-constexpr std::uint64_t kMaxCount = 1u << 24;
+constexpr std::uint64_t kMaxCount = 1u << 24;  // the span limits' bound
 constexpr std::uint64_t kMaxMillis = 24ull * 3600 * 1000;
 
 // OTEL_EXPORTER_OTLP_HEADERS: "k=v,k=v", values percent-encoded. Errors name
@@ -152,65 +153,78 @@ void resolve_otlp(const Env& env, std::string_view signal, std::string_view path
   }
 }
 
-// Enabled: off unless set; OTEL_SDK_DISABLED=true wins over both.
-void resolve_enabled(const TelemetryOptions& options, const Env& env, Config& c) {
-  c.enabled = false;
-  if (options.enabled) {
-    c.enabled = *options.enabled;
-  } else if (auto s = env.get({"MEGATRON_OTEL_ENABLED", "NEMO_LENS_ENABLED"})) {
-    c.enabled = parse_bool(*s);
-  }
-  if (auto s = env.get({"OTEL_SDK_DISABLED"})) {
-    if (parse_bool(*s)) c.enabled = false;
-  }
+}  // namespace
+
+// The settings table's rows that are more than one value (setting.h).
+namespace detail {
+
+void resolve_sdk_disabled(const SettingRow& row, const TelemetryOptions&, const Env& env,
+                          Config& c) {
+  if (auto s = env.get(row.variable_names()); s && parse_bool(*s)) c.enabled = false;
 }
 
-// The span groups: the option, MEGATRON_OTEL_SPAN_GROUPS, else the default preset.
-void resolve_span_groups(const TelemetryOptions& options, const Env& env, Config& c) {
+void resolve_span_groups(const SettingRow& row, const TelemetryOptions& options, const Env& env,
+                         Config& c) {
   if (options.span_groups) {
     c.span_groups = SpanGroupSet::parse(*options.span_groups, "span_groups option");
-  } else if (auto s = env.get({"MEGATRON_OTEL_SPAN_GROUPS", "NEMO_LENS_SPAN_GROUPS"})) {
+  } else if (auto s = env.get(row.variable_names())) {
     c.span_groups = SpanGroupSet::parse(s->value, s->name);
   } else {
     c.span_groups = SpanGroupSet::default_preset();
   }
 }
+SettingValue show_span_groups(const SettingRow&, const Config& c) {
+  return c.span_groups.to_spec();
+}
+std::uint64_t span_groups_number(const Config& c) { return c.span_groups.bits(); }
 
-// The exporter and its OTLP settings, and the spool directory.
-void resolve_exporter(const TelemetryOptions& options, const Env& env, Config& c) {
-  const std::optional<Setting> traces_endpoint = env.get({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"});
-  const std::optional<Setting> base_endpoint = env.get({"OTEL_EXPORTER_OTLP_ENDPOINT"});
-  const std::string_view kExporters = "otlp, file, console, none";
+// The exporter: the option, the variable, else otlp when an endpoint is
+// given, else file.
+void resolve_exporter(const SettingRow& row, const TelemetryOptions& options, const Env& env,
+                      Config& c) {
   if (options.exporter_instance) {
     c.exporter = "custom";
-  } else {
-    std::optional<Setting> s;
-    if (options.exporter)
-      s = Setting{"exporter option", lower(*options.exporter)};
-    else
-      s = env.get({"MEGATRON_OTEL_EXPORTER", "NEMO_LENS_EXPORTER"});
-    if (s)
-      c.exporter = lower(s->value);
-    else
-      c.exporter = (traces_endpoint || base_endpoint || options.otlp) ? "otlp" : "file";
-    if (c.exporter != "otlp" && c.exporter != "file" && c.exporter != "console" &&
-        c.exporter != "none")
-      fail(*s, kExporters);
+    return;
   }
+  std::optional<Setting> s;
+  if (options.exporter)
+    s = Setting{"exporter option", lower(*options.exporter)};
+  else
+    s = env.get(row.variable_names());
+  if (s)
+    c.exporter = lower(s->value);
+  else
+    c.exporter = options.otlp || env.get({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                                          "OTEL_EXPORTER_OTLP_ENDPOINT"})
+                     ? "otlp"
+                     : "file";
+  if (c.exporter != "otlp" && c.exporter != "file" && c.exporter != "console" &&
+      c.exporter != "none")
+    fail(*s, row.accepted);
+}
+
+void resolve_traces_otlp(const SettingRow&, const TelemetryOptions& options, const Env& env,
+                         Config& c) {
   if (options.otlp) {
     c.otlp = *options.otlp;
   } else {
-    resolve_otlp(env, "TRACES", "/v1/traces", traces_endpoint, base_endpoint, c.otlp);
+    resolve_otlp(env, "TRACES", "/v1/traces", env.get({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}),
+                 env.get({"OTEL_EXPORTER_OTLP_ENDPOINT"}), c.otlp);
   }
-  if (auto s = env.get({"LENS_SPOOL_DIR"})) c.spool_dir = s->value;
+}
+
+void resolve_spool_dir(const SettingRow& row, const TelemetryOptions&, const Env& env,
+                       Config& c) {
+  if (auto s = env.get(row.variable_names())) c.spool_dir = s->value;
 }
 
 // Run id: configured, else the scheduler's job id, else generated; it names a directory, so it
 // keeps to a safe character set.
-void resolve_run_id(const TelemetryOptions& options, const Env& env, Config& c) {
+void resolve_run_id(const SettingRow& row, const TelemetryOptions& options, const Env& env,
+                    Config& c) {
   if (options.run_id && !options.run_id->empty()) {
     c.run_id = *options.run_id;
-  } else if (auto s = env.get({"MEGATRON_OTEL_RUN_ID", "NEMO_LENS_RUN_ID", "SLURM_JOB_ID"})) {
+  } else if (auto s = env.get(row.variable_names())) {
     c.run_id = s->value;
   } else {
     c.run_id = generate_run_id();
@@ -218,8 +232,8 @@ void resolve_run_id(const TelemetryOptions& options, const Env& env, Config& c) 
   }
   for (char ch : c.run_id) {
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.')) {
-      throw ConfigError("run id '" + c.run_id +
-                        "' is not valid; accepted: letters, digits, '-', '_' and '.'");
+      throw ConfigError("run id '" + c.run_id + "' is not valid; accepted: " +
+                        std::string(row.accepted));
     }
   }
   if (c.run_id == "." || c.run_id == "..") {
@@ -227,9 +241,10 @@ void resolve_run_id(const TelemetryOptions& options, const Env& env, Config& c) 
   }
 }
 
-// Resource attributes (the variable, then the options over it) and the service name.
-void resolve_resource(const TelemetryOptions& options, const Env& env, Config& c) {
-  if (auto s = env.get({"OTEL_RESOURCE_ATTRIBUTES"})) {
+// Resource attributes: the variable, then the options over it.
+void resolve_resource_attributes(const SettingRow& row, const TelemetryOptions& options,
+                                 const Env& env, Config& c) {
+  if (auto s = env.get(row.variable_names())) {
     c.resource_attributes = parse_resource_attributes(s->value, s->name);
   }
   for (const auto& a : options.resource_attributes) {
@@ -240,9 +255,15 @@ void resolve_resource(const TelemetryOptions& options, const Env& env, Config& c
     else
       c.resource_attributes.push_back(a);
   }
+}
+
+// The service name: the option, the variable, the resource's service.name,
+// else the default the options carry.
+void resolve_service_name(const SettingRow& row, const TelemetryOptions& options, const Env& env,
+                          Config& c) {
   if (options.service_name) {
     c.service_name = *options.service_name;
-  } else if (auto s = env.get({"OTEL_SERVICE_NAME"})) {
+  } else if (auto s = env.get(row.variable_names())) {
     c.service_name = s->value;
   } else if (const auto* v = find_attribute(c.resource_attributes, "service.name");
              v && std::holds_alternative<std::string>(*v)) {
@@ -252,76 +273,25 @@ void resolve_resource(const TelemetryOptions& options, const Env& env, Config& c
   }
 }
 
-// The rank and world size, from the options or the launcher's variables.
-void resolve_rank(const TelemetryOptions& options, const Env& env, Config& c) {
-  if (options.rank) {
-    c.rank = *options.rank;
-  } else if (auto s = env.get({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})) {
-    c.rank = static_cast<int>(parse_uint(*s, 0, 1u << 30));
-  }
-  if (options.world_size) {
-    c.world_size = *options.world_size;
-  } else if (auto s = env.get({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})) {
-    c.world_size = static_cast<int>(parse_uint(*s, 1, 1u << 30));
-  }
-  if (c.rank && c.world_size && *c.rank >= *c.world_size) {
-    throw ConfigError("rank " + std::to_string(*c.rank) + " is not below world size " +
-                      std::to_string(*c.world_size) +
-                      " (RANK/WORLD_SIZE or OMPI_COMM_WORLD_RANK/_SIZE); accepted: 0 <= rank < "
-                      "world size");
-  }
-}
-
-// The trace directory and file name pattern (the default depends on the rank).
-void resolve_trace_file(const TelemetryOptions& options, const Env& env, Config& c) {
-  if (options.trace_dir)
-    c.trace_dir = *options.trace_dir;
-  else if (auto s = env.get({"LENS_TRACE_DIR"}))
-    c.trace_dir = s->value;
-  else
-    c.trace_dir = "lens-traces";
+// The trace file name pattern (the default depends on the rank).
+void resolve_trace_file(const SettingRow& row, const TelemetryOptions& options, const Env& env,
+                        Config& c) {
   if (options.trace_file) {
     c.trace_file = *options.trace_file;
-  } else if (auto s = env.get({"LENS_TRACE_FILE"})) {
+  } else if (auto s = env.get(row.variable_names())) {
     c.trace_file = s->value;
   } else {
     c.trace_file = c.rank ? "rank-{rank}.otlp.jsonl" : "process-{pid}.otlp.jsonl";
   }
   if (c.trace_file.find('/') != std::string::npos || c.trace_file == "." || c.trace_file == "..") {
-    throw ConfigError("LENS_TRACE_FILE='" + c.trace_file +
-                      "' is not valid; accepted: a file name (no '/'), with {rank}, {pid} and "
-                      "{run_id} placeholders");
+    throw ConfigError("LENS_TRACE_FILE='" + c.trace_file + "' is not valid; accepted: " +
+                      std::string(row.accepted));
   }
-}
-
-// The batch processor's OTEL_BSP_* settings.
-void resolve_batch(const TelemetryOptions& options, const Env& env, Config& c) {
-  auto& b = c.batch;
-  if (options.max_queue_size)
-    b.max_queue_size = *options.max_queue_size;
-  else if (auto s = env.get({"OTEL_BSP_MAX_QUEUE_SIZE"}))
-    b.max_queue_size = static_cast<std::uint32_t>(parse_uint(*s, 1, kMaxCount));
-  if (options.max_export_batch_size)
-    b.max_export_batch_size = *options.max_export_batch_size;
-  else if (auto s = env.get({"OTEL_BSP_MAX_EXPORT_BATCH_SIZE"}))
-    b.max_export_batch_size = static_cast<std::uint32_t>(parse_uint(*s, 1, kMaxCount));
-  if (b.max_export_batch_size > b.max_queue_size) {
-    throw ConfigError("OTEL_BSP_MAX_EXPORT_BATCH_SIZE=" + std::to_string(b.max_export_batch_size) +
-                      " exceeds OTEL_BSP_MAX_QUEUE_SIZE=" + std::to_string(b.max_queue_size) +
-                      "; accepted: a batch size no larger than the queue size");
-  }
-  if (options.schedule_delay)
-    b.schedule_delay = *options.schedule_delay;
-  else if (auto s = env.get({"OTEL_BSP_SCHEDULE_DELAY"}))
-    b.schedule_delay = std::chrono::milliseconds(parse_uint(*s, 0, kMaxMillis));
-  if (options.export_timeout)
-    b.export_timeout = *options.export_timeout;
-  else if (auto s = env.get({"OTEL_BSP_EXPORT_TIMEOUT"}))
-    b.export_timeout = std::chrono::milliseconds(parse_uint(*s, 0, kMaxMillis));
 }
 
 // The OTEL_*_LIMIT settings.
-void resolve_span_limits(const TelemetryOptions& options, const Env& env, Config& c) {
+void resolve_span_limits(const SettingRow&, const TelemetryOptions& options, const Env& env,
+                         Config& c) {
   if (options.span_limits) {
     c.span_limits = *options.span_limits;
   } else {
@@ -340,156 +310,79 @@ void resolve_span_limits(const TelemetryOptions& options, const Env& env, Config
 }
 
 // OTEL_TRACES_SAMPLER and its argument.
-void resolve_sampler(const TelemetryOptions& options, const Env& env, Config& c) {
+void resolve_sampler(const SettingRow& row, const TelemetryOptions& options, const Env& env,
+                     Config& c) {
   if (options.sampler) {
     c.sampler = *options.sampler;
-  } else {
-    const std::string_view kSamplers =
-        "always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, "
-        "parentbased_traceidratio";
-    std::string name = "parentbased_always_on";
-    auto s = env.get({"OTEL_TRACES_SAMPLER"});
-    if (s) name = lower(s->value);
-    std::string_view base = name;
-    c.sampler.parent_based = base.starts_with("parentbased_");
-    if (c.sampler.parent_based) base.remove_prefix(std::string_view("parentbased_").size());
-    if (base == "always_on") {
-      c.sampler.kind = Sampler::Kind::kAlwaysOn;
-    } else if (base == "always_off") {
-      c.sampler.kind = Sampler::Kind::kAlwaysOff;
-    } else if (base == "traceidratio") {
-      c.sampler.kind = Sampler::Kind::kTraceIdRatio;
-      c.sampler.ratio = 1.0;
-      if (auto arg = env.get({"OTEL_TRACES_SAMPLER_ARG"})) {
-        double ratio = -1;
-        auto [ptr, ec] =
-            std::from_chars(arg->value.data(), arg->value.data() + arg->value.size(), ratio);
-        if (ec != std::errc() || ptr != arg->value.data() + arg->value.size() || !(ratio >= 0) ||
-            ratio > 1)
-          fail(*arg, "a number from 0 to 1");
-        c.sampler.ratio = ratio;
-      }
-    } else {
-      fail(*s, kSamplers);
+    return;
+  }
+  std::string name = "parentbased_always_on";
+  auto s = env.get({"OTEL_TRACES_SAMPLER"});
+  if (s) name = lower(s->value);
+  std::string_view base = name;
+  c.sampler.parent_based = base.starts_with("parentbased_");
+  if (c.sampler.parent_based) base.remove_prefix(std::string_view("parentbased_").size());
+  if (base == "always_on") {
+    c.sampler.kind = Sampler::Kind::kAlwaysOn;
+  } else if (base == "always_off") {
+    c.sampler.kind = Sampler::Kind::kAlwaysOff;
+  } else if (base == "traceidratio") {
+    c.sampler.kind = Sampler::Kind::kTraceIdRatio;
+    c.sampler.ratio = 1.0;
+    if (auto arg = env.get({"OTEL_TRACES_SAMPLER_ARG"})) {
+      double ratio = -1;
+      auto [ptr, ec] =
+          std::from_chars(arg->value.data(), arg->value.data() + arg->value.size(), ratio);
+      if (ec != std::errc() || ptr != arg->value.data() + arg->value.size() || !(ratio >= 0) ||
+          ratio > 1)
+        fail(*arg, "a number from 0 to 1");
+      c.sampler.ratio = ratio;
     }
+  } else {
+    fail(*s, row.accepted);
   }
 }
+SettingValue show_sampler(const SettingRow&, const Config& c) { return c.sampler.describe(); }
 
-// A count from the options, checked against [lo, hi] ("<what> of N is not
-// valid; accepted: lo to hi"), else from `env_name`, else `current`.
-template <typename T>
-T bounded_setting(const std::optional<T>& option, const Env& env, const char* env_name,
-                  std::int64_t lo, std::int64_t hi, T current, const char* what) {
-  if (option) {
-    const auto v = static_cast<std::int64_t>(*option);
-    if (v < lo || v > hi)
-      throw ConfigError(std::string(what) + " of " + std::to_string(v) +
-                        " is not valid; accepted: " + std::to_string(lo) + " to " +
-                        std::to_string(hi));
-    return *option;
-  }
-  if (auto s = env.get({env_name}))
-    return static_cast<T>(
-        parse_uint(*s, static_cast<std::uint64_t>(lo), static_cast<std::uint64_t>(hi)));
-  return current;
-}
-
-// The step protocol's job-wide settings: collective timeout, trace scope, export filter, step
-// budget, step prefetch, how the step context travels.
-void resolve_parallel(const TelemetryOptions& options, const Env& env, Config& c) {
-  if (options.collective_timeout) {
-    // 0 means "wait forever" to c10d but "fail at once" to MPI: neither is
-    // what a timeout is for.
-    if (options.collective_timeout->count() <= 0)
-      throw ConfigError("collective timeout of " +
-                        std::to_string(options.collective_timeout->count()) +
-                        " ms is not valid; accepted: 1 ms to 24 h");
-    c.collective_timeout = *options.collective_timeout;
-  } else if (auto s = env.get({"LENS_COLLECTIVE_TIMEOUT_MS"})) {
-    c.collective_timeout = std::chrono::milliseconds(parse_uint(*s, 1, kMaxMillis));
-  }
-
-  if (options.trace_scope) {
-    c.trace_scope = *options.trace_scope;
-  } else if (auto s = env.get({"LENS_TRACE_SCOPE"})) {
-    const std::string v = lower(s->value);
-    if (v == "world")
-      c.trace_scope = TraceScope::kWorld;
-    else if (v == "pipeline")
-      c.trace_scope = TraceScope::kPipeline;
-    else
-      fail(*s, "world, pipeline");
-  }
+void resolve_export_filter(const SettingRow& row, const TelemetryOptions& options, const Env& env,
+                           Config& c) {
   if (options.export_filter) {
     c.export_filter = *options.export_filter;
-  } else if (auto s = env.get({"LENS_EXPORT_FILTER"})) {
+  } else if (auto s = env.get(row.variable_names())) {
     c.export_filter = ExportFilter::parse(s->value, s->name);
   }
-  if (options.step_budget_per_minute) {
-    c.step_budget_per_minute = *options.step_budget_per_minute;
-  } else if (auto s = env.get({"LENS_STEP_BUDGET"})) {
-    c.step_budget_per_minute = static_cast<std::uint32_t>(parse_uint(*s, 0, 1000000));
+}
+void give_export_filter(const SettingRow& row, TelemetryOptions& o, const SettingValue& v) {
+  const auto* s = std::get_if<std::string>(&v);
+  if (s == nullptr)
+    throw ConfigError(std::string(row.option) + " is not valid; accepted: a text, " +
+                      std::string(row.accepted));
+  o.export_filter = ExportFilter::parse(*s, row.option);
+}
+SettingValue show_export_filter(const SettingRow&, const Config& c) {
+  return c.export_filter.to_string();
+}
+
+}  // namespace detail
+
+namespace {
+
+// What no one row can check: how rows agree with each other.
+void check_across(const TelemetryOptions& options, Config& c) {
+  if (c.rank && c.world_size && *c.rank >= *c.world_size) {
+    throw ConfigError("rank " + std::to_string(*c.rank) + " is not below world size " +
+                      std::to_string(*c.world_size) +
+                      " (RANK/WORLD_SIZE or OMPI_COMM_WORLD_RANK/_SIZE); accepted: 0 <= rank < "
+                      "world size");
   }
-  if (options.step_prefetch)
-    c.step_prefetch = *options.step_prefetch;
-  else if (auto s = env.get({"LENS_STEP_PREFETCH"}))
-    c.step_prefetch = parse_bool(*s);
-  if (options.step_context) {
-    c.step_context = *options.step_context;
-  } else if (auto s = env.get({"LENS_STEP_CONTEXT"})) {
-    const std::string v = lower(s->value);
-    if (v == "broadcast")
-      c.step_context = StepContextMode::kBroadcast;
-    else if (v == "derived")
-      c.step_context = StepContextMode::kDerived;
-    else
-      fail(*s, "broadcast, derived");
+  const auto& b = c.batch;
+  if (b.max_export_batch_size > b.max_queue_size) {
+    throw ConfigError("OTEL_BSP_MAX_EXPORT_BATCH_SIZE=" + std::to_string(b.max_export_batch_size) +
+                      " exceeds OTEL_BSP_MAX_QUEUE_SIZE=" + std::to_string(b.max_queue_size) +
+                      "; accepted: a batch size no larger than the queue size");
   }
-  c.step_verify_steps = bounded_setting(options.step_verify_steps, env, "LENS_STEP_VERIFY_STEPS", 0,
-                                        100000000, c.step_verify_steps, "step verify steps");
-}
-
-void resolve_device(const TelemetryOptions& options, const Env& env, Config& c) {
-  c.device_max_pending = bounded_setting(options.device_max_pending, env, "LENS_DEVICE_MAX_PENDING",
-                                         1, 8192, c.device_max_pending, "device max pending");
-  c.device_anchor_ms = bounded_setting(options.device_anchor_ms, env, "LENS_DEVICE_ANCHOR_MS", 100,
-                                       3600000, c.device_anchor_ms, "device anchor interval (ms)");
-}
-
-void resolve_tail_selection(const TelemetryOptions& options, const Env& env, Config& c) {
-  if (options.tail_selection)
-    c.tail_selection = *options.tail_selection;
-  else if (auto s = env.get({"LENS_TAIL_SELECTION"}))
-    c.tail_selection = parse_bool(*s);
-  const std::uint32_t steps = bounded_setting(options.tail_hold_steps, env, "LENS_TAIL_HOLD_STEPS",
-                                              1, 4096, 64u, "tail hold steps");
-  const std::uint32_t mb = bounded_setting(options.tail_hold_mb, env, "LENS_TAIL_HOLD_MB", 1, 65536,
-                                           256u, "tail hold MiB");
-  c.tail_keep =
-      bounded_setting(options.tail_keep, env, "LENS_TAIL_KEEP", 1, 255, c.tail_keep, "tail keep");
-  c.tail_baseline_percent =
-      bounded_setting(options.tail_baseline_percent, env, "LENS_TAIL_BASELINE", 0, 100,
-                      c.tail_baseline_percent, "tail baseline percent");
-  if (c.tail_selection) c.batch.hold = StepHoldOptions{steps, std::uint64_t{mb} << 20};
-}
-
-void resolve_clock_sync(const TelemetryOptions& options, const Env& env, Config& c) {
-  if (options.clock_sync)
-    c.clock_sync = *options.clock_sync;
-  else if (auto s = env.get({"LENS_CLOCK_SYNC"}))
-    c.clock_sync = parse_bool(*s);
-  constexpr std::uint32_t kMaxInterval = 100000000;
-  if (options.clock_sync_steps)
-    c.clock_sync_steps = *options.clock_sync_steps;
-  else if (auto s = env.get({"LENS_CLOCK_SYNC_STEPS"}))
-    c.clock_sync_steps = static_cast<std::uint32_t>(parse_uint(*s, 0, kMaxInterval));
-  if (options.clock_sync_seconds)
-    c.clock_sync_seconds = *options.clock_sync_seconds;
-  else if (auto s = env.get({"LENS_CLOCK_SYNC_SECONDS"}))
-    c.clock_sync_seconds = static_cast<std::uint32_t>(parse_uint(*s, 0, kMaxInterval));
-  c.clock_sync_exchanges =
-      bounded_setting(options.clock_sync_exchanges, env, "LENS_CLOCK_SYNC_EXCHANGES", 1, 64,
-                      c.clock_sync_exchanges, "clock sync exchanges");
+  if (c.tail_selection)
+    c.batch.hold = StepHoldOptions{c.tail_hold_steps, std::uint64_t{c.tail_hold_mb} << 20};
   // The test aid: bounded so that no reading overflows (an hour, 10 %).
   if (options.test_clock_offset_ns < -3600'000'000'000 ||
       options.test_clock_offset_ns > 3600'000'000'000 ||
@@ -526,20 +419,8 @@ std::string generate_run_id() {
 Config resolve_config(const TelemetryOptions& options, const EnvLookup& lookup) {
   Env env(lookup);
   Config c;
-  resolve_enabled(options, env, c);
-  resolve_span_groups(options, env, c);
-  resolve_exporter(options, env, c);
-  resolve_run_id(options, env, c);
-  resolve_resource(options, env, c);
-  resolve_rank(options, env, c);
-  resolve_trace_file(options, env, c);
-  resolve_batch(options, env, c);
-  resolve_span_limits(options, env, c);
-  resolve_sampler(options, env, c);
-  resolve_parallel(options, env, c);
-  resolve_clock_sync(options, env, c);
-  resolve_device(options, env, c);
-  resolve_tail_selection(options, env, c);
+  for (const SettingRow& row : setting_rows()) row.resolve(row, options, env, c);
+  check_across(options, c);
   c.coordinates = options.coordinates;
   c.run_key = options.run_key ? *options.run_key : IdGenerator::next_u64();
   c.run_key_agreed = options.run_key.has_value();

@@ -21,6 +21,10 @@ std::string trimmed(std::string_view s) {
 }
 
 std::optional<Setting> Env::get(std::initializer_list<std::string_view> names) const {
+  return get(std::span<const std::string_view>(names.begin(), names.size()));
+}
+
+std::optional<Setting> Env::get(std::span<const std::string_view> names) const {
   for (auto name : names) {
     auto v = lookup_(name);
     if (v && !trimmed(*v).empty()) return Setting{std::string(name), trimmed(*v)};

@@ -16,6 +16,7 @@
 #include "lens/error.h"
 #include "lens/in_process_communicator.h"
 #include "lens/memory_exporter.h"
+#include "lens/settings.h"
 #include "test_env.h"
 
 namespace lens {
@@ -297,7 +298,7 @@ TEST(StartupAgreement, ZeroCollectiveTimeoutIsRefused) {
     resolve_config(opts, testing::fake_env({}));
     ADD_FAILURE() << "a 0 ms timeout was accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("collective timeout of 0 ms is not valid"),
+    EXPECT_NE(std::string(e.what()).find("collective_timeout=0 ms is not valid"),
               std::string::npos)
         << e.what();
   }
@@ -374,6 +375,59 @@ TEST(StartupAgreement, TheRecordHoldsEachSettingAtItsDocumentedPlace) {
     EXPECT_NE(std::string(e.what()).find("rank(s) 1 could not read their lens configuration"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// The agreement compares every job-wide row of the settings table, and a
+// mismatch in any of them names the row's first variable.
+TEST(StartupAgreement, EveryJobWideRowOfTheSettingsTableIsComparedByItsVariable) {
+  std::set<std::string_view> job_wide;
+  for (const SettingRow& row : setting_rows())
+    if (row.job_wide) job_wide.insert(row.option);
+  const auto agreed = agreed_options();
+  EXPECT_EQ(std::set<std::string_view>(agreed.begin(), agreed.end()), job_wide);
+  EXPECT_GE(job_wide.size(), 15u);
+
+  for (const SettingRow& row : setting_rows()) {
+    if (!row.job_wide) continue;
+    std::string a, b;
+    switch (row.kind) {
+      case SettingKind::kFlag:
+        a = "1", b = "0";
+        break;
+      case SettingKind::kCount:
+        a = std::to_string(row.lo), b = std::to_string(row.lo + 1);
+        break;
+      case SettingKind::kChoice:
+        a = std::string(row.accepted.substr(0, row.accepted.find(", ")));
+        b = std::string(row.accepted.substr(row.accepted.find(", ") + 2));
+        b = b.substr(0, b.find(", "));
+        break;
+      case SettingKind::kText:  // span groups
+        a = "all", b = "default";
+        break;
+      default:  // the sampler
+        a = "always_on", b = "always_off";
+    }
+    const std::string variable(row.variables[0]);
+    const auto record = [&](const std::string& value) {
+      std::map<std::string, std::string> env = {{"MEGATRON_OTEL_ENABLED", "1"},
+                                                {"LENS_TAIL_SELECTION", "1"}};
+      env[variable] = value;
+      const Config c = resolve_config({}, testing::fake_env(env));
+      return startup_record(&c, 2);
+    };
+    std::vector<std::uint8_t> both = record(a);
+    const auto other = record(b);
+    both.insert(both.end(), other.begin(), other.end());
+    std::string error;
+    try {
+      compare_startup_records(0, both);
+    } catch (const ConfigError& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find(variable + " differs across ranks"), std::string::npos)
+        << row.option << " (" << a << " against " << b << "): " << error;
   }
 }
 

@@ -156,6 +156,36 @@ class StartupRecords(unittest.TestCase):
             lens._lens.compare_telemetry_start(0, [False, False, True])
         self.assertIn("rank(s) 2 could not start their telemetry", str(caught.exception))
 
+    def test_every_job_wide_keyword_reaches_the_record(self):
+        # Each job-wide setting lens.init takes is compared by the record
+        # Python sends; a mismatch names the setting's variable.
+        rows = [r for r in lens.settings() if r["job_wide"] and r["option"]]
+        self.assertGreaterEqual(len(rows), 14)
+        checked = 0
+        for row in rows:
+            if row["kind"] == "flag":
+                values = (True, False)
+            elif row["kind"] == "count":
+                low = int(row["accepted"].split(" to ")[0])
+                values = (low, low + 1)
+            elif row["kind"] == "choice":
+                values = tuple(row["accepted"].split(", ")[:2])
+            elif row["option"] == "span_groups":
+                values = ("all", "default")
+            else:
+                continue
+            base = {"enabled": True, "tail_selection": True}
+            records = []
+            for value in values:
+                record, error = lens._lens.startup_record(2, **dict(base, **{row["option"]: value}))
+                self.assertEqual(error, "", row["option"])
+                records.append(record)
+            with self.assertRaises(lens.ConfigError) as caught:
+                lens._lens.compare_startup_records(0, records)
+            self.assertIn(f"{row['variables'][0]} differs", str(caught.exception), row["option"])
+            checked += 1
+        self.assertGreaterEqual(checked, 14)
+
     def test_distributed_init_needs_the_pipeline_size(self):
         with self.assertRaises(lens.ConfigError) as caught:
             lens.distributed.init(enabled=True)
@@ -384,6 +414,37 @@ class Configuration(unittest.TestCase):
             self.assertIsNone(lens.get_telemetry())
         finally:
             del os.environ["MEGATRON_OTEL_SPAN_GROUPS"]
+
+    def test_init_takes_the_settings_tables_keywords(self):
+        directory = tempfile.mkdtemp(prefix="lens-py-settings-")
+        lens.init(enabled=True, exporter="none", trace_dir=directory, tail_selection=True,
+                  tail_keep=3, step_verify_steps=7, collective_timeout=2.5,
+                  trace_scope="pipeline", max_queue_size=4096, export_filter="tp=0")
+        try:
+            shown = lens._lens.config()
+            self.assertEqual(shown["tail_keep"], 3)
+            self.assertEqual(shown["step_verify_steps"], 7)
+            self.assertEqual(shown["collective_timeout"], 2.5)
+            self.assertEqual(shown["trace_scope"], "pipeline")
+            self.assertEqual(shown["max_queue_size"], 4096)
+            self.assertEqual(shown["export_filter"], "tp=0")
+            self.assertEqual(shown["trace_dir"], directory)
+            self.assertTrue(shown["tail_selection"])
+        finally:
+            lens.shutdown()
+        with self.assertRaises(TypeError) as caught:
+            lens.init(enabled=True, exporter="none", tail_kept=3)
+        self.assertIn("'tail_kept'", str(caught.exception))
+        self.assertIn("tail_keep", str(caught.exception))
+        for bad in ({"tail_keep": 0}, {"tail_keep": "3"}, {"clock_sync": 1},
+                    {"trace_scope": "galaxy"}, {"collective_timeout": -1.0}):
+            with self.assertRaises(lens.ConfigError) as caught:
+                lens.init(enabled=True, exporter="none", **bad)
+            self.assertTrue(str(caught.exception).startswith(f"{next(iter(bad))}="),
+                            str(caught.exception))
+        self.assertIsNone(lens.get_telemetry())
+        names = {r["option"] for r in lens.settings()}
+        self.assertLessEqual({"tail_keep", "step_context", "enabled", "collective_timeout"}, names)
 
     def test_export_filter_leaves_a_rank_out_by_its_coordinates(self):
         os.environ["LENS_EXPORT_FILTER"] = "dp=0"

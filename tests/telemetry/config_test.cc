@@ -386,7 +386,7 @@ TEST(Config, TailSelectionSettings) {
   }
   TelemetryOptions o;
   o.tail_keep = 300;
-  EXPECT_NE(config_error(o, {}).find("tail keep"), std::string::npos);
+  EXPECT_NE(config_error(o, {}).find("tail_keep=300"), std::string::npos);
 }
 
 // Metrics by OTLP: off unless asked, the metrics settings over the shared
