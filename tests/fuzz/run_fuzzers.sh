@@ -21,7 +21,7 @@ declare -A sources=(
   # with the DOM reference parser it is compared with on every line.
   [otlp_json_reader]="$(cd "$src" && ls src/analysis/*.cc src/analysis/model/*.cc src/analysis/reading/*.cc | tr '\n' ' ') tests/support/reference_request_parser.cc"
   [step_check]="src/pp/step_check.cc src/pp/step_budget.cc src/pp/pipeline_stats.cc src/comm/communicator.cc src/core/ids.cc"
-  [config]="src/telemetry/config.cc src/otlp/redacted_url.cc src/telemetry/parallel_layout.cc src/telemetry/setting.cc src/core/span_groups.cc src/core/resource.cc src/core/ids.cc"
+  [config]="src/telemetry/config.cc src/telemetry/settings.cc src/otlp/redacted_url.cc src/telemetry/parallel_layout.cc src/telemetry/setting.cc src/core/span_groups.cc src/core/resource.cc src/core/ids.cc src/core/sampler.cc"
 )
 for target in carrier trace_context otlp_json_reader config step_check; do
   files=()
