@@ -74,10 +74,9 @@ StepRecord record_step(const StepAnalysis& a, int stages, int virtual_stages,
     if (g != a.graphs.end() && cost > expected && expected > 0) {
       // The pipeline's replayed end as measured, once per pipeline.
       const auto [end, fresh] = measured_end.try_emplace(pipeline, 0);
-      if (fresh) end->second = replay_end(g->second, {});
-      r.gains[i] =
-          static_cast<double>(replay_end(g->second, {{f.stage, expected / cost}}) - end->second) /
-          1e6;
+      const StepReplay replay(g->second);
+      if (fresh) end->second = replay.end();
+      r.gains[i] = static_cast<double>(replay.end(f.stage, expected / cost) - end->second) / 1e6;
     }
   }
   return r;

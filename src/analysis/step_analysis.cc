@@ -101,13 +101,14 @@ std::map<int, StageFigures> stage_figures(const StepGraph& g, PipelineKey pipeli
   for (const auto& [stage, f] : figures)
     if (f.microbatches > 0) per_microbatch.push_back(f.compute_ms / f.microbatches);
   const double median_cost = median(per_microbatch);
-  const std::int64_t measured_end = replay_end(g, {});
+  const StepReplay replay(g);
+  const std::int64_t measured_end = replay.end();
   for (auto& [stage, f] : figures) {
-    f.slack_ms = slack_ms(g, stage, deadline_ns);
+    f.slack_ms = replay.slack_ms(stage, deadline_ns);
     if (f.microbatches == 0) continue;
     const double cost = f.compute_ms / f.microbatches;
     if (cost > median_cost && cost > 0)
-      f.gain_at_median_ms = ms(replay_end(g, {{stage, median_cost / cost}}) - measured_end);
+      f.gain_at_median_ms = ms(replay.end(stage, median_cost / cost) - measured_end);
   }
   return figures;
 }

@@ -8,23 +8,60 @@
 // measured time times its stage's scale. With every scale 1 it reproduces
 // the measured times. Uses the graph only; no clock, no files.
 //
-// Thread safety: plain functions.
+// A StepReplay settles once what does not depend on the scale (the order
+// the nodes are walked in, what each waits for, its measured overhead and
+// latencies); each replay is then one pass over the nodes. The what-ifs
+// replay a graph tens of times (slack_ms searches a scale), so this is
+// where their time goes.
+//
+// Thread safety: a StepReplay is read-only after construction; it refers
+// to its graph, which must outlive it.
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <vector>
 
 #include "step_graph.h"
 
 namespace lens::analysis {
 
-// The end of the replica's last node, with each stage's forward and
-// backward durations multiplied by `scale_by_stage` (absent: 1).
-std::int64_t replay_end(const StepGraph& g, const std::map<int, double>& scale_by_stage);
+class StepReplay {
+ public:
+  explicit StepReplay(const StepGraph& g);
 
-// How much more time per step (ms) the stage's compute could take, spread
-// over its microbatches, before the replica's replayed end passes
-// `deadline_ns` (to the nanosecond). the step's end, which another replica may set.
-double slack_ms(const StepGraph& g, int stage, std::int64_t deadline_ns);
+  // The end of the replica's last node, with the forward and backward
+  // durations of `stage` multiplied by `factor` (stage -1: as measured).
+  std::int64_t end(int stage = -1, double factor = 1.0) const;
+
+  // How much more time per step (ms) the stage's compute could take, spread
+  // over its microbatches, before the replica's replayed end passes
+  // `deadline_ns` (to the nanosecond): the step's end, which another
+  // replica may set.
+  double slack_ms(int stage, std::int64_t deadline_ns) const;
+
+ private:
+  // One node, in the order the walk settles them. A dependency is its index
+  // in the graph and whether it was settled before this node (a graph that
+  // goes round, spans a file got wrong, takes the measured end where the
+  // cycle closes).
+  struct Step {
+    int node = -1;
+    int stage = -1;
+    bool compute = false;
+    int local = -1, cross = -1;
+    bool local_settled = false, cross_settled = false;
+    bool measured_arrival = false;
+    std::int64_t measured_local = 0;  // when it could start on its rank, as measured
+    std::int64_t overhead = 0;        // its start after its measured readiness
+    std::int64_t duration = 0;
+    std::int64_t latency = 0;     // arrival after the cross node's end (unmatched or no receive)
+    std::int64_t posted_lag = 0;  // posted after measured_local (measured arrival)
+    std::int64_t sent_lag = 0;    // the send after the cross node's end (measured arrival)
+    std::int64_t wire = 0;        // the message's measured time on the wire
+  };
+
+  const StepGraph& g_;
+  std::vector<Step> steps_;
+};
 
 }  // namespace lens::analysis

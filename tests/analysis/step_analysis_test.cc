@@ -228,8 +228,9 @@ TEST(StepAnalysis, WaitsAreMeasuredFromTheTransferSpansAndAddUpToTheStep) {
   // Replayed with stage 1 twice as slow: F0@1 2 -> 4, B0@1 4 -> 7, the
   // gradient arrives 0.5 later at 7.5, B0@0 ends at 8.5: 2.5 ms later.
   const StepGraph& g = a.graphs.at({});
-  EXPECT_EQ(replay_end(g, {}), ns(6));
-  EXPECT_EQ(replay_end(g, {{1, 2.0}}) - replay_end(g, {}), ns(2.5));
+  const StepReplay replay(g);
+  EXPECT_EQ(replay.end(), ns(6));
+  EXPECT_EQ(replay.end(1, 2.0) - replay.end(), ns(2.5));
   // Both stages are on the path: neither has slack.
   EXPECT_NEAR(s0.slack_ms, 0, 1e-3);
   EXPECT_NEAR(s1.slack_ms, 0, 1e-3);
