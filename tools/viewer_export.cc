@@ -143,11 +143,11 @@ ExportCounts export_perfetto(const OpenedRun& run, std::ostream& out,
   // Links whose target is not in the linking span's step: drawn at the end.
   struct Pending {
     SpanRow linking;  // without attributes
-    std::string target;
+    HexId target;
   };
   std::vector<Pending> pending;
   const auto add_spans = [&](const Run& part) {
-    std::unordered_map<std::string, const SpanRow*> by_id;
+    std::unordered_map<std::string_view, const SpanRow*> by_id;  // the rows' own ids
     for (const auto& f : part.files)
       for (const auto& s : f.spans) by_id[s.span_id] = &s;
     for (const auto& f : part.files) {
@@ -217,7 +217,7 @@ ExportCounts export_perfetto(const OpenedRun& run, std::ostream& out,
   if (!pending.empty()) {
     // A second pass finds the targets; a link out of the run has no start to
     // draw from and is left out.
-    std::unordered_map<std::string, FlowStart> targets;
+    std::unordered_map<HexId, FlowStart> targets;
     for (const auto& p : pending) targets.emplace(p.target, FlowStart{});
     scan_spans(run, [&](const RankFile&, const std::vector<SpanRow>& spans) {
       for (const auto& s : spans)
@@ -282,7 +282,7 @@ std::map<std::string, json> jaeger_traces(const Run& part, ExportCounts& counts,
       process_tags.push_back({{"key", semconv::kRank}, {"type", "int64"}, {"value", f.rank}});
     const json process_json = {{"serviceName", service}, {"tags", process_tags}};
     for (const auto& s : f.spans) {
-      json& trace = traces[s.trace_id];
+      json& trace = traces[s.trace_id.str()];
       if (trace.is_null())
         trace = {{"traceID", s.trace_id}, {"spans", json::array()}, {"processes", json::object()}};
       trace["processes"][process] = process_json;

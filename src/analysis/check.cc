@@ -50,6 +50,28 @@ bool within(const SpanRow& s, const SpanRow& ancestor, const PipelineView& view)
   return false;
 }
 
+// Of the step's spans, in rank order and each rank's order, those whose
+// span id an earlier one of the same trace has.
+std::vector<bool> repeated_ids(const StepView& sv) {
+  struct Seen {
+    std::string_view trace, span;
+    std::size_t at;
+  };
+  std::vector<Seen> seen;
+  for (const auto& [rank, sr] : sv.ranks)
+    for (const SpanRow* s : sr.spans) seen.push_back({s->trace_id, s->span_id, seen.size()});
+  std::sort(seen.begin(), seen.end(), [](const Seen& a, const Seen& b) {
+    if (a.trace != b.trace) return a.trace < b.trace;
+    if (a.span != b.span) return a.span < b.span;
+    return a.at < b.at;
+  });
+  std::vector<bool> repeated(seen.size(), false);
+  for (std::size_t i = 1; i < seen.size(); ++i)
+    if (seen[i].trace == seen[i - 1].trace && seen[i].span == seen[i - 1].span)
+      repeated[seen[i].at] = true;
+  return repeated;
+}
+
 std::string micros(std::int64_t ns) { return std::to_string(ns / 1000) + " us"; }
 
 bool in_schedule(SpanKind kind) {
@@ -114,7 +136,7 @@ std::string format_violation(const Violation& v) {
 }
 
 void RunChecker::check_spans(const Run& part, const PipelineView& view,
-                             const std::map<std::string, std::int64_t>& step_of_span) {
+                             const IdIndex<std::int64_t>& step_of_span) {
   // Links must resolve to a span of the run, in the trace they name; what
   // is not in this part is looked for at the end.
   for (const auto& f : part.files) {
@@ -128,14 +150,14 @@ void RunChecker::check_spans(const Run& part, const PipelineView& view,
       for (const auto& [trace, span] : s.links) {
         auto it = view.by_span_id.find(span);
         if (it == view.by_span_id.end())
-          pending_.push_back({step, s.rank, s.name, s.span_id, trace, span});
+          pending_.push_back({step, s.rank, s.name, s.span_id.str(), trace.str(), span.str()});
         else if (it->second->trace_id != trace)
           found_.push_back({step, s.rank,
                             s.name + " links to span " + span + " of trace " + trace +
                                 ", which is not in the run",
                             span_label(s)});
       }
-      if (s.name == semconv::kJobSpan) job_of_rank_[s.rank] = {s.trace_id, s.span_id};
+      if (s.name == semconv::kJobSpan) job_of_rank_[s.rank] = {s.trace_id.str(), s.span_id.str()};
       const bool truncated = s.attributes.text(semconv::kTruncated) == "true";
       // Ended by the signal that stopped the process (lens.stopped_by): the
       // run was stopped on purpose, counted, not a fault.
@@ -234,7 +256,8 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
     if (!sv.ranks.count(r) && !interrupted)
       found_.push_back({sv.step, r, "no megatron.train_step span for this step", ""});
 
-  std::map<std::string, std::set<std::string>> ids_in_trace;
+  const std::vector<bool> repeated = repeated_ids(sv);
+  std::size_t at_span = 0;
   std::set<std::string> step_traces;
   for (const auto& [rank, sr] : sv.ranks) {
     const SpanRow& step_span = *sr.step_span;
@@ -264,18 +287,18 @@ void RunChecker::check_step(const StepView& sv, const PipelineView& view, bool p
                               " does not link to rank 0's step span",
                           span_label(step_span)});
     }
-    step_traces.insert(step_span.trace_id);
+    step_traces.insert(step_span.trace_id.str());
     stages_.push_back({sv.step, rank, sr.stage, span_label(step_span)});
     ++steps_of_rank_[rank];
     auto& targets = step_link_targets_[rank];
     for (const auto& [t, sp] : step_span.links)
-      if (targets.count(sp) || targets.size() < kCountedLinkTargets) ++targets[sp];
+      if (targets.count(sp.str()) || targets.size() < kCountedLinkTargets) ++targets[sp.str()];
     check_nesting(sv, sr, view);
 
     std::size_t linked = 0;
     bool has_p2p = false;
     for (const SpanRow* s : sr.spans) {
-      if (!ids_in_trace[s->trace_id].insert(s->span_id).second)
+      if (repeated[at_span++])
         found_.push_back(
             {sv.step, rank,
              "span id " + s->span_id + " appears more than once in trace " + s->trace_id,
@@ -421,10 +444,11 @@ void RunChecker::add(const Run& run, const PipelineView& view) {
   pipeline_stages_ = std::max(pipeline_stages_, view.pipeline_stages);
   microbatches_ = std::max(microbatches_, view.microbatches);
   virtual_stages_ = std::max(virtual_stages_, view.virtual_stages);
-  std::map<std::string, std::int64_t> step_of_span;
+  IdIndex<std::int64_t> step_of_span;
   for (const auto& sv : view.steps)
     for (const auto& [rank, sr] : sv.ranks)
-      for (const SpanRow* s : sr.spans) step_of_span[s->span_id] = sv.step;
+      for (const SpanRow* s : sr.spans) step_of_span.add(s->span_id, sv.step);
+  step_of_span.seal();
   check_spans(run, view, step_of_span);
   steps_ += view.steps.size();
 
@@ -604,7 +628,7 @@ CheckResult finish_check(const OpenedRun& run, RunChecker& checker, const Run& r
   result.violations = checker.finish(rest, [&](std::map<std::string, std::string>& wanted) {
     scan_spans(run, [&](const RankFile&, const std::vector<SpanRow>& spans) {
       for (const auto& s : spans)
-        if (auto it = wanted.find(s.span_id); it != wanted.end()) it->second = s.trace_id;
+        if (auto it = wanted.find(s.span_id.str()); it != wanted.end()) it->second = s.trace_id;
     });
   });
   // A span id twice in a file is a batch delivered twice (a retried export,

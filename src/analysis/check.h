@@ -133,7 +133,7 @@ class RunChecker {
     std::string span;
   };
   void check_spans(const Run& part, const PipelineView& view,
-                   const std::map<std::string, std::int64_t>& step_of_span);
+                   const IdIndex<std::int64_t>& step_of_span);
   void check_step(const StepView& sv, const PipelineView& view, bool pipeline_scope,
                   const std::map<int, std::pair<int, int>>& pipeline_of, bool ordered);
   void check_start_order(const StepView& sv, const StepOnRank& source,

@@ -95,6 +95,15 @@ class Reader {
     at_ += n;
     return s;
   }
+  // A trace or span id (at most HexId::kCapacity characters).
+  HexId id() {
+    const auto n = get<std::uint64_t>();
+    need(n);
+    if (n > HexId::kCapacity) throw std::runtime_error("a part's span id is too long");
+    HexId id(in_.substr(at_, n));
+    at_ += n;
+    return id;
+  }
   template <typename V>
   void get_map(std::map<std::string, V>& m) {
     for (std::size_t n = count(); n > 0; --n) {
@@ -631,17 +640,17 @@ StreamOptions part_stream(const StepIndex& index, StepRange range, StreamOptions
 void put_span(Writer& w, const SpanRow& s) {
   w.put<std::int32_t>(s.rank);
   w.put<std::uint64_t>(s.process);
-  for (const std::string* t : {&s.trace_id, &s.span_id, &s.parent_span_id, &s.name})
-    w.put(*t);
+  for (const HexId* id : {&s.trace_id, &s.span_id, &s.parent_span_id}) w.put(id->view());
+  w.put(s.name);
   w.put<std::int64_t>(s.start_ns);
   w.put<std::int64_t>(s.end_ns);
   w.put<std::int32_t>(s.kind);
   w.put<std::int32_t>(s.status_code);
   w.put(s.status_message);
   w.put_attributes(s.attributes, true);
-  w.list(s.links, [&](const std::pair<std::string, std::string>& l) {
-    w.put(l.first);
-    w.put(l.second);
+  w.list(s.links, [&](const std::pair<HexId, HexId>& l) {
+    w.put(l.first.view());
+    w.put(l.second.view());
   });
 }
 
@@ -649,7 +658,8 @@ SpanRow get_span(Reader& r) {
   SpanRow s;
   s.rank = r.get<std::int32_t>();
   s.process = r.get<std::uint64_t>();
-  for (std::string* t : {&s.trace_id, &s.span_id, &s.parent_span_id, &s.name}) *t = r.text();
+  for (HexId* id : {&s.trace_id, &s.span_id, &s.parent_span_id}) *id = r.id();
+  s.name = r.text();
   s.start_ns = r.get<std::int64_t>();
   s.end_ns = r.get<std::int64_t>();
   s.kind = r.get<std::int32_t>();
@@ -657,8 +667,8 @@ SpanRow get_span(Reader& r) {
   s.status_message = r.text();
   r.get_attributes(s.attributes, true);
   for (std::size_t n = r.count(); n > 0; --n) {
-    std::string trace = r.text();
-    s.links.emplace_back(std::move(trace), r.text());
+    const HexId trace = r.id();
+    s.links.emplace_back(trace, r.id());
   }
   return s;
 }
@@ -865,17 +875,17 @@ class StreamMerge {
         for (auto& w : pf.warnings) f.warnings.push_back(std::move(w));
         for (OpenRow& row : pf.open) {
           SpanRow& s = row.span;
-          const auto handed = handed_.find(s.trace_id);
-          if (claimed_.count(s.span_id)) continue;
+          const auto handed = handed_.find(s.trace_id.str());
+          if (claimed_.count(s.span_id.str())) continue;
           if (handed != handed_.end() && handed->second.part < p) {
             late_.late += 1;
             if (late_.late_list.size() < LateSpans::kKept)
               late_.late_list.push_back(
-                  {s.rank, pf.path, row.line, handed->second.step, s.name, s.span_id});
+                  {s.rank, pf.path, row.line, handed->second.step, s.name, s.span_id.str()});
             f.late.push_back(std::move(s));
             continue;
           }
-          auto [at, fresh] = f.trace_at.try_emplace(s.trace_id, f.open.size());
+          auto [at, fresh] = f.trace_at.try_emplace(s.trace_id.str(), f.open.size());
           if (fresh) f.open.emplace_back();
           f.open[at->second].push_back(std::move(s));
         }

@@ -141,7 +141,7 @@ Run world_run(int steps, const std::string& host_of_rank_1 = "node-a") {
     const std::string source_step = hex(0x5000 + step * 10, 16);
     for (int rank = 0; rank < 2; ++rank) {
       const std::int64_t t = 1'100'000'000 + step * 1'000'000 + rank * 30'000;
-      auto span = [&](const std::string& name, const std::string& parent, std::int64_t start) {
+      auto span = [&](const std::string& name, std::string_view parent, std::int64_t start) {
         SpanRow s;
         s.rank = rank;
         s.trace_id = trace;

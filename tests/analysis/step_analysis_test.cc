@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -38,6 +40,13 @@ struct Transfer {
 
 std::int64_t ns(double ms) { return static_cast<std::int64_t>(std::llround(ms * 1e6)); }
 
+// A span id (16 hex digits, as a run's are) unique to `what` it names.
+std::string id_for(const std::string& what) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016zx", std::hash<std::string>()(what));
+  return hex;
+}
+
 // A run of one step: per stage a rank (rank = stage + stages * replica),
 // its step and forward_backward spans over `windows[stage]`, and the
 // compute spans.
@@ -54,7 +63,7 @@ Run make_step(int stages, const std::vector<std::pair<double, double>>& windows,
       SpanRow r;
       r.rank = f.rank;
       r.trace_id = trace;
-      r.span_id = name + std::to_string(f.rank) + std::to_string(a);
+      r.span_id = id_for(name + std::to_string(f.rank) + std::to_string(a));
       r.name = std::move(name);
       r.start_ns = ns(a);
       r.end_ns = ns(b);
@@ -91,7 +100,7 @@ Run make_step(int stages, const std::vector<std::pair<double, double>>& windows,
 void add_span(Run& run, int s, const char* name, double a, double b) {
   SpanRow r = run.files[static_cast<std::size_t>(s)].spans.front();
   r.name = name;
-  r.span_id += name;
+  r.span_id = id_for(r.span_id + name);
   r.attributes.clear();
   r.start_ns = ns(a);
   r.end_ns = ns(b);

@@ -334,11 +334,11 @@ TEST(TrainerScale, PipelineScopeGivesEachReplicaATraceLinkedToRankZero) {
     const auto spans = step_spans_of(run, step);
     ASSERT_EQ(spans.size(), 4u) << "step " << step;
     const auto* global0 = spans.at(0);
-    std::map<int, std::set<std::string>> traces;  // replica -> trace ids
+    std::map<int, std::set<lens::analysis::HexId>> traces;  // replica -> trace ids
     for (const auto& [rank, s] : spans) {
       traces[replica_of[rank]].insert(s->trace_id);
       // Besides its link to its rank's job span (in the job's trace).
-      std::vector<std::pair<std::string, std::string>> to_steps;
+      std::vector<std::pair<lens::analysis::HexId, lens::analysis::HexId>> to_steps;
       for (const auto& l : s->links)
         if (l.first != job_trace) to_steps.push_back(l);
       EXPECT_EQ(to_steps.size() + 1, s->links.size()) << "rank " << rank << ": a link to the job";
@@ -398,7 +398,7 @@ TEST_P(TrainerDerived, NoBroadcastAndLensCheckPassesWithDataParallel) {
   for (int step = 0; step < r.steps; ++step) {
     const auto spans = step_spans_of(run, step);
     ASSERT_EQ(spans.size(), 4u) << "step " << step;
-    std::map<int, std::set<std::string>> traces;  // replica -> trace ids
+    std::map<int, std::set<lens::analysis::HexId>> traces;  // replica -> trace ids
     for (const auto& [rank, s] : spans) traces[replica_of[rank]].insert(s->trace_id);
     EXPECT_EQ(traces[0].size(), 1u);
     EXPECT_EQ(traces[1].size(), 1u);
@@ -724,7 +724,7 @@ TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
   ASSERT_EQ(out.exit_code, 0) << out.output;
   const lens::analysis::Run run = lens::analysis::read_run(out.trace_dir / out.run_id);
   expect_lens_check_passes(run);
-  std::map<std::string, const lens::analysis::SpanRow*> by_id;
+  std::map<std::string_view, const lens::analysis::SpanRow*> by_id;
   for (const auto& f : run.files)
     for (const auto& s : f.spans) by_id[s.span_id] = &s;
   for (int step = 0; step < r.steps; ++step) {
@@ -874,7 +874,7 @@ TEST_P(TrainerTensorParallelTrace, LensCheckPassesAndCollectivesAreSpansOfEveryT
     // Per step, the same TP collectives on every rank of a stage: their
     // sequence numbers 0..n-1, each with the rank's TP rank.
     std::map<std::int64_t, std::set<std::int64_t>> sequences;  // step -> numbers
-    std::map<std::string, std::int64_t> step_of_trace;
+    std::map<lens::analysis::HexId, std::int64_t> step_of_trace;
     for (const auto& s : f.spans)
       if (s.name == "megatron.train_step") step_of_trace[s.trace_id] = s.int_attr("dl.step");
     for (const auto& s : f.spans) {
@@ -892,8 +892,8 @@ TEST_P(TrainerTensorParallelTrace, LensCheckPassesAndCollectivesAreSpansOfEveryT
   for (int step = 0; step < r.steps; ++step) {
     const auto spans = step_spans_of(run, step);
     ASSERT_EQ(spans.size(), 8u) << "step " << step;
-    std::map<std::pair<int, int>, std::set<std::string>> traces;
-    std::set<std::string> all;
+    std::map<std::pair<int, int>, std::set<lens::analysis::HexId>> traces;
+    std::set<lens::analysis::HexId> all;
     for (const auto& [rank, s] : spans) {
       traces[pipeline_of[rank]].insert(s->trace_id);
       all.insert(s->trace_id);

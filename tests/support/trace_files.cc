@@ -33,7 +33,7 @@ std::vector<ExportedSpan> read_run(const std::filesystem::path& dir) {
       for (const lens::analysis::Attributes::Entry a : s.attributes)
         e.attributes.emplace(a.key, a.text);
       e.resource = resource;
-      e.links = s.links;
+      for (const auto& [trace, span] : s.links) e.links.emplace_back(trace.str(), span.str());
       out.push_back(std::move(e));
     }
   }

@@ -9,13 +9,13 @@ namespace lens::analysis {
 PipelineView build_view(const Run& run) {
   PipelineView view;
   std::map<std::int64_t, StepView> steps;
-  // (rank, trace id) -> step number
-  std::map<std::pair<int, std::string>, std::int64_t> step_of_trace;
+  // (rank, trace id) -> step number; the ids are the rows' own
+  std::map<std::pair<int, std::string_view>, std::int64_t> step_of_trace;
   int max_stage = -1;
   for (const auto& f : run.files) {
     view.ranks.push_back(f.rank);
     for (const auto& s : f.spans) {
-      view.by_span_id[s.span_id] = &s;
+      view.by_span_id.add(s.span_id, &s);
       if (s.has(semconv::kPipelineSize))
         view.pipeline_stages = std::max<int>(
             view.pipeline_stages, static_cast<int>(s.int_attr(semconv::kPipelineSize)));
@@ -33,16 +33,17 @@ PipelineView build_view(const Run& run) {
       sr.stage = static_cast<int>(s.int_attr(semconv::kPipelineRank, s.rank));
       sr.step_span = &s;
       max_stage = std::max(max_stage, sr.stage);
-      step_of_trace[{s.rank, s.trace_id}] = step;
+      step_of_trace[{s.rank, s.trace_id.view()}] = step;
     }
   }
   for (const auto& f : run.files) {
     for (const auto& s : f.spans) {
-      auto it = step_of_trace.find({s.rank, s.trace_id});
+      auto it = step_of_trace.find({s.rank, s.trace_id.view()});
       if (it == step_of_trace.end()) continue;
       steps[it->second].ranks[s.rank].spans.push_back(&s);
     }
   }
+  view.by_span_id.seal();
   if (view.pipeline_stages == 0) view.pipeline_stages = max_stage + 1;
   for (auto& [step, sv] : steps) {
     for (auto& [rank, sr] : sv.ranks)

@@ -6,9 +6,13 @@
 // of rank r's megatron.train_step span for step s (dl.step).
 #pragma once
 
+#include <algorithm>
+#include <iterator>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "run_reader.h"
@@ -28,13 +32,60 @@ struct StepView {
   std::map<int, StepOnRank> ranks;  // by rank
 };
 
+// Values by span id, in id order; of an id added twice, the later value.
+// One sorted array rather than a tree node per span (a run has millions);
+// the ids are the rows' own, valid while the rows are.
+template <typename V>
+class IdIndex {
+ public:
+  using Entry = std::pair<std::string_view, V>;
+  using const_iterator = typename std::vector<Entry>::const_iterator;
+
+  void add(std::string_view id, V value) { entries_.emplace_back(id, std::move(value)); }
+  // After the last add: sorts, and keeps the last value of each id.
+  void seal() {
+    std::stable_sort(entries_.begin(), entries_.end(),
+                     [](const Entry& a, const Entry& b) { return a.first < b.first; });
+    auto out = entries_.begin();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      const auto next = std::next(it);
+      if (next != entries_.end() && next->first == it->first) continue;
+      *out++ = std::move(*it);
+    }
+    entries_.erase(out, entries_.end());
+  }
+
+  const_iterator begin() const { return entries_.begin(); }
+  const_iterator end() const { return entries_.end(); }
+  std::size_t size() const { return entries_.size(); }
+  const_iterator find(std::string_view id) const {
+    const auto it = std::lower_bound(
+        entries_.begin(), entries_.end(), id,
+        [](const Entry& e, std::string_view key) { return e.first < key; });
+    return it != entries_.end() && it->first == id ? it : entries_.end();
+  }
+  std::size_t count(std::string_view id) const { return find(id) != end() ? 1 : 0; }
+  // std::out_of_range when absent.
+  const V& at(std::string_view id) const {
+    const auto it = find(id);
+    if (it == end()) throw std::out_of_range("no span " + std::string(id) + " in the run");
+    return it->second;
+  }
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+// Each span of a run by its span id.
+using SpanIndex = IdIndex<const SpanRow*>;
+
 struct PipelineView {
   int pipeline_stages = 0;      // from dl.pipeline_parallel.size, else the largest stage + 1
   int microbatches = 0;         // from dl.num_microbatches, else forward spans per step on stage 0
   int virtual_stages = 1;       // model chunks per stage, from dl.virtual_pipeline.size
   std::vector<int> ranks;       // ranks with a file
   std::vector<StepView> steps;  // by step number
-  std::map<std::string, const SpanRow*> by_span_id;
+  SpanIndex by_span_id;
 };
 
 PipelineView build_view(const Run& run);

@@ -26,9 +26,9 @@ void add_row(SpanTable& t, const RankFile& file, const SpanRow& s, int stage, st
   t.start_ns.push_back(s.start_ns);
   t.end_ns.push_back(s.end_ns);
   t.aligned.push_back(aligned ? 1 : 0);
-  t.trace_id.push_back(s.trace_id);
-  t.span_id.push_back(s.span_id);
-  t.parent_span_id.push_back(s.parent_span_id);
+  t.trace_id.push_back(s.trace_id.str());
+  t.span_id.push_back(s.span_id.str());
+  t.parent_span_id.push_back(s.parent_span_id.str());
   t.links.push_back(static_cast<int>(s.links.size()));
   t.status_code.push_back(s.status_code);
 }

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "clock_alignment.h"
+#include "id_set.h"
 #include "lines_ahead.h"
 #include "pipeline_view.h"
 #include "run_import.h"
@@ -39,31 +40,17 @@ struct TraceKeyHash {
   }
 };
 
-std::optional<std::uint64_t> hex_word(std::string_view hex) {
-  if (hex.size() != 16) return std::nullopt;
-  std::uint64_t v = 0;
-  for (const char c : hex) {
-    const unsigned d = c >= '0' && c <= '9' ? static_cast<unsigned>(c - '0')
-                       : c >= 'a' && c <= 'f' ? static_cast<unsigned>(c - 'a' + 10)
-                                              : 16u;
-    if (d == 16u) return std::nullopt;
-    v = v << 4 | d;
-  }
-  return v;
-}
-
-std::uint64_t span_key(const std::string& id) {
+std::uint64_t span_key(std::string_view id) {
   if (const auto v = hex_word(id)) return *v;
-  return std::hash<std::string>()(id);
+  return std::hash<std::string_view>()(id);
 }
 
-TraceKey trace_key(const std::string& id) {
+TraceKey trace_key(std::string_view id) {
   if (id.size() == 32) {
-    const std::string_view text(id);
-    const auto high = hex_word(text.substr(0, 16)), low = hex_word(text.substr(16));
+    const auto high = hex_word(id.substr(0, 16)), low = hex_word(id.substr(16));
     if (high && low) return {*high, *low};
   }
-  return {std::hash<std::string>()(id), ~std::uint64_t{0}};
+  return {std::hash<std::string_view>()(id), ~std::uint64_t{0}};
 }
 
 // The latest `limit` keys remembered, each with a value; the oldest is
@@ -123,7 +110,7 @@ struct Cursor {
   // The lines whose spans outside the step windows are this reader's
   // (StreamOptions::owned), and the span ids held in `open` from other lines.
   StreamOptions::Owned owned;
-  std::unordered_set<std::uint64_t> borrowed_ids;
+  IdSet borrowed_ids;
   // Completed steps not yet handed over, and their trace ids.
   std::map<std::int64_t, std::vector<SpanRow>> complete;
   std::unordered_map<TraceKey, std::int64_t, TraceKeyHash> complete_trace;
@@ -137,7 +124,7 @@ struct Cursor {
   // The span ids of the spans held above (open or complete, not yet handed
   // over): a batch delivered twice before its step was handed over repeats
   // one of them.
-  std::unordered_set<std::uint64_t> held_ids;
+  IdSet held_ids;
 };
 
 // A span left out of the step windows: a repeat of a span read before (of
@@ -150,7 +137,7 @@ void count_left_out(const Cursor& c, const SpanRow& row, std::int64_t step, bool
   auto& list = duplicate ? late->duplicate_list : late->late_list;
   if (list.size() < LateSpans::kKept)
     list.push_back(
-        {row.rank, c.reader.file().path, c.reader.line_number(), step, row.name, row.span_id});
+        {row.rank, c.reader.file().path, c.reader.line_number(), step, row.name, row.span_id.str()});
 }
 
 void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
@@ -167,7 +154,7 @@ void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
   for (auto& row : rows) {
     const std::uint64_t id = span_key(row.span_id);
     const TraceKey trace = trace_key(row.trace_id);
-    if (!row.span_id.empty() && !c.held_ids.insert(id).second) {
+    if (!row.span_id.empty() && !c.held_ids.insert(id)) {
       // The same span again while its first copy is held: left out.
       const auto done = c.complete_trace.find(trace);
       leave_out(row, done != c.complete_trace.end() ? done->second : -1, true);
@@ -206,6 +193,11 @@ void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
       it->second.rows.push_back(std::move(row));
       it->second.lines.push_back(line);
     }
+  }
+  // The emptied rows' room, for the file's next line.
+  if (c.reader.file().spans.empty()) {
+    rows.clear();
+    c.reader.file().spans.swap(rows);
   }
 }
 
@@ -294,7 +286,7 @@ Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>&
             const std::uint64_t id = span_key(s.span_id);
             if (!c.borrowed_ids.empty() && c.borrowed_ids.erase(id) > 0 &&
                 options.part_tally != nullptr && step >= options.first_step)
-              options.part_tally->claimed.push_back(s.span_id);
+              options.part_tally->claimed.push_back(s.span_id.str());
             c.held_ids.erase(id);
             if (options.late) c.handed_ids.remember(id, true, options.late->forgot);
           }

@@ -164,24 +164,52 @@ std::int64_t nanos_of(dom::element v, const char* what) {
 // A trace or span id of `hex_digits` hex digits, in either case; returned in
 // lowercase. An empty id is "none" where `optional`; an id of zeros is
 // invalid (OTel), except for a parent, where it also means "none".
-std::string id_of(dom::element v, std::size_t hex_digits, const char* what, bool optional) {
-  std::string id(string_of(v, what));
-  if (id.empty() && optional) return id;
+HexId id_of(dom::element v, std::size_t hex_digits, const char* what, bool optional) {
+  const std::string_view text = string_of(v, what);
+  if (text.empty() && optional) return {};
+  if (text.size() == hex_digits && hex_digits <= HexId::kCapacity) {
+    // The common case, read a byte at a time without a branch: each
+    // digit's value, lowercased; any byte not a digit sets bad's high bits.
+    static constexpr char kDigits[] = "0123456789abcdef";
+    char lowered[HexId::kCapacity];
+    unsigned bad = 0, nonzero = 0;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const unsigned d = kHexValue[static_cast<unsigned char>(text[i])];
+      bad |= d;
+      nonzero |= d;
+      lowered[i] = kDigits[d & 0xf];
+    }
+    if ((bad & 0xf0) == 0 && nonzero != 0) return HexId(std::string_view(lowered, text.size()));
+    if ((bad & 0xf0) == 0 && optional) return {};  // a parent of zeros: none
+  }
+  // What is wrong with it, in the order the checks below find it.
+  const auto lower = [](char c) { return c >= 'A' && c <= 'F' ? static_cast<char>(c - 'A' + 'a') : c; };
+  std::size_t bad = text.size();
   bool zero = true;
-  for (char& c : id) {
-    if (c >= 'A' && c <= 'F') c = static_cast<char>(c - 'A' + 'a');
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-      fail(std::string(what) + " '" + id.substr(0, 40) + "' is not hex");
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = lower(text[i]);
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      bad = i;
+      break;
+    }
     zero &= c == '0';
   }
-  if (id.size() != hex_digits)
-    fail(std::string(what) + " '" + id.substr(0, 40) + "' is not " + std::to_string(hex_digits) +
-         " hex digits");
+  // The id as the message shows it: lowercased up to where reading stopped.
+  const auto shown = [&](std::size_t lowered) {
+    std::string s(text.substr(0, 40));
+    for (std::size_t k = 0; k < std::min(lowered, s.size()); ++k) s[k] = lower(s[k]);
+    return std::string(what) + " '" + s + "'";
+  };
+  if (bad < text.size()) fail(shown(bad) + " is not hex");
+  if (text.size() != hex_digits)
+    fail(shown(text.size()) + " is not " + std::to_string(hex_digits) + " hex digits");
   if (zero) {
-    if (optional) return std::string();
+    if (optional) return {};
     fail(std::string(what) + " is all zeros (an invalid id)");
   }
-  return id;
+  char lowered[HexId::kCapacity];
+  for (std::size_t i = 0; i < text.size(); ++i) lowered[i] = lower(text[i]);
+  return HexId(std::string_view(lowered, text.size()));
 }
 
 // An enum in proto3 JSON: its number, or its name (looked up in `names`).
@@ -398,8 +426,8 @@ void span_of(dom::element v, SpanRow& row) {
       dom::element t, id;
       if (l.type() != Type::OBJECT || !member(l, "traceId", t) || !member(l, "spanId", id))
         fail("a link has no traceId or spanId");
-      std::string trace_id = id_of(t, 32, "link traceId", false);
-      row.links.emplace_back(std::move(trace_id), id_of(id, 16, "link spanId", false));
+      const HexId trace_id = id_of(t, 32, "link traceId", false);
+      row.links.emplace_back(trace_id, id_of(id, 16, "link spanId", false));
     });
 }
 
@@ -425,6 +453,13 @@ void resource_spans_of(dom::element rs, RankFile& file, std::string_view only) {
   for_each_in(scopes, "scopeSpans", [&](dom::element ss) {
     dom::element spans;
     if (ss.type() != Type::OBJECT || !member(ss, "spans", spans)) return;
+    // Room for the scope's spans at once (the array's size is on its tape),
+    // growing at least twofold, as push_back would.
+    if (only.empty() && spans.type() == Type::ARRAY) {
+      const std::size_t needed = file.spans.size() + spans.get_array().value_unsafe().size();
+      if (needed > file.spans.capacity())
+        file.spans.reserve(std::max(needed, 2 * file.spans.capacity()));
+    }
     for_each_in(spans, "spans", [&](dom::element s) {
       if (!only.empty()) {
         dom::element name;

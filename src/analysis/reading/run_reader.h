@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hex_id.h"
 #include "line_reader.h"
 
 #include "opened_run.h"
@@ -39,14 +40,15 @@ struct SpanRow {
   // Which process recorded it: process_key of the resource. A rank's spans
   // from two processes (a restart) are kept apart by clock alignment.
   std::uint64_t process = 0;
-  std::string trace_id, span_id, parent_span_id, name;
+  HexId trace_id, span_id, parent_span_id;  // parent empty: none
+  std::string name;
   std::int64_t start_ns = 0, end_ns = 0;
   int kind = 0;         // OTLP SpanKind: 0 unspecified, 1 internal, 2 server, 3 client, ...
   int status_code = 0;  // OTLP StatusCode: 0 unset, 1 ok, 2 error
   std::string status_message;
   // Values as text, each with its type as read (span_attributes.h).
   Attributes attributes;
-  std::vector<std::pair<std::string, std::string>> links;  // (trace id, span id)
+  std::vector<std::pair<HexId, HexId>> links;  // (trace id, span id)
 
   std::int64_t int_attr(std::string_view key, std::int64_t fallback = -1) const;
   bool has(std::string_view key) const { return attributes.has(key); }
