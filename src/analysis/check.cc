@@ -61,8 +61,10 @@ std::vector<bool> repeated_ids(const StepView& sv) {
   for (const auto& [rank, sr] : sv.ranks)
     for (const SpanRow* s : sr.spans) seen.push_back({s->trace_id, s->span_id, seen.size()});
   std::sort(seen.begin(), seen.end(), [](const Seen& a, const Seen& b) {
-    if (a.trace != b.trace) return a.trace < b.trace;
-    if (a.span != b.span) return a.span < b.span;
+    if (id_less(a.span, b.span)) return true;
+    if (id_less(b.span, a.span)) return false;
+    if (id_less(a.trace, b.trace)) return true;
+    if (id_less(b.trace, a.trace)) return false;
     return a.at < b.at;
   });
   std::vector<bool> repeated(seen.size(), false);

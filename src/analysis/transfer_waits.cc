@@ -46,14 +46,15 @@ TransferWaits transfer_waits(const std::map<int, const StepOnRank*>& by_stage) {
       spans.push_back({s, stage, sr->rank});
       const std::int64_t peer = s->int_attr(semconv::kPipelinePeerRank, -1);
       for (const bool backward : {false, true}) {
-        const std::string what = backward ? "backward" : "forward";
-        if (s->name.find("recv_" + what) != std::string::npos) {
+        const std::string_view recv = backward ? "recv_backward" : "recv_forward",
+                               send = backward ? "send_backward" : "send_forward";
+        if (s->name.find(recv) != std::string::npos) {
           const int from = peer >= 0 ? static_cast<int>(peer) : backward ? stage + 1 : stage - 1;
           const std::int64_t m = microbatch_of(*s, semconv::kMicrobatchIdReceived);
           if (m >= 0)
             receives[{from, stage, backward, m}].push_back({index, backward, from, stage, m});
         }
-        if (s->name.find("send_" + what) != std::string::npos) {
+        if (s->name.find(send) != std::string::npos) {
           const int to = peer >= 0 ? static_cast<int>(peer) : backward ? stage - 1 : stage + 1;
           const std::int64_t m = microbatch_of(*s, semconv::kMicrobatchIdSent);
           if (m >= 0) sends[{stage, to, backward, m}].push_back({index, backward, stage, to, m});

@@ -1,11 +1,12 @@
 // IdSet and HexId, the step stream's and the span row's id holders, checked
 // against the standard containers they replace: seeded random inserts and
 // erases (colliding keys and the key 0 included), and ids ordered, compared
-// and refused as their text is.
+// and refused as their text is, and ordered by id_less as the text is.
 #include "id_set.h"
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 #include <random>
 #include <stdexcept>
@@ -89,6 +90,23 @@ TEST(HexId, HexWordReadsSixteenLowercaseDigitsOnly) {
   EXPECT_FALSE(hex_word("00f067aa0ba902b").has_value());
   EXPECT_FALSE(hex_word("00f067aa0ba902bg").has_value());
   EXPECT_FALSE(hex_word("00f067aa0ba902b7 ").has_value());
+}
+
+TEST(HexId, IdLessOrdersAsTheTextDoes) {
+  std::mt19937_64 random(5);
+  const auto id = [&](std::size_t n) {
+    std::string s(n, '0');
+    // Few distinct digits, so that equal prefixes and equal ids are common;
+    // now and then a byte past 0x7f, which std::string_view orders as unsigned.
+    for (char& c : s) c = "0af\xe9"[random() % (random() % 16 == 0 ? 4 : 3)];
+    return s;
+  };
+  for (int i = 0; i < 50'000; ++i) {
+    const std::size_t n = std::array<std::size_t, 4>{16, 32, 15, 17}[random() % 4];
+    const std::string a = id(n), b = random() % 4 == 0 ? a : id(random() % 8 == 0 ? 16 : n);
+    ASSERT_EQ(id_less(a, b), std::string_view(a) < std::string_view(b)) << a << " " << b;
+    ASSERT_EQ(id_less(b, a), std::string_view(b) < std::string_view(a)) << a << " " << b;
+  }
 }
 
 }  // namespace

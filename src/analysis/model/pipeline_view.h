@@ -45,7 +45,7 @@ class IdIndex {
   // After the last add: sorts, and keeps the last value of each id.
   void seal() {
     std::stable_sort(entries_.begin(), entries_.end(),
-                     [](const Entry& a, const Entry& b) { return a.first < b.first; });
+                     [](const Entry& a, const Entry& b) { return id_less(a.first, b.first); });
     auto out = entries_.begin();
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
       const auto next = std::next(it);
@@ -61,7 +61,7 @@ class IdIndex {
   const_iterator find(std::string_view id) const {
     const auto it = std::lower_bound(
         entries_.begin(), entries_.end(), id,
-        [](const Entry& e, std::string_view key) { return e.first < key; });
+        [](const Entry& e, std::string_view key) { return id_less(e.first, key); });
     return it != entries_.end() && it->first == id ? it : entries_.end();
   }
   std::size_t count(std::string_view id) const { return find(id) != end() ? 1 : 0; }
