@@ -3,6 +3,7 @@
 (bench/README.md, "Reading a run").
 
     bench/read_bench.py [--build build] [--mb 1024] [--ranks 4 64] [--read-run-mb 200]
+                        [--compare OTHER_LENS]
     bench/read_bench.py --count [--check bench/read_budgets.json]
 
 For each rank count: a short run of the trainer (3 steps of PP4, x DP16 for
@@ -75,7 +76,7 @@ def trainer_template(build, ranks, where):
     return os.path.join(out, os.listdir(out)[0])
 
 
-def measure(build, run, read_run_mb, where):
+def measure(build, run, read_run_mb, where, compare=None):
     lens = os.path.join(build, "bin", "lens")
     floor_bin = os.path.join(build, "bin", "lens-json-floor")
     files = sorted(os.path.join(run, f) for f in os.listdir(run) if f.endswith(".otlp.jsonl"))
@@ -92,6 +93,11 @@ def measure(build, run, read_run_mb, where):
     rows.append(("check", s, rss, size))
     s, rss, _ = timed([lens, "analyze", "--json", run])
     rows.append(("analyze", s, rss, size))
+    if compare:  # another build's lens (before a change), on the same bytes
+        s, rss, _ = timed([compare, "check", run])
+        rows.append(("check-was", s, rss, size))
+        s, rss, _ = timed([compare, "analyze", "--json", run])
+        rows.append(("analyze-was", s, rss, size))
     python = os.path.join(os.path.dirname(HERE), ".venv", "bin", "python")
     package = os.path.join(build, "python")
     if read_run_mb > 0 and os.path.exists(python) and os.path.isdir(package):
@@ -123,7 +129,7 @@ def bench(args):
             template = trainer_template(args.build, ranks, where)
             run = os.path.join(where, f"run-{ranks}")
             steps, written = make_run(template, run, args.mb, quiet=True)
-            rows, verdict = measure(args.build, run, args.read_run_mb, where)
+            rows, verdict = measure(args.build, run, args.read_run_mb, where, args.compare)
             floor = next(r for r in rows if r[0] == "floor")
             floor_mbs = floor[3] / 1e6 / floor[1]
             print(f"\n## {ranks} ranks, {steps} steps, {written / 1e6:.0f} MB ({verdict})")
@@ -196,6 +202,8 @@ def count(args):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default="build")
+    parser.add_argument("--compare", help="another lens binary timed beside (check-was, "
+                        "analyze-was): the one before a change")
     parser.add_argument("--mb", type=float, default=1024)
     parser.add_argument("--ranks", type=int, nargs="+", default=[4, 64])
     parser.add_argument("--read-run-mb", type=float, default=200)

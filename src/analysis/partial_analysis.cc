@@ -453,7 +453,7 @@ StepIndex index_share(const OpenedRun& run, int share, int shares) {
   return index;
 }
 
-StepIndex join_index_shares(const OpenedRun& run, std::vector<StepIndex> shares) {
+StepIndex join_index_shares(const OpenedRun& run, std::vector<StepIndex> shares, bool save) {
   StepIndex index;
   const std::size_t k = shares.size();
   std::size_t total = 0;
@@ -464,7 +464,7 @@ StepIndex join_index_shares(const OpenedRun& run, std::vector<StepIndex> shares)
     if (i / k >= from.size()) throw std::runtime_error("the step index's shares do not fit");
     index.files.push_back(std::move(from[i / k]));
   }
-  const std::filesystem::path saved = saved_index_path(run.input());
+  const std::filesystem::path saved = save ? saved_index_path(run.input()) : std::filesystem::path();
   if (!saved.empty()) {
     // Written whole under another name, then renamed: a reader never sees
     // half an index. A run on a read-only file system goes without.
@@ -977,15 +977,30 @@ std::string analyze_part(const OpenedRun& run, const StepIndex& index,
   return make_part(kPartMagic, counted.take() + rows.take(), stream);
 }
 
+namespace {
+
+// Whether the spans hold a span id twice.
+bool repeats_a_span(const Run& rest) {
+  std::vector<std::string_view> ids;
+  for (const auto& f : rest.files)
+    for (const auto& s : f.spans)
+      if (!s.span_id.empty()) ids.push_back(s.span_id);
+  std::sort(ids.begin(), ids.end(), id_less);
+  return std::adjacent_find(ids.begin(), ids.end()) != ids.end();
+}
+
+}  // namespace
+
 Analysis merge_parts(const std::vector<std::string>& parts, const ClockAlignment& clock,
                      bool raw_clock, bool keep_critical_path,
-                     std::vector<std::string>* warnings) {
+                     std::vector<std::string>* warnings, bool* rest_repeats) {
   AnalysisBuilder builder(keep_critical_path);
   StreamMerge merge({}, clock, raw_clock);
   take_parts(parts, kPartMagic, merge, [&](Reader& r) {
     for (std::size_t n = r.count(); n > 0; --n) builder.add_record(get_record(r));
   });
   const Run rest = merge.rest();
+  if (rest_repeats) *rest_repeats = repeats_a_span(rest);
   if (warnings)
     for (const auto& f : rest.files)
       warnings->insert(warnings->end(), f.warnings.begin(), f.warnings.end());
@@ -1210,7 +1225,7 @@ std::string check_part(const OpenedRun& run, const StepIndex& index,
 }
 
 CheckResult merge_check_parts(const std::vector<std::string>& parts, const OpenedRun& run,
-                              const StartOrder& order) {
+                              const StartOrder& order, bool* rest_repeats) {
   RunChecker checker(order);
   std::size_t spans = 0;
   StreamMerge merge(run.input(), ClockAlignment(), false);
@@ -1218,7 +1233,9 @@ CheckResult merge_check_parts(const std::vector<std::string>& parts, const Opene
     spans += r.get<std::uint64_t>();
     checker.absorb(CheckerBytes::get(r, order));
   });
-  return finish_check(run, checker, merge.rest(), spans, std::move(merge.late()));
+  const Run rest = merge.rest();
+  if (rest_repeats) *rest_repeats = repeats_a_span(rest);
+  return finish_check(run, checker, rest, spans, std::move(merge.late()));
 }
 
 }  // namespace lens::analysis

@@ -73,7 +73,9 @@ StepIndex step_index(const OpenedRun& run);
 // of 0 .. K-1, in that order, as one index (saved beside the run).
 std::optional<StepIndex> saved_step_index(const OpenedRun& run);
 StepIndex index_share(const OpenedRun& run, int share, int shares);
-StepIndex join_index_shares(const OpenedRun& run, std::vector<StepIndex> shares);
+// (`save`: written beside the run for the next reading.)
+StepIndex join_index_shares(const OpenedRun& run, std::vector<StepIndex> shares,
+                            bool save = true);
 std::string to_bytes(const StepIndex& index);
 StepIndex step_index_from_bytes(std::string_view bytes);
 
@@ -100,9 +102,12 @@ std::string analyze_part(const OpenedRun& run, const StepIndex& index,
 
 // Every part's rows, in range order, as one Analysis (its clock report and
 // spans left out included); the files' warnings to `warnings`.
+// `rest_repeats`: set when the spans of no step (as merged) hold a span id
+// twice, a repeat one stream would have counted that no range could (its
+// first copy on another range's lines).
 Analysis merge_parts(const std::vector<std::string>& parts, const ClockAlignment& clock,
                      bool raw_clock, bool keep_critical_path,
-                     std::vector<std::string>* warnings);
+                     std::vector<std::string>* warnings, bool* rest_repeats = nullptr);
 
 // `lens summary` and `lens check` alike: a range's rows (a summary's per
 // stage rows; a checker's findings and what it judges at the end), and the
@@ -116,6 +121,6 @@ Summary merge_summary_parts(const std::vector<std::string>& parts, const ClockAl
 std::string check_part(const OpenedRun& run, const StepIndex& index,
                        StepRange range, const StartOrder& order);
 CheckResult merge_check_parts(const std::vector<std::string>& parts, const OpenedRun& run,
-                              const StartOrder& order);
+                              const StartOrder& order, bool* rest_repeats = nullptr);
 
 }  // namespace lens::analysis

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `mpirun -n K lens analyze|summary|check RUN` prints what one process
-# prints, byte for byte, with the same exit code, for K = 1 (--mpi), 2, 3
-# and 4: on a trainer run of PP2 x DP2 with clock samples and an injected
+# reading one stream (--threads 1) prints, byte for byte, with the same exit
+# code, for K = 1 (--mpi), 2, 3 and 4, and so does one process split over 2
+# and 3 threads (analyze and check; split_threads.h): on a trainer run of PP2 x DP2 with clock samples and an injected
 # clock offset, whose 10 steps 3 and 4 processes do not divide evenly, as
 # JSON and as the table; on a long run made from it by bench/run_maker.py
 # (many lines per rank); on a faulty copy (a span delivered twice, a rank's
@@ -63,9 +64,21 @@ PY
 same_as_one_process() {  # COMMAND FORM TARGET
   local command=$1 form=$2 target=$3 one=0 mpi
   # shellcheck disable=SC2086
-  "$lens" "$command" $form "$target" > "$work/one.out" 2> "$work/one.err" || one=$?
+  "$lens" "$command" $form --threads 1 "$target" > "$work/one.out" 2> "$work/one.err" || one=$?
   [ "$one" -le 1 ] || fail "one process: $command $form $target: $(tail -5 "$work/one.err")"
   ! grep -v '^lens: ' "$work/one.err" || fail "one process wrote more than lens's lines to stderr"
+  for threads in 2 3; do
+    split=0
+    # shellcheck disable=SC2086
+    "$lens" "$command" $form --threads "$threads" "$target" > "$work/split.out" 2> "$work/split.err" ||
+      split=$?
+    [ "$split" = "$one" ] ||
+      fail "$threads threads ($command $form $target) exit $split, one stream $one: $(tail -5 "$work/split.err")"
+    cmp -s "$work/one.out" "$work/split.out" ||
+      { diff "$work/one.out" "$work/split.out" | head -20 >&2; fail "$threads threads printed other bytes ($command $form $target)"; }
+    cmp -s "$work/one.err" "$work/split.err" ||
+      { diff "$work/one.err" "$work/split.err" | head -20 >&2; fail "$threads threads warned otherwise ($command $form $target)"; }
+  done
   for k in 1 2 3 4; do
     extra=()
     [ "$k" = 1 ] && extra=(--mpi)
@@ -107,11 +120,19 @@ file="$work/corrupt/rank-1.otlp.jsonl"
 lines=$(wc -l < "$file")
 middle=$((lines / 2))
 sed -i "${middle}s/\"spanId\":/\"spanId\":1,\"x\":/" "$file"
-if "$lens" analyze --json "$work/corrupt" > /dev/null 2> "$work/one.err"; then
+if "$lens" analyze --json --threads 1 "$work/corrupt" > /dev/null 2> "$work/one.err"; then
   fail "one process read the corrupt run"
 fi
 grep -q "rank-1.otlp.jsonl:$middle: not an OTLP/JSON request" "$work/one.err" ||
   fail "one process's error: $(cat "$work/one.err")"
+for threads in 2 3; do
+  status=0
+  "$lens" analyze --json --threads "$threads" "$work/corrupt" > /dev/null 2> "$work/split.err" ||
+    status=$?
+  [ "$status" = 2 ] || fail "$threads threads read the corrupt run (exit $status)"
+  cmp -s "$work/one.err" "$work/split.err" ||
+    fail "$threads threads' error: $(cat "$work/split.err") (one stream: $(cat "$work/one.err"))"
+done
 for k in 2 3; do
   status=0
   timeout 120 "${mpirun[@]}" -np "$k" "$lens" analyze --json "$work/corrupt" \

@@ -2,11 +2,13 @@
 // cause, stragglers.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "analyze.h"
 #include "command.h"
 #include "mpi_analyze.h"
+#include "split_threads.h"
 
 namespace lens::tools::cli {
 
@@ -47,8 +49,11 @@ Command add_analyze(CLI::App& lens) {
             };
             if (split_over_mpi(o->use_mpi)) return mpi_analyze(o->dir, o->raw_clock, print);
             std::vector<std::string> warnings;
-            const Analysis a = analyze_run(o->dir, analyze_options(o->raw_clock), &warnings);
-            print(a, warnings);
+            const OpenedRun run(o->dir);
+            std::optional<Analysis> a =
+                analyze_on_threads(run, o->raw_clock, default_read_threads(), &warnings);
+            if (!a) a = analyze_run(run, analyze_options(o->raw_clock), &warnings);
+            print(*a, warnings);
             return kOk;
           }};
 }

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "command.h"
 #include "mpi_analyze.h"
+#include "split_threads.h"
 #include "run_import.h"
 
 namespace lens::tools::cli {
@@ -85,7 +86,9 @@ Command add_check(CLI::App& lens) {
   return {check, [o] {
             const auto print = [&](const CheckResult& r) { return print_check(*o, r); };
             if (split_over_mpi(o->use_mpi)) return mpi_check(o->dir, print);
-            return print(check_dir(o->dir, reading_options()));
+            const OpenedRun run(o->dir);
+            if (auto split = check_on_threads(run, default_read_threads())) return print(*split);
+            return print(check_dir(run, reading_options()));
           }};
 }
 

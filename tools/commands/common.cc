@@ -51,14 +51,17 @@ void add_reading_options(CLI::App* command, bool* raw_clock) {
         }
       });
 
-  // Reading on a thread of its own while the views work (step_stream.h).
+  // The run's steps split over threads (split_threads.h), else read on a
+  // thread of its own while the views work (step_stream.h).
   command
       ->add_option_function<int>(
           "--threads", [](const int& n) { set_default_read_threads(n); },
-          "threads: 1 reads and works on one; 2 or more assemble the steps on one "
-          "while the view works on another and parse the files' lines on the other "
-          "N-1 (the same output); default: the machine's cores (under MPI, shared "
-          "between the node's processes)")
+          "threads: 1 reads and works on one; with 2 or more, check and analyze split "
+          "a run in lens's layout into N ranges of steps, each read and worked on by a "
+          "thread of its own, and the other commands assemble the steps on one while "
+          "the view works on another and parse the files' lines on the other N-1 (the "
+          "same output); default: the machine's cores (under MPI, shared between the "
+          "node's processes)")
       ->check(CLI::Range(1, 1024));
 
   // Traces of several runs in one place: the one to read, by its run id.

@@ -1,0 +1,40 @@
+// `lens analyze` and `lens check` split over the threads of one process:
+// the split an MPI job makes over its processes (partial_analysis.h), each
+// range of steps read and analysed on a thread of its own, from its own
+// byte ranges of the files, then merged in step order. Each thread reads,
+// parses and analyses its own spans, so nothing crosses between cores but
+// a range's rows, and the result is the one stream's, byte for byte.
+//
+// The step index is the one an MPI run saved beside the run when it still
+// names the files as they are, else built (a share of the files per
+// thread) and kept in memory: a read-only command writes nothing into the
+// run. The clock samples are read a share of the files per thread.
+//
+// Thread safety: plain functions; each starts and joins its own threads.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analyze.h"
+#include "check.h"
+
+namespace lens::analysis {
+
+// nullopt where the split does not apply (fewer than 2 threads, a run
+// not in lens's layout, fewer than 2 steps, a file whose step spans come
+// out of order or twice) or where its ranges could see
+// less than one stream does: spans left out of their step (late, or
+// delivered twice: a repeat whose first copy another range read is counted
+// late there, or, of a span of no step, shows as that span twice among the
+// merged spans of no step) and, for check, any violation (a trace two steps share, a
+// link count, judged across ranges). The caller then reads as one stream,
+// so a run with those faults costs two readings and says what one stream
+// says. ReadError as the one stream would raise it: of the earliest range
+// that fails.
+std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock, int threads,
+                                           std::vector<std::string>* warnings);
+std::optional<CheckResult> check_on_threads(const OpenedRun& run, int threads);
+
+}  // namespace lens::analysis
