@@ -489,12 +489,20 @@ StepIndex step_index(const OpenedRun& run) {
   return join_index_shares(run, std::move(one));
 }
 
+bool cuts_cleanly(const StepIndex& index) {
+  for (const FileSteps& f : index.files)
+    for (std::size_t i = 1; i < f.steps.size(); ++i)
+      if (f.steps[i].step <= f.steps[i - 1].step) return false;
+  return true;
+}
+
 std::vector<StepRange> split_steps(const StepIndex& index, int parts) {
   const std::vector<std::int64_t> steps = index.steps();
   std::vector<StepRange> out;
   const std::size_t n = steps.size(), k = static_cast<std::size_t>(std::max(parts, 1));
-  if (n == 0) {
-    // No step spans: the first part reads the whole run, as one process.
+  if (n == 0 || !cuts_cleanly(index)) {
+    // No step spans, or no clean cut: the first part reads the whole run,
+    // as one process.
     out.assign(k, StepRange{1, 0});
     out[0] = {std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
     return out;

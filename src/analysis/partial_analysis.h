@@ -83,8 +83,14 @@ struct StepRange {
   std::int64_t first = 0, last = -1;  // inclusive; empty when first > last
   bool empty() const { return first > last; }
 };
+// Whether the run can be cut between its steps: every file's step spans in
+// ascending step order, each once. A batch delivered again repeats step
+// spans, and a range reading the repeat cannot know the first copy.
+bool cuts_cleanly(const StepIndex& index);
 // `parts` contiguous ranges of the run's steps, as even as the count allows
 // (the first ones a step longer); empty ranges when there are fewer steps.
+// A run that does not cut cleanly: the first range is every step, the
+// others are empty (the first part is then one stream).
 std::vector<StepRange> split_steps(const StepIndex& index, int parts);
 
 // Every lens.clock_sync span of the run, as bytes; the alignment of them.

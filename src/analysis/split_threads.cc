@@ -80,11 +80,7 @@ std::optional<Split> split_run(const OpenedRun& run, bool raw_clock, int threads
   }
   const std::size_t steps = s.index.steps().size();
   if (steps < 2) return std::nullopt;
-  // A file whose step spans come out of order or twice (a batch delivered
-  // again) has no clean place to cut: one stream reads it.
-  for (const FileSteps& f : s.index.files)
-    for (std::size_t i = 1; i < f.steps.size(); ++i)
-      if (f.steps[i].step <= f.steps[i - 1].step) return std::nullopt;
+  if (!cuts_cleanly(s.index)) return std::nullopt;  // one stream reads it
   const int parts = static_cast<int>(std::min<std::size_t>(steps, static_cast<std::size_t>(threads)));
   s.ranges = split_steps(s.index, parts);
   if (!raw_clock)
