@@ -1,7 +1,8 @@
 #include "run_import.h"
 
-#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -9,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -976,24 +978,39 @@ void forget_for_signals(const std::filesystem::path& dir) {
 }
 
 // Removes the import folders (flat: only files in them), then dies of the
-// signal as it would have without the handler.
+// signal as it would have without the handler. Only async-signal-safe
+// calls: the folder is listed by getdents64 into a buffer on the stack
+// (opendir allocates, and the signal may have come inside malloc).
 void remove_imports_and_die(int signal) {
+  struct Entry {  // the kernel's linux_dirent64
+    std::uint64_t ino;
+    std::int64_t off;
+    unsigned short length;
+    unsigned char type;
+    char name[1];
+  };
   SignalTable& t = signal_table();
   for (int i = 0; i < SignalTable::kSlots; ++i) {
     if (!t.used[i].load()) continue;
-    if (DIR* d = ::opendir(t.paths[i])) {
-      char file[SignalTable::kPath + 256];
-      while (const dirent* e = ::readdir(d)) {
-        if (e->d_name[0] == '.' && (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0)))
-          continue;
-        const std::size_t a = std::strlen(t.paths[i]), b = std::strlen(e->d_name);
-        if (a + 1 + b + 1 > sizeof file) continue;
-        std::memcpy(file, t.paths[i], a);
-        file[a] = '/';
-        std::memcpy(file + a + 1, e->d_name, b + 1);
-        ::unlink(file);
+    const int dir = ::open(t.paths[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir >= 0) {
+      // Removing while listing may hide entries from the listing: listed
+      // again from the start until a pass removes nothing.
+      for (bool removed = true; removed;) {
+        removed = false;
+        ::lseek(dir, 0, SEEK_SET);
+        alignas(8) char entries[4096];
+        for (long n; (n = ::syscall(SYS_getdents64, dir, entries, sizeof entries)) > 0;) {
+          for (long at = 0; at < n;) {
+            const auto* e = reinterpret_cast<const Entry*>(entries + at);
+            at += e->length;
+            const char* name = e->name;
+            if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
+            if (::unlinkat(dir, name, 0) == 0) removed = true;
+          }
+        }
       }
-      ::closedir(d);
+      ::close(dir);
     }
     ::rmdir(t.paths[i]);
   }
