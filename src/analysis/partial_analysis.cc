@@ -711,7 +711,8 @@ RankFile get_file(Reader& r) {
 // part, which reads every file to its end, adds the files' metadata).
 std::string read_part(const OpenedRun& run, const StepIndex& index, StepRange range,
                       const ClockAlignment* clock,
-                      const std::function<void(StepWindow&)>& on_window) {
+                      const std::function<void(StepWindow&)>& on_window,
+                      const ReadProgress& progress = {}) {
   ClockReport report = clock != nullptr ? ClockReport::of(*clock) : ClockReport();
   LateSpans late;
   StreamOptions::PartTally tally;
@@ -723,6 +724,7 @@ std::string read_part(const OpenedRun& run, const StepIndex& index, StepRange ra
         clock != nullptr ? aligned_stream(*clock, &report, &late) : StreamOptions();
     so.late = &late;
     so.part_tally = &tally;
+    so.progress = progress;
     rest = stream_steps(run, [&](StepWindow& window) {
       for (const auto& f : window.run.files)
         for (const auto& span : f.spans)
@@ -950,7 +952,8 @@ constexpr std::uint32_t kCheckMagic = 0x6c6e6332;    // "lnc2"
 // ---- analyze ---------------------------------------------------------------
 
 std::string analyze_part(const OpenedRun& run, const StepIndex& index,
-                         StepRange range, const ClockAlignment& clock, bool keep_critical_path) {
+                         StepRange range, const ClockAlignment& clock, bool keep_critical_path,
+                         const ReadProgress& progress) {
   const std::vector<std::int64_t> steps = index.steps();
   StepBaselines baselines;
   // The stages' baselines: their first steps' costs, as the one process saw
@@ -973,13 +976,16 @@ std::string analyze_part(const OpenedRun& run, const StepIndex& index,
   }
   Writer rows;
   std::uint64_t count = 0;
-  const std::string stream = read_part(run, index, range, &clock, [&](StepWindow& window) {
-    for_each_record(build_view(window.run), window.run, baselines, keep_critical_path,
-                    [&](const StepRecord& r) {
-                      put_record(rows, r);
-                      ++count;
-                    });
-  });
+  const std::string stream = read_part(
+      run, index, range, &clock,
+      [&](StepWindow& window) {
+        for_each_record(build_view(window.run), window.run, baselines, keep_critical_path,
+                        [&](const StepRecord& r) {
+                          put_record(rows, r);
+                          ++count;
+                        });
+      },
+      progress);
   Writer counted;
   counted.put<std::uint64_t>(count);
   return make_part(kPartMagic, counted.take() + rows.take(), stream);
@@ -1218,14 +1224,17 @@ struct CheckerBytes {
 };
 
 std::string check_part(const OpenedRun& run, const StepIndex& index,
-                       StepRange range, const StartOrder& order) {
+                       StepRange range, const StartOrder& order, const ReadProgress& progress) {
   RunChecker checker(order);
   checker.check_as_part();
   std::uint64_t spans = 0;
-  const std::string stream = read_part(run, index, range, nullptr, [&](StepWindow& window) {
-    spans += window.run.span_count();
-      checker.add(window.run, build_view(window.run));
-  });
+  const std::string stream = read_part(
+      run, index, range, nullptr,
+      [&](StepWindow& window) {
+        spans += window.run.span_count();
+        checker.add(window.run, build_view(window.run));
+      },
+      progress);
   Writer w;
   w.put<std::uint64_t>(spans);
   CheckerBytes::put(w, checker);

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -101,10 +102,15 @@ std::string clock_samples_share(const OpenedRun& run, int share, int shares);
 std::string join_clock_samples(const std::vector<std::string>& shares);
 ClockAlignment clock_from_samples(std::string_view bytes);
 
+// A range's reading as it goes: (bytes read, the run's bytes), as
+// StreamOptions::progress.
+using ReadProgress = std::function<void(std::uintmax_t, std::uintmax_t)>;
+
 // The rows of the steps of `range` (see the file comment). `clock`: the
 // run's alignment (empty for raw clocks). ReadError as the readers throw.
 std::string analyze_part(const OpenedRun& run, const StepIndex& index,
-                         StepRange range, const ClockAlignment& clock, bool keep_critical_path);
+                         StepRange range, const ClockAlignment& clock, bool keep_critical_path,
+                         const ReadProgress& progress = {});
 
 // Every part's rows, in range order, as one Analysis (its clock report and
 // spans left out included); the files' warnings to `warnings`.
@@ -125,7 +131,8 @@ std::string summary_part(const OpenedRun& run, const StepIndex& index,
 Summary merge_summary_parts(const std::vector<std::string>& parts, const ClockAlignment& clock,
                             bool raw_clock, std::vector<std::string>* warnings);
 std::string check_part(const OpenedRun& run, const StepIndex& index,
-                       StepRange range, const StartOrder& order);
+                       StepRange range, const StartOrder& order,
+                       const ReadProgress& progress = {});
 CheckResult merge_check_parts(const std::vector<std::string>& parts, const OpenedRun& run,
                               const StartOrder& order, bool* rest_repeats = nullptr);
 

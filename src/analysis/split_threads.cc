@@ -2,6 +2,7 @@
 #include "split_threads.h"
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <functional>
 #include <thread>
@@ -57,6 +58,35 @@ class OneThreadEach {
   int chosen_;
 };
 
+// The ranges' reading as one progress line: the bytes every range has read
+// over the run's bytes, said from the caller's thread (range 0's) only, and
+// held short of the whole (ranges read a line or two twice) until the end.
+class PartsProgress {
+ public:
+  PartsProgress(std::size_t parts, ReadProgress report)
+      : read_(parts), report_(std::move(report)) {}
+  ReadProgress of(std::size_t part) {
+    if (!report_) return {};
+    return [this, part](std::uintmax_t bytes, std::uintmax_t total) {
+      read_[part].store(bytes, std::memory_order_relaxed);
+      total_.store(total, std::memory_order_relaxed);
+      if (part != 0) return;
+      std::uintmax_t sum = 0;
+      for (const auto& r : read_) sum += r.load(std::memory_order_relaxed);
+      if (total > 0) report_(std::min(sum, total - 1), total);
+    };
+  }
+  void done() {
+    const std::uintmax_t total = total_.load();
+    if (report_ && total > 0) report_(total, total);
+  }
+
+ private:
+  std::vector<std::atomic<std::uintmax_t>> read_;
+  std::atomic<std::uintmax_t> total_{0};
+  ReadProgress report_;
+};
+
 struct Split {
   StepIndex index;
   std::vector<StepRange> ranges;
@@ -92,15 +122,18 @@ std::optional<Split> split_run(const OpenedRun& run, bool raw_clock, int threads
 }  // namespace
 
 std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock, int threads,
-                                           std::vector<std::string>* warnings) {
+                                           std::vector<std::string>* warnings,
+                                           const ReadProgress& progress) {
   OneThreadEach one;
   const std::optional<Split> s = split_run(run, raw_clock, threads);
   if (!s) return std::nullopt;
+  PartsProgress read(s->ranges.size(), progress);
   const std::vector<std::string> parts =
       on_threads(static_cast<int>(s->ranges.size()), [&](int i) {
-        return analyze_part(run, s->index, s->ranges[static_cast<std::size_t>(i)], s->clock,
-                            false);
+        const auto at = static_cast<std::size_t>(i);
+        return analyze_part(run, s->index, s->ranges[at], s->clock, false, read.of(at));
       });
+  read.done();
   std::vector<std::string> said;
   bool repeats = false;
   Analysis a = merge_parts(parts, s->clock, raw_clock, false, &said, &repeats);
@@ -109,16 +142,20 @@ std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock,
   return a;
 }
 
-std::optional<CheckResult> check_on_threads(const OpenedRun& run, int threads) {
+std::optional<CheckResult> check_on_threads(const OpenedRun& run, int threads,
+                                            const ReadProgress& progress) {
   OneThreadEach one;
   // Start times are compared on the run's clock samples (check_dir).
   const std::optional<Split> s = split_run(run, false, threads);
   if (!s) return std::nullopt;
   const StartOrder order = start_order_of(run, s->clock);
+  PartsProgress read(s->ranges.size(), progress);
   const std::vector<std::string> parts =
       on_threads(static_cast<int>(s->ranges.size()), [&](int i) {
-        return check_part(run, s->index, s->ranges[static_cast<std::size_t>(i)], order);
+        const auto at = static_cast<std::size_t>(i);
+        return check_part(run, s->index, s->ranges[at], order, read.of(at));
       });
+  read.done();
   bool repeats = false;
   CheckResult r = merge_check_parts(parts, run, order, &repeats);
   if (repeats || r.late.late + r.late.duplicates > 0 || !r.violations.empty()) return std::nullopt;

@@ -19,6 +19,7 @@
 
 #include "analyze.h"
 #include "check.h"
+#include "partial_analysis.h"
 
 namespace lens::analysis {
 
@@ -33,8 +34,12 @@ namespace lens::analysis {
 // so a run with those faults costs two readings and says what one stream
 // says. ReadError as the one stream would raise it: of the earliest range
 // that fails.
+// `progress`: the ranges' reading as one line (the bytes all have read),
+// from the caller's thread.
 std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock, int threads,
-                                           std::vector<std::string>* warnings);
-std::optional<CheckResult> check_on_threads(const OpenedRun& run, int threads);
+                                           std::vector<std::string>* warnings,
+                                           const ReadProgress& progress = {});
+std::optional<CheckResult> check_on_threads(const OpenedRun& run, int threads,
+                                            const ReadProgress& progress = {});
 
 }  // namespace lens::analysis

@@ -13,12 +13,14 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "analyze.h"
 #include "check.h"
 #include "partial_analysis.h"
 #include "run_reader.h"
+#include "split_threads.h"
 #include "summary.h"
 #include "viewer_export.h"
 
@@ -444,6 +446,63 @@ TEST_F(StepStream, ReadingOnAThreadOfItsOwnHandsOverTheSameWindowsInOrder) {
 // for 1 to 4 parts, on a run whose faults cross the ranges (a span
 // repeated, a span arriving steps late, a step span in an earlier step's
 // trace, a broken link) and with one span or six a line.
+TEST_F(StepStream, SplitOverThreadsSaysWhatOneStreamSaysAndTellsItsProgress) {
+  run_.steps = 8;
+  run_.make();
+  run_.write(dir_, 6);
+  const auto said = [](const CheckResult& r) {
+    std::string out;
+    for (const auto& v : r.violations) out += format_violation(v) + "\n";
+    for (const auto& w : r.warnings) out += "warning: " + w + "\n";
+    return out + r.start_order + " " + std::to_string(r.steps) + " steps, " +
+           std::to_string(r.spans) + " spans, " + std::to_string(r.files) + " files";
+  };
+  std::vector<std::string> one_warnings;
+  const std::string one_check = said(check_dir(dir_));
+  const std::string one_analysis = format_json(analyze_run(dir_, {}, &one_warnings));
+  for (const int threads : {2, 3, 5}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    std::vector<std::pair<std::uintmax_t, std::uintmax_t>> told;
+    const ReadProgress progress = [&](std::uintmax_t done, std::uintmax_t total) {
+      told.emplace_back(done, total);
+    };
+    const std::optional<CheckResult> check = check_on_threads(dir_, threads, progress);
+    ASSERT_TRUE(check.has_value()) << "a clean run is split";
+    EXPECT_EQ(said(*check), one_check);
+    // Told from one thread, never back, the whole only at the end.
+    ASSERT_FALSE(told.empty());
+    const std::uintmax_t total = told.back().second;
+    EXPECT_GT(total, 0u);
+    EXPECT_EQ(told.back().first, total);
+    for (std::size_t i = 1; i < told.size(); ++i) {
+      EXPECT_GE(told[i].first, told[i - 1].first);
+      if (i + 1 < told.size()) {
+        EXPECT_LT(told[i].first, total);
+      }
+    }
+    std::vector<std::string> warnings;
+    const std::optional<Analysis> analysis = analyze_on_threads(dir_, false, threads, &warnings);
+    ASSERT_TRUE(analysis.has_value());
+    EXPECT_EQ(format_json(*analysis), one_analysis);
+    EXPECT_EQ(warnings, one_warnings);
+    // A read-only command leaves the run as it was.
+    EXPECT_FALSE(fs::exists(dir_ / ".lens-step-index"));
+  }
+  EXPECT_FALSE(check_on_threads(dir_, 1).has_value()) << "one thread reads one stream";
+  // A batch delivered again: the cut could not see the repeat, one stream reads it.
+  {
+    std::ofstream out(dir_ / "rank-1.otlp.jsonl", std::ios::app);
+    std::ifstream in(dir_ / "rank-1.otlp.jsonl");
+    std::string first;
+    std::getline(in, first);
+    out << first << "\n";
+  }
+  EXPECT_FALSE(check_on_threads(dir_, 2).has_value());
+  std::vector<std::string> warnings;
+  EXPECT_FALSE(analyze_on_threads(dir_, false, 2, &warnings).has_value());
+  EXPECT_TRUE(warnings.empty()) << "nothing said by a split that was not used";
+}
+
 TEST_F(StepStream, SplitIntoPartsEveryCommandSaysWhatOneStreamSays) {
   run_.steps = 8;
   run_.make();

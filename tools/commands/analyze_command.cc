@@ -50,9 +50,10 @@ Command add_analyze(CLI::App& lens) {
             if (split_over_mpi(o->use_mpi)) return mpi_analyze(o->dir, o->raw_clock, print);
             std::vector<std::string> warnings;
             const OpenedRun run(o->dir);
-            std::optional<Analysis> a =
-                analyze_on_threads(run, o->raw_clock, default_read_threads(), &warnings);
-            if (!a) a = analyze_run(run, analyze_options(o->raw_clock), &warnings);
+            const AnalyzeOptions options = analyze_options(o->raw_clock);
+            std::optional<Analysis> a = analyze_on_threads(run, o->raw_clock, default_read_threads(),
+                                                           &warnings, options.progress);
+            if (!a) a = analyze_run(run, options, &warnings);
             print(*a, warnings);
             return kOk;
           }};

@@ -87,8 +87,10 @@ Command add_check(CLI::App& lens) {
             const auto print = [&](const CheckResult& r) { return print_check(*o, r); };
             if (split_over_mpi(o->use_mpi)) return mpi_check(o->dir, print);
             const OpenedRun run(o->dir);
-            if (auto split = check_on_threads(run, default_read_threads())) return print(*split);
-            return print(check_dir(run, reading_options()));
+            const StreamOptions reading = reading_options();
+            if (auto split = check_on_threads(run, default_read_threads(), reading.progress))
+              return print(*split);
+            return print(check_dir(run, reading));
           }};
 }
 
