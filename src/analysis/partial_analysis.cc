@@ -492,7 +492,7 @@ StepIndex step_index(const OpenedRun& run) {
 bool cuts_cleanly(const StepIndex& index) {
   for (const FileSteps& f : index.files)
     for (std::size_t i = 1; i < f.steps.size(); ++i)
-      if (f.steps[i].step <= f.steps[i - 1].step) return false;
+      if (f.steps[i].step < f.steps[i - 1].step) return false;
   return true;
 }
 

@@ -84,9 +84,10 @@ struct StepRange {
   std::int64_t first = 0, last = -1;  // inclusive; empty when first > last
   bool empty() const { return first > last; }
 };
-// Whether the run can be cut between its steps: every file's step spans in
-// ascending step order, each once. A batch delivered again repeats step
-// spans, and a range reading the repeat cannot know the first copy.
+// Whether the run can be cut between its steps: in every file the steps
+// the index found (each dl.step, of step spans and others) never go back.
+// A batch delivered again after later steps does, and a range reading the
+// repeat cannot know the first copy.
 bool cuts_cleanly(const StepIndex& index);
 // `parts` contiguous ranges of the run's steps, as even as the count allows
 // (the first ones a step longer); empty ranges when there are fewer steps.

@@ -3,48 +3,18 @@
 
 #include <algorithm>
 #include <atomic>
-#include <exception>
-#include <functional>
-#include <thread>
 
+#include "clock_alignment.h"
 #include "partial_analysis.h"
+#include "per_file.h"
 #include "run_import.h"
 #include "step_stream.h"
 
 namespace lens::analysis {
 namespace {
 
-// each(0) .. each(n - 1), each on a thread of its own (0 on the caller's);
-// their results in that order. The exception of the lowest index that
-// threw is rethrown once all have ended.
-std::vector<std::string> on_threads(int n, const std::function<std::string(int)>& each) {
-  const auto count = static_cast<std::size_t>(std::max(n, 1));
-  std::vector<std::string> out(count);
-  std::vector<std::exception_ptr> errors(count);
-  const auto run = [&](std::size_t i) {
-    try {
-      out[i] = each(static_cast<int>(i));
-    } catch (...) {
-      errors[i] = std::current_exception();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (std::size_t i = 1; i < count; ++i) {
-    try {
-      threads.emplace_back(run, i);
-    } catch (...) {
-      run(i);  // no thread to be had: run it here
-    }
-  }
-  run(0);
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  return out;
-}
-
 // Each stream reads with one thread while the ranges run (they are the
-// threads), as lens --threads chose before after.
+// threads); afterwards, as lens --threads chose.
 class OneThreadEach {
  public:
   OneThreadEach() : chosen_(read_threads_chosen() ? default_read_threads() : 0) {
@@ -59,7 +29,7 @@ class OneThreadEach {
 };
 
 // The ranges' reading as one progress line: the bytes every range has read
-// over the run's bytes, said from the caller's thread (range 0's) only, and
+// over the run's bytes, said from one thread (range 0's) only, and
 // held short of the whole (ranges read a line or two twice) until the end.
 class PartsProgress {
  public:
@@ -93,30 +63,33 @@ struct Split {
   ClockAlignment clock;
 };
 
-// The index, the ranges and (unless raw_clock) the clock; nullopt where the
-// split does not apply.
+// The index, the ranges and (unless raw_clock) the clock, as one stream
+// reads it; nullopt where the split does not apply.
 std::optional<Split> split_run(const OpenedRun& run, bool raw_clock, int threads) {
   if (threads < 2 || !is_lens_layout(run.input()) || run.files().size() == 0) return std::nullopt;
   Split s;
   if (auto saved = saved_step_index(run)) {
     s.index = std::move(*saved);
   } else {
-    std::vector<StepIndex> shares;
-    for (const std::string& bytes : on_threads(threads, [&](int share) {
-           return to_bytes(index_share(run, share, threads));
-         }))
-      shares.push_back(step_index_from_bytes(bytes));
-    s.index = join_index_shares(run, std::move(shares), false);
+    s.index = join_index_shares(
+        run,
+        in_order(static_cast<std::size_t>(threads), threads,
+                 [&](std::size_t share) { return index_share(run, static_cast<int>(share), threads); }),
+        false);
   }
   const std::size_t steps = s.index.steps().size();
-  if (steps < 2) return std::nullopt;
-  if (!cuts_cleanly(s.index)) return std::nullopt;  // one stream reads it
-  const int parts = static_cast<int>(std::min<std::size_t>(steps, static_cast<std::size_t>(threads)));
-  s.ranges = split_steps(s.index, parts);
-  if (!raw_clock)
-    s.clock = clock_from_samples(join_clock_samples(on_threads(
-        threads, [&](int share) { return clock_samples_share(run, share, threads); })));
+  if (steps < 2 || !cuts_cleanly(s.index)) return std::nullopt;  // one stream reads it
+  s.ranges = split_steps(s.index, static_cast<int>(std::min<std::size_t>(
+                                      steps, static_cast<std::size_t>(threads))));
+  if (!raw_clock) s.clock = read_clock_alignment(run);
   return s;
+}
+
+// The ranges' parts, each made by `part` on a thread of its own, in order.
+template <typename Part>
+std::vector<std::string> parts_of(const Split& s, Part&& part) {
+  OneThreadEach one;
+  return in_order(s.ranges.size(), static_cast<int>(s.ranges.size()), part);
 }
 
 }  // namespace
@@ -124,15 +97,12 @@ std::optional<Split> split_run(const OpenedRun& run, bool raw_clock, int threads
 std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock, int threads,
                                            std::vector<std::string>* warnings,
                                            const ReadProgress& progress) {
-  OneThreadEach one;
   const std::optional<Split> s = split_run(run, raw_clock, threads);
   if (!s) return std::nullopt;
   PartsProgress read(s->ranges.size(), progress);
-  const std::vector<std::string> parts =
-      on_threads(static_cast<int>(s->ranges.size()), [&](int i) {
-        const auto at = static_cast<std::size_t>(i);
-        return analyze_part(run, s->index, s->ranges[at], s->clock, false, read.of(at));
-      });
+  const std::vector<std::string> parts = parts_of(*s, [&](std::size_t i) {
+    return analyze_part(run, s->index, s->ranges[i], s->clock, false, read.of(i));
+  });
   read.done();
   std::vector<std::string> said;
   bool repeats = false;
@@ -144,17 +114,14 @@ std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock,
 
 std::optional<CheckResult> check_on_threads(const OpenedRun& run, int threads,
                                             const ReadProgress& progress) {
-  OneThreadEach one;
   // Start times are compared on the run's clock samples (check_dir).
   const std::optional<Split> s = split_run(run, false, threads);
   if (!s) return std::nullopt;
   const StartOrder order = start_order_of(run, s->clock);
   PartsProgress read(s->ranges.size(), progress);
-  const std::vector<std::string> parts =
-      on_threads(static_cast<int>(s->ranges.size()), [&](int i) {
-        const auto at = static_cast<std::size_t>(i);
-        return check_part(run, s->index, s->ranges[at], order, read.of(at));
-      });
+  const std::vector<std::string> parts = parts_of(*s, [&](std::size_t i) {
+    return check_part(run, s->index, s->ranges[i], order, read.of(i));
+  });
   read.done();
   bool repeats = false;
   CheckResult r = merge_check_parts(parts, run, order, &repeats);

@@ -8,7 +8,7 @@
 // The step index is the one an MPI run saved beside the run when it still
 // names the files as they are, else built (a share of the files per
 // thread) and kept in memory: a read-only command writes nothing into the
-// run. The clock samples are read a share of the files per thread.
+// run. The clock is read as one stream reads it (read_clock_alignment).
 //
 // Thread safety: plain functions; each starts and joins its own threads.
 #pragma once
@@ -24,8 +24,8 @@
 namespace lens::analysis {
 
 // nullopt where the split does not apply (fewer than 2 threads, a run
-// not in lens's layout, fewer than 2 steps, a file whose step spans come
-// out of order or twice) or where its ranges could see
+// not in lens's layout, fewer than 2 steps, a file whose steps go back,
+// cuts_cleanly) or where its ranges could see
 // less than one stream does: spans left out of their step (late, or
 // delivered twice: a repeat whose first copy another range read is counted
 // late there, or, of a span of no step, shows as that span twice among the
@@ -35,7 +35,7 @@ namespace lens::analysis {
 // says. ReadError as the one stream would raise it: of the earliest range
 // that fails.
 // `progress`: the ranges' reading as one line (the bytes all have read),
-// from the caller's thread.
+// from one thread.
 std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock, int threads,
                                            std::vector<std::string>* warnings,
                                            const ReadProgress& progress = {});

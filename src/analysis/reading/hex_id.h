@@ -59,7 +59,6 @@ class HexId {
   std::string_view view() const { return {text_, size_}; }
   operator std::string_view() const { return view(); }  // NOLINT: read as text
   std::string str() const { return std::string(view()); }
-  const char* data() const { return text_; }
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
@@ -85,6 +84,8 @@ class HexId {
   char text_[kCapacity] = {};
   std::uint8_t size_ = 0;
 };
+
+inline constexpr char kLowerHexDigits[] = "0123456789abcdef";
 
 // Each byte's value as a hex digit: kHexValue for either case, kLowerHexValue
 // for lowercase only (as ids are held); 0xff for any other byte.

@@ -56,11 +56,10 @@ int base64_value(char c) {
 }
 
 std::string to_hex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
   std::string out;
   for (unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
+    out += kLowerHexDigits[c >> 4];
+    out += kLowerHexDigits[c & 15];
   }
   return out;
 }

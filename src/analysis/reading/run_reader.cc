@@ -167,49 +167,36 @@ std::int64_t nanos_of(dom::element v, const char* what) {
 HexId id_of(dom::element v, std::size_t hex_digits, const char* what, bool optional) {
   const std::string_view text = string_of(v, what);
   if (text.empty() && optional) return {};
+  // Each byte's digit value, lowercased, without a branch: a byte that is
+  // not a digit sets bad's high bits.
+  unsigned bad = 0, nonzero = 0;
+  char lowered[HexId::kCapacity];
   if (text.size() == hex_digits && hex_digits <= HexId::kCapacity) {
-    // The common case, read a byte at a time without a branch: each
-    // digit's value, lowercased; any byte not a digit sets bad's high bits.
-    static constexpr char kDigits[] = "0123456789abcdef";
-    char lowered[HexId::kCapacity];
-    unsigned bad = 0, nonzero = 0;
     for (std::size_t i = 0; i < text.size(); ++i) {
       const unsigned d = kHexValue[static_cast<unsigned char>(text[i])];
       bad |= d;
       nonzero |= d;
-      lowered[i] = kDigits[d & 0xf];
+      lowered[i] = kLowerHexDigits[d & 0xf];
     }
-    if ((bad & 0xf0) == 0 && nonzero != 0) return HexId(std::string_view(lowered, text.size()));
-    if ((bad & 0xf0) == 0 && optional) return {};  // a parent of zeros: none
-  }
-  // What is wrong with it, in the order the checks below find it.
-  const auto lower = [](char c) { return c >= 'A' && c <= 'F' ? static_cast<char>(c - 'A' + 'a') : c; };
-  std::size_t bad = text.size();
-  bool zero = true;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = lower(text[i]);
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
-      bad = i;
-      break;
+    if ((bad & 0xf0) == 0) {
+      if (nonzero != 0) return HexId(std::string_view(lowered, text.size()));
+      if (optional) return {};  // a parent of zeros: none
+      fail(std::string(what) + " is all zeros (an invalid id)");
     }
-    zero &= c == '0';
   }
-  // The id as the message shows it: lowercased up to where reading stopped.
-  const auto shown = [&](std::size_t lowered) {
-    std::string s(text.substr(0, 40));
-    for (std::size_t k = 0; k < std::min(lowered, s.size()); ++k) s[k] = lower(s[k]);
-    return std::string(what) + " '" + s + "'";
+  // What is wrong with it: the first byte that is not a digit, else its
+  // length; shown lowercased up to where reading stopped.
+  const auto lower = [](char c) {
+    const unsigned d = kHexValue[static_cast<unsigned char>(c)];
+    return d < 16 ? kLowerHexDigits[d] : c;
   };
-  if (bad < text.size()) fail(shown(bad) + " is not hex");
-  if (text.size() != hex_digits)
-    fail(shown(text.size()) + " is not " + std::to_string(hex_digits) + " hex digits");
-  if (zero) {
-    if (optional) return {};
-    fail(std::string(what) + " is all zeros (an invalid id)");
-  }
-  char lowered[HexId::kCapacity];
-  for (std::size_t i = 0; i < text.size(); ++i) lowered[i] = lower(text[i]);
-  return HexId(std::string_view(lowered, text.size()));
+  std::size_t stop = 0;
+  while (stop < text.size() && kHexValue[static_cast<unsigned char>(text[stop])] < 16) ++stop;
+  std::string shown(text.substr(0, 40));
+  for (std::size_t k = 0; k < std::min(stop, shown.size()); ++k) shown[k] = lower(shown[k]);
+  shown = std::string(what) + " '" + shown + "'";
+  if (stop < text.size()) fail(shown + " is not hex");
+  fail(shown + " is not " + std::to_string(hex_digits) + " hex digits");
 }
 
 // An enum in proto3 JSON: its number, or its name (looked up in `names`).
