@@ -1,19 +1,24 @@
-// IdSet and HexId, the step stream's and the span row's id holders, checked
-// against the standard containers they replace: seeded random inserts and
-// erases (colliding keys and the key 0 included), and ids ordered, compared
-// and refused as their text is, and ordered by id_less as the text is.
+// IdSet, Recent and HexId, the step stream's and the span row's id holders,
+// checked against the standard containers they replace: seeded random
+// inserts and erases (colliding keys and the key 0 included), the latest
+// keys remembered as a map and a queue remember them, and ids ordered,
+// compared and refused as their text is, and ordered by id_less as the text
+// is.
 #include "id_set.h"
 
 #include <gtest/gtest.h>
 
 #include <array>
+#include <deque>
 #include <map>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "hex_id.h"
+#include "recent.h"
 
 namespace lens::analysis {
 namespace {
@@ -58,6 +63,86 @@ TEST(IdSet, EmptyAndTheKeyZero) {
   EXPECT_EQ(set.size(), 1u);
   EXPECT_EQ(set.erase(0), 1u);
   EXPECT_TRUE(set.empty());
+}
+
+// What Recent replaced: a map of the keys and a queue of their order.
+template <typename Key, typename Value>
+struct RecentReference {
+  std::size_t limit;
+  std::unordered_map<Key, Value> values;
+  std::deque<Key> order;
+  bool remember(const Key& key, Value value, bool& forgot) {
+    if (!values.emplace(key, value).second) return false;
+    order.push_back(key);
+    if (order.size() > limit) {
+      values.erase(order.front());
+      order.pop_front();
+      forgot = true;
+    }
+    return true;
+  }
+};
+
+struct Identity {
+  std::size_t operator()(std::uint64_t k) const { return k; }
+};
+
+TEST(Recent, RemembersTheLatestKeysAsAMapAndAQueueDo) {
+  for (const std::size_t limit : {1u, 2u, 7u, 64u, 1000u}) {
+    std::mt19937_64 random(limit);
+    Recent<std::uint64_t, std::int64_t, Identity> recent(limit);
+    RecentReference<std::uint64_t, std::int64_t> reference{limit, {}, {}};
+    bool forgot = false, forgot_reference = false;
+    // Keys from a range a few times the limit (so that some come back
+    // after they were forgotten, some while remembered), many on one home
+    // slot (multiples of a large power of two), 0 among them.
+    const std::uint64_t range = 3 * limit + 5;
+    const auto key = [&] {
+      const std::uint64_t k = random() % range;
+      return k % 3 == 0 ? (k << 40) : k;
+    };
+    for (int op = 0; op < 100'000; ++op) {
+      const std::uint64_t k = key();
+      const auto value = static_cast<std::int64_t>(random() % 1000);
+      ASSERT_EQ(recent.remember(k, value, forgot), reference.remember(k, value, forgot_reference))
+          << "limit " << limit << " op " << op;
+      ASSERT_EQ(forgot, forgot_reference);
+      ASSERT_EQ(recent.size(), reference.values.size());
+      const std::uint64_t probe = key();
+      const std::int64_t* found = recent.find(probe);
+      const auto it = reference.values.find(probe);
+      ASSERT_EQ(found != nullptr, it != reference.values.end()) << "limit " << limit << " op " << op;
+      if (found != nullptr) {
+        ASSERT_EQ(*found, it->second);
+      }
+    }
+    for (std::uint64_t k = 0; k < range; ++k)
+      for (const std::uint64_t probe : {k, k << 40}) {
+        const std::int64_t* found = recent.find(probe);
+        ASSERT_EQ(found != nullptr, reference.values.count(probe) > 0) << probe;
+      }
+  }
+}
+
+TEST(Recent, KeepsTheFirstValueAndRefusesABadLimit) {
+  Recent<std::uint64_t, int, Identity> recent(3);
+  bool forgot = false;
+  EXPECT_EQ(recent.find(5), nullptr);
+  EXPECT_TRUE(recent.remember(5, 1, forgot));
+  EXPECT_FALSE(recent.remember(5, 2, forgot));
+  ASSERT_NE(recent.find(5), nullptr);
+  EXPECT_EQ(*recent.find(5), 1);
+  EXPECT_TRUE(recent.remember(6, 3, forgot));
+  EXPECT_TRUE(recent.remember(7, 4, forgot));
+  EXPECT_FALSE(forgot);
+  EXPECT_TRUE(recent.remember(8, 5, forgot));  // 5 goes
+  EXPECT_TRUE(forgot);
+  EXPECT_EQ(recent.find(5), nullptr);
+  EXPECT_EQ(*recent.find(8), 5);
+  EXPECT_EQ(recent.size(), 3u);
+  using Ids = Recent<std::uint64_t, int, Identity>;
+  EXPECT_THROW(Ids(0), std::invalid_argument);
+  EXPECT_THROW(Ids(std::size_t{1} << 31), std::invalid_argument);
 }
 
 TEST(HexId, OrdersComparesAndHashesAsItsText) {

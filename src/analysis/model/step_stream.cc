@@ -19,6 +19,7 @@
 #include "id_set.h"
 #include "lines_ahead.h"
 #include "pipeline_view.h"
+#include "recent.h"
 #include "run_import.h"
 #include "lens/semconv.h"
 
@@ -52,35 +53,6 @@ TraceKey trace_key(std::string_view id) {
   }
   return {std::hash<std::string_view>()(id), ~std::uint64_t{0}};
 }
-
-// The latest `limit` keys remembered, each with a value; the oldest is
-// forgotten when a new one would pass the limit.
-template <typename Key, typename Value, typename Hash = std::hash<Key>>
-class Recent {
- public:
-  explicit Recent(std::size_t limit) : limit_(limit) {}
-  // False when `key` was already remembered (its value is kept); sets
-  // `forgot` when an older key had to go.
-  bool remember(const Key& key, Value value, bool& forgot) {
-    if (!values_.emplace(key, std::move(value)).second) return false;
-    order_.push_back(key);
-    if (order_.size() > limit_) {
-      values_.erase(order_.front());
-      order_.pop_front();
-      forgot = true;
-    }
-    return true;
-  }
-  const Value* find(const Key& key) const {
-    auto it = values_.find(key);
-    return it == values_.end() ? nullptr : &it->second;
-  }
-
- private:
-  std::size_t limit_;
-  std::unordered_map<Key, Value, Hash> values_;
-  std::deque<Key> order_;  // oldest first
-};
 
 // A file's lines as one stream takes them (LinesAhead's file `index`).
 struct FileLines {
@@ -120,7 +92,8 @@ struct Cursor {
   // the trace ids of handed-over steps (with their step), and the latest
   // span ids.
   Recent<TraceKey, std::int64_t, TraceKeyHash> handed_trace{LateSpans::kRememberedTraces};
-  Recent<std::uint64_t, bool> handed_ids{LateSpans::kRememberedIds};
+  struct Handed {};
+  Recent<std::uint64_t, Handed, std::hash<std::uint64_t>> handed_ids{LateSpans::kRememberedIds};
   // The span ids of the spans held above (open or complete, not yet handed
   // over): a batch delivered twice before its step was handed over repeats
   // one of them.
@@ -288,7 +261,7 @@ Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>&
                 options.part_tally != nullptr && step >= options.first_step)
               options.part_tally->claimed.push_back(s.span_id.str());
             c.held_ids.erase(id);
-            if (options.late) c.handed_ids.remember(id, true, options.late->forgot);
+            if (options.late) c.handed_ids.remember(id, {}, options.late->forgot);
           }
         }
         window.run.files.push_back(std::move(f));
