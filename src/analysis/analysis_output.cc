@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "analyze.h"
+#include "json_text.h"
 
 namespace lens::analysis {
 
@@ -209,195 +210,202 @@ std::string format_per_step(const Analysis& a) {
   return out;
 }
 
-std::string format_json(const Analysis& a) { return to_json(a).dump(1) + "\n"; }
-
 namespace {
 
-// A value that is absent below 0 (a bubble that could not be computed).
-nlohmann::json or_null(double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(nullptr); }
+// `lens analyze --json`'s indent.
+constexpr int kJsonIndent = 1;
 
-nlohmann::json or_null(const std::optional<double>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+// A value that is absent below 0 (a bubble that could not be computed).
+std::optional<double> or_null(double v) {
+  return v >= 0 ? std::optional<double>(v) : std::nullopt;
 }
 
 // A stage's columns in one step: they add up to its step span.
-nlohmann::json columns(const StageStepFigures& w) {
-  return {{"step", w.step},
-          {"replica", w.replica},
-          {"tensor", w.tensor},
-          {"stage", w.stage},
-          {"rank", w.rank},
-          {"stage_step_ms", w.stage_step_ms},
-          {"compute_ms", w.compute_ms},
-          {"late_sender_ms", w.late_sender_ms},
-          {"late_receiver_ms", w.late_receiver_ms},
-          {"transfer_ms", w.transfer_ms},
-          {"collective_wait_ms", w.collective_wait_ms},
-          {"sync_wait_ms", w.sync_wait_ms},
-          {"rest_ms", w.rest_ms}};
+void columns(JsonObjectText& o, const StageStepFigures& w) {
+  o.add("step", w.step);
+  o.add("replica", w.replica);
+  o.add("tensor", w.tensor);
+  o.add("stage", w.stage);
+  o.add("rank", w.rank);
+  o.add("stage_step_ms", w.stage_step_ms);
+  o.add("compute_ms", w.compute_ms);
+  o.add("late_sender_ms", w.late_sender_ms);
+  o.add("late_receiver_ms", w.late_receiver_ms);
+  o.add("transfer_ms", w.transfer_ms);
+  o.add("collective_wait_ms", w.collective_wait_ms);
+  o.add("sync_wait_ms", w.sync_wait_ms);
+  o.add("rest_ms", w.rest_ms);
 }
 
 // A stage's what-if in one step: its columns and more.
-nlohmann::json what_if(const StageStepFigures& w) {
-  nlohmann::json row = columns(w);
-  row.update({{"step_ms", w.step_ms},
-              {"slack_ms", w.slack_ms},
-              {"gain_at_baseline_ms", w.gain_at_baseline_ms},
-              {"gain_at_median_ms", w.gain_at_median_ms},
-              {"sync_last_replica", w.sync_last_replica},
-              {"collective_last_peer", w.collective_last_peer},
-              {"microbatches", w.microbatches},
-              {"compute_per_microbatch_ms", w.compute_per_microbatch_ms},
-              {"idle_ms", w.idle_ms},
-              {"critical_share", w.critical_share}});
-  return row;
+void what_if(JsonObjectText& o, const StageStepFigures& w) {
+  columns(o, w);
+  o.add("step_ms", w.step_ms);
+  o.add("slack_ms", w.slack_ms);
+  o.add("gain_at_baseline_ms", w.gain_at_baseline_ms);
+  o.add("gain_at_median_ms", w.gain_at_median_ms);
+  o.add("sync_last_replica", w.sync_last_replica);
+  o.add("collective_last_peer", w.collective_last_peer);
+  o.add("microbatches", w.microbatches);
+  o.add("compute_per_microbatch_ms", w.compute_per_microbatch_ms);
+  o.add("idle_ms", w.idle_ms);
+  o.add("critical_share", w.critical_share);
 }
 
-nlohmann::json to_json(const Variability& v) {
-  nlohmann::json spreads = nlohmann::json::array();
-  for (const auto& s : v.stages)
-    spreads.push_back({{"stage", s.stage},
-                       {"microbatches", s.microbatches},
-                       {"p50_ms", s.p50_ms},
-                       {"p95_ms", s.p95_ms},
-                       {"max_over_min", s.max_over_min},
-                       {"relative_p90_p10", s.relative_p90_p10}});
-  return {{"variable", v.variable},
-          {"spread", v.spread},
-          {"correlation", v.correlation},
-          {"setter_changes", v.setter_changes},
-          {"stages", spreads}};
+void spread(JsonObjectText& o, const StageSpread& s) {
+  o.add("stage", s.stage);
+  o.add("microbatches", s.microbatches);
+  o.add("p50_ms", s.p50_ms);
+  o.add("p95_ms", s.p95_ms);
+  o.add("max_over_min", s.max_over_min);
+  o.add("relative_p90_p10", s.relative_p90_p10);
 }
 
-nlohmann::json to_json(const StepRow& s) {
-  return {{"step", s.step},
-          {"replica", s.replica},
-          {"tensor", s.tensor},
-          {"step_ms", s.step_ms},
-          {"critical_path_ms", s.critical_path_ms},
-          {"critical_compute_ms", s.critical_compute_ms},
-          {"critical_transfer_ms", s.critical_transfer_ms},
-          {"critical_all_reduce_ms", s.critical_all_reduce_ms},
-          {"bubble", or_null(s.bubble)}};
+void step_row(JsonObjectText& o, const StepRow& s) {
+  o.add("step", s.step);
+  o.add("replica", s.replica);
+  o.add("tensor", s.tensor);
+  o.add("step_ms", s.step_ms);
+  o.add("critical_path_ms", s.critical_path_ms);
+  o.add("critical_compute_ms", s.critical_compute_ms);
+  o.add("critical_transfer_ms", s.critical_transfer_ms);
+  o.add("critical_all_reduce_ms", s.critical_all_reduce_ms);
+  o.add("bubble", or_null(s.bubble));
 }
 
-nlohmann::json to_json(const StageAnalysis& s) {
-  return {{"stage", s.stage},
-          {"rank", s.rank},
-          {"replica", s.replica},
-          {"tensor", s.tensor},
-          {"steps", s.steps},
-          {"compute_per_microbatch_ms", s.compute_per_microbatch_ms},
-          {"baseline_per_microbatch_ms", s.baseline_per_microbatch_ms},
-          {"relative", s.relative},
-          {"baseline_relative", s.baseline_relative},
-          {"individual_p95", s.individual},
-          {"critical_share_p50", s.critical_share_p50},
-          {"critical_share_p95", s.critical_share_p95},
-          {"step_p50_ms", s.step_p50_ms},
-          {"compute_p50_ms", s.compute_p50_ms},
-          {"late_sender_p50_ms", s.late_sender_p50_ms},
-          {"late_sender_p95_ms", s.late_sender_p95_ms},
-          {"late_receiver_p50_ms", s.late_receiver_p50_ms},
-          {"transfer_p50_ms", s.transfer_p50_ms},
-          {"sync_wait_p50_ms", s.sync_wait_p50_ms},
-          {"collective_wait_p50_ms", s.collective_wait_p50_ms},
-          {"collective_last_peer", s.collective_last_peer},
-          {"rest_p50_ms", s.rest_p50_ms},
-          {"unmatched_transfers", s.unmatched_transfers},
-          {"idle_p50_ms", s.idle_p50_ms},
-          {"warmup_idle_p50_ms", s.warmup_idle_p50_ms},
-          {"cooldown_idle_p50_ms", s.cooldown_idle_p50_ms},
-          {"imbalance_idle_p50_ms", s.imbalance_idle_p50_ms},
-          {"transfer_idle_p50_ms", s.transfer_idle_p50_ms},
-          {"schedule_idle_p50_ms", s.schedule_idle_p50_ms},
-          {"slack_p50_ms", s.slack_p50_ms},
-          {"gain_at_baseline_p50_ms", s.gain_at_baseline_p50_ms},
-          {"gain_at_median_p50_ms", s.gain_at_median_p50_ms}};
+void stage(JsonObjectText& o, const StageAnalysis& s) {
+  o.add("stage", s.stage);
+  o.add("rank", s.rank);
+  o.add("replica", s.replica);
+  o.add("tensor", s.tensor);
+  o.add("steps", s.steps);
+  o.add("compute_per_microbatch_ms", s.compute_per_microbatch_ms);
+  o.add("baseline_per_microbatch_ms", s.baseline_per_microbatch_ms);
+  o.add("relative", s.relative);
+  o.add("baseline_relative", s.baseline_relative);
+  o.add("individual_p95", s.individual);
+  o.add("critical_share_p50", s.critical_share_p50);
+  o.add("critical_share_p95", s.critical_share_p95);
+  o.add("step_p50_ms", s.step_p50_ms);
+  o.add("compute_p50_ms", s.compute_p50_ms);
+  o.add("late_sender_p50_ms", s.late_sender_p50_ms);
+  o.add("late_sender_p95_ms", s.late_sender_p95_ms);
+  o.add("late_receiver_p50_ms", s.late_receiver_p50_ms);
+  o.add("transfer_p50_ms", s.transfer_p50_ms);
+  o.add("sync_wait_p50_ms", s.sync_wait_p50_ms);
+  o.add("collective_wait_p50_ms", s.collective_wait_p50_ms);
+  o.add("collective_last_peer", s.collective_last_peer);
+  o.add("rest_p50_ms", s.rest_p50_ms);
+  o.add("unmatched_transfers", s.unmatched_transfers);
+  o.add("idle_p50_ms", s.idle_p50_ms);
+  o.add("warmup_idle_p50_ms", s.warmup_idle_p50_ms);
+  o.add("cooldown_idle_p50_ms", s.cooldown_idle_p50_ms);
+  o.add("imbalance_idle_p50_ms", s.imbalance_idle_p50_ms);
+  o.add("transfer_idle_p50_ms", s.transfer_idle_p50_ms);
+  o.add("schedule_idle_p50_ms", s.schedule_idle_p50_ms);
+  o.add("slack_p50_ms", s.slack_p50_ms);
+  o.add("gain_at_baseline_p50_ms", s.gain_at_baseline_p50_ms);
+  o.add("gain_at_median_p50_ms", s.gain_at_median_p50_ms);
 }
 
-nlohmann::json to_json(const StragglerReport& r) {
-  return {{"rank", r.who.rank},
-          {"stage", r.who.stage},
-          {"replica", r.replica},
-          {"tensor", r.tensor},
-          {"since_step", r.who.since_step},
-          {"ratio", r.who.ratio},
-          {"against", against_name(r.who.against)},
-          {"critical_share_p50", r.critical_share_p50},
-          {"gain_ms", r.gain_ms},
-          {"gain_share", r.gain_share},
-          {"others_sync_wait_ms", or_null(r.others_sync_wait_ms)},
-          {"peers_collective_wait_ms", or_null(r.peers_collective_wait_ms)}};
+void straggler(JsonObjectText& o, const StragglerReport& r) {
+  o.add("rank", r.who.rank);
+  o.add("stage", r.who.stage);
+  o.add("replica", r.replica);
+  o.add("tensor", r.tensor);
+  o.add("since_step", r.who.since_step);
+  o.add("ratio", r.who.ratio);
+  o.add("against", against_name(r.who.against));
+  o.add("critical_share_p50", r.critical_share_p50);
+  o.add("gain_ms", r.gain_ms);
+  o.add("gain_share", r.gain_share);
+  o.add("others_sync_wait_ms", r.others_sync_wait_ms);
+  o.add("peers_collective_wait_ms", r.peers_collective_wait_ms);
 }
 
-nlohmann::json to_json(const ImbalanceReport& r) {
-  return {{"stage", r.what.stage},
-          {"ranks", r.what.ranks},
-          {"ratio", r.what.ratio},
-          {"gain_ms", r.gain_ms},
-          {"gain_share", r.gain_share}};
+void imbalance(JsonObjectText& o, const ImbalanceReport& r) {
+  o.add("stage", r.what.stage);
+  o.add("ranks", r.what.ranks);
+  o.add("ratio", r.what.ratio);
+  o.add("gain_ms", r.gain_ms);
+  o.add("gain_share", r.gain_share);
 }
 
-nlohmann::json to_json(const PathRow& row) {
+void path_row(JsonObjectText& o, const PathRow& row) {
   const auto& [step, seg] = row;
-  return {{"step", step},
-          {"kind", path_segment_kind_name(seg.kind)},
-          {"stage", seg.stage},
-          {"rank", seg.rank},
-          {"microbatch", seg.microbatch},
-          {"start_ns", seg.start_ns},
-          {"end_ns", seg.end_ns},
-          {"start_ms", seg.start_ms},
-          {"end_ms", seg.end_ms}};
+  o.add("step", step);
+  o.add("kind", path_segment_kind_name(seg.kind));
+  o.add("stage", seg.stage);
+  o.add("rank", seg.rank);
+  o.add("microbatch", seg.microbatch);
+  o.add("start_ns", seg.start_ns);
+  o.add("end_ns", seg.end_ns);
+  o.add("start_ms", seg.start_ms);
+  o.add("end_ms", seg.end_ms);
 }
 
-// Each of `rows` by `row_json`, in their order.
-template <typename Rows, typename RowJson>
-nlohmann::json array_of(const Rows& rows, RowJson&& row_json) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& r : rows) out.push_back(row_json(r));
-  return out;
+// `key`: an array of `rows`, each an object of the members `fill` adds.
+template <typename Rows, typename Fill>
+void add_rows(JsonObjectText& parent, std::string_view key, const Rows& rows, Fill&& fill) {
+  JsonObjectText row(parent.indent(), parent.depth() + 2);
+  write_array(parent.add_text(key), parent.indent(), parent.depth() + 1, rows.size(),
+              [&](std::string& out, std::size_t i, int) {
+                row.clear();
+                fill(row, rows[i]);
+                row.write(out);
+              });
 }
 
 }  // namespace
 
-nlohmann::json to_json(const Analysis& a) {
-  const auto as_json = [](const auto& row) { return to_json(row); };
+std::string format_json(const Analysis& a) {
+  JsonObjectText j(kJsonIndent, 0);
   nlohmann::json clock = a.clock.to_json();
   clock["impossible_edges"] = a.impossible_edges;
-  nlohmann::json j = {
-      {"pipeline_stages", a.stages},
-      {"microbatches", a.microbatches},
-      {"virtual_stages", a.virtual_stages},
-      {"bubble_p50", or_null(a.bubble_p50)},
-      {"theoretical_bubble", or_null(a.theoretical_bubble)},
-      {"steps", a.steps},
-      {"step_p50_ms", a.step_p50_ms},
-      {"step_p95_ms", a.step_p95_ms},
-      {"critical_path_p50_ms", a.critical_path_p50_ms},
-      {"critical_compute_p50_ms", a.critical_compute_p50_ms},
-      {"critical_transfer_p50_ms", a.critical_transfer_p50_ms},
-      {"critical_all_reduce_p50_ms", a.critical_all_reduce_p50_ms},
-      {"straggler_threshold", kStragglerThreshold},
-      {"imbalance_threshold", kImbalanceThreshold},
-      {"stragglers", array_of(a.stragglers, as_json)},
-      {"imbalance", array_of(a.imbalance, as_json)},
-      {"slowest_stage", a.slowest_stage},
-      {"slowest_relative", a.slowest_relative},
-      {"clock", clock},
-      {"left_out", a.left_out.to_json()},
-      // The what-ifs by stage, then step; the columns alone in step order.
-      {"what_if", array_of(a.stage_steps, what_if)},
-      {"per_step", array_of(by_step(a), columns)},
-      {"inferred", a.inferred.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.inferred)},
-      {"replicas", a.replicas},
-      {"tensor_parallel", a.tensors},
-      {"variability", to_json(a.variability)},
-      {"set_by", array_of(a.step_rows, as_json)},
-      {"stages", array_of(a.stages_analysis, as_json)}};
-  if (!a.critical_paths.empty()) j["critical_path"] = array_of(a.critical_paths, as_json);
-  return j;
+  j.add("pipeline_stages", a.stages);
+  j.add("microbatches", a.microbatches);
+  j.add("virtual_stages", a.virtual_stages);
+  j.add("bubble_p50", or_null(a.bubble_p50));
+  j.add("theoretical_bubble", or_null(a.theoretical_bubble));
+  j.add("steps", a.steps);
+  j.add("step_p50_ms", a.step_p50_ms);
+  j.add("step_p95_ms", a.step_p95_ms);
+  j.add("critical_path_p50_ms", a.critical_path_p50_ms);
+  j.add("critical_compute_p50_ms", a.critical_compute_p50_ms);
+  j.add("critical_transfer_p50_ms", a.critical_transfer_p50_ms);
+  j.add("critical_all_reduce_p50_ms", a.critical_all_reduce_p50_ms);
+  j.add("straggler_threshold", kStragglerThreshold);
+  j.add("imbalance_threshold", kImbalanceThreshold);
+  add_rows(j, "stragglers", a.stragglers, straggler);
+  add_rows(j, "imbalance", a.imbalance, imbalance);
+  j.add("slowest_stage", a.slowest_stage);
+  j.add("slowest_relative", a.slowest_relative);
+  j.add("clock", clock);
+  j.add("left_out", a.left_out.to_json());
+  // The what-ifs by stage, then step; the columns alone in step order.
+  add_rows(j, "what_if", a.stage_steps, what_if);
+  add_rows(j, "per_step", by_step(a), columns);
+  if (a.inferred.empty())
+    j.add("inferred", nullptr);
+  else
+    j.add("inferred", a.inferred);
+  j.add("replicas", a.replicas);
+  j.add("tensor_parallel", a.tensors);
+  const Variability& v = a.variability;
+  JsonObjectText variability(kJsonIndent, 1);
+  variability.add("variable", v.variable);
+  variability.add("spread", v.spread);
+  variability.add("correlation", v.correlation);
+  variability.add("setter_changes", v.setter_changes);
+  add_rows(variability, "stages", v.stages, spread);
+  variability.write(j.add_text("variability"));
+  add_rows(j, "set_by", a.step_rows, step_row);
+  add_rows(j, "stages", a.stages_analysis, stage);
+  if (!a.critical_paths.empty()) add_rows(j, "critical_path", a.critical_paths, path_row);
+  std::string out;
+  j.write(out);
+  out += '\n';
+  return out;
 }
 
 std::string format_diff(const Analysis& a, const Analysis& b) {

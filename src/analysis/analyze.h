@@ -244,8 +244,8 @@ std::string format_per_step(const Analysis& a);
 std::vector<StageStepFigures> by_step(const Analysis& a);
 // The verdict lines of the table: stragglers, imbalance, variable work.
 std::string format_verdicts(const Analysis& a);
-// `lens analyze --json`: the document, and it written out.
-nlohmann::json to_json(const Analysis& a);
+// `lens analyze --json`: the document (json_text.h: as nlohmann::json's
+// dump(1) writes it).
 std::string format_json(const Analysis& a);
 // Per stage, run A against run B, and the stage that changed most.
 std::string format_diff(const Analysis& a, const Analysis& b);
