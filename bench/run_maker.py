@@ -13,6 +13,12 @@ span ids have their last 8 hex digits XORed with a number of the copy (ids
 of the template's other traces are left as they are), and its times are
 moved by k times the template's length. Deterministic: the same template
 and size give the same bytes.
+
+Clock samples (lens.clock_sync spans) are kept in every --clock-every-th
+copy only (default 100: with a 3-step template, a sample every 300 steps),
+as a trainer takes them: lens-train samples at the first step, then every
+300 seconds by default (its 2,000-step run of bench/README.md has 2 or 3 a
+rank), not at every step as a short template run does.
 """
 
 import argparse
@@ -105,13 +111,22 @@ def render(chunks, slots, copy, steps, shift_ns):
     return "".join(out)
 
 
-def make_run(template, out_dir, megabytes, batch_spans=512, quiet=False):
+CLOCK_SPAN = "lens.clock_sync"
+
+
+def make_run(template, out_dir, megabytes, batch_spans=512, quiet=False, clock_every=100):
     ranks, step_traces = load(template)
     steps = 1 + max(s for _, _, by_step in ranks.values() for s in by_step)
     times = [int(s[k]) for _, loose, by_step in ranks.values() for spans in by_step.values()
              for s in spans for k in ("startTimeUnixNano", "endTimeUnixNano")]
     shift_ns = max(times) - min(times) + 1_000_000
     templates = {rank: {step: template_of(resource, spans, step_traces, batch_spans)
+                        for step, spans in sorted(by_step.items())}
+                 for rank, (resource, _, by_step) in ranks.items()}
+    # The copies between clock samples: each step without its samples.
+    unsampled = {rank: {step: template_of(resource,
+                                          [s for s in spans if s.get("name") != CLOCK_SPAN],
+                                          step_traces, batch_spans)
                         for step, spans in sorted(by_step.items())}
                  for rank, (resource, _, by_step) in ranks.items()}
     os.makedirs(out_dir, exist_ok=True)
@@ -129,7 +144,8 @@ def make_run(template, out_dir, megabytes, batch_spans=512, quiet=False):
         for step in range(steps):
             for rank in sorted(ranks):
                 if step in templates[rank]:
-                    text = render(*templates[rank][step], copy, steps, shift_ns)
+                    chosen = templates if copy % clock_every == 0 else unsampled
+                    text = render(*chosen[rank][step], copy, steps, shift_ns)
                     files[rank].write(text)
                     written += len(text)
         copy += 1
@@ -147,8 +163,12 @@ def main():
     parser.add_argument("out")
     parser.add_argument("--mb", type=float, default=1024)
     parser.add_argument("--batch-spans", type=int, default=512)
+    parser.add_argument("--clock-every", type=int, default=100,
+                        help="keep the clock samples in every N-th copy of the template")
     args = parser.parse_args()
-    make_run(args.template, args.out, args.mb, args.batch_spans)
+    if args.clock_every < 1:
+        parser.error("--clock-every must be 1 or more")
+    make_run(args.template, args.out, args.mb, args.batch_spans, clock_every=args.clock_every)
     return 0
 
 
