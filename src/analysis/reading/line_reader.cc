@@ -10,43 +10,43 @@ LineReader::LineReader(std::ifstream& in, std::size_t max_bytes)
 
 bool LineReader::fill() {
   if (eof_) return false;
-  if (begin_ > 0) {
-    std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
-    end_ -= begin_;
-    begin_ = 0;
-  }
-  in_.read(buffer_.data() + end_, static_cast<std::streamsize>(buffer_.size() - end_));
-  const auto n = static_cast<std::size_t>(in_.gcount());
-  end_ += n;
-  if (n == 0) eof_ = true;
-  return n > 0;
+  begin_ = 0;
+  in_.read(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
+  end_ = static_cast<std::size_t>(in_.gcount());
+  if (end_ == 0) eof_ = true;
+  return end_ > 0;
+}
+
+// Appends n bytes at `from` to `line`, keeping `room` bytes of capacity
+// after them; a line's capacity at least doubles when it grows.
+static void append(std::string& line, const char* from, std::size_t n, std::size_t room) {
+  const std::size_t needed = line.size() + n + room;
+  if (line.capacity() < needed) line.reserve(std::max(needed, 2 * line.capacity()));
+  line.append(from, n);
 }
 
 LineReader::Status LineReader::next(std::string& line, std::size_t room) {
   line.clear();
-  std::size_t scanned = begin_;
   for (;;) {
-    const char* at =
-        static_cast<const char*>(std::memchr(buffer_.data() + scanned, '\n', end_ - scanned));
+    const std::size_t available = end_ - begin_;
+    const char* from = buffer_.data() + begin_;
+    const char* at = static_cast<const char*>(std::memchr(from, '\n', available));
     if (at != nullptr) {
-      const auto stop = static_cast<std::size_t>(at - buffer_.data());
-      if (stop - begin_ > max_bytes_) return Status::kTooLong;
-      line.reserve(stop - begin_ + room);
-      line.assign(buffer_.data() + begin_, stop - begin_);
+      const auto n = static_cast<std::size_t>(at - from);
+      if (line.size() + n > max_bytes_) return Status::kTooLong;
+      append(line, from, n, room);
       bytes_ += line.size() + 1;
-      begin_ = stop + 1;
+      begin_ += n + 1;
       return Status::kLine;
     }
-    if (end_ - begin_ > max_bytes_) return Status::kTooLong;
-    scanned = end_ - begin_;  // offsets move to the front in fill()
-    if (end_ == buffer_.size() && begin_ == 0)
-      buffer_.resize(std::min(buffer_.size() * 2, max_bytes_ + 2));
+    // No newline in the buffer: what it holds is the line's so far; the
+    // buffer is refilled (a long line grows `line`, never the buffer).
+    if (line.size() + available > max_bytes_) return Status::kTooLong;
+    append(line, from, available, room);
+    begin_ = end_;
     if (!fill()) {
-      if (end_ == begin_) return Status::kEnd;
-      line.reserve(end_ - begin_ + room);
-      line.assign(buffer_.data() + begin_, end_ - begin_);
+      if (line.empty()) return Status::kEnd;
       bytes_ += line.size();
-      begin_ = end_;
       return Status::kUnterminated;
     }
   }

@@ -1,6 +1,9 @@
 // LineReader: reads a file a line at a time without ever holding more than
 // one line, and refuses a line longer than its limit, so a file with a
-// multi-gigabyte line (or none at all) cannot fill memory.
+// multi-gigabyte line (or none at all) cannot fill memory. Its own buffer
+// stays at 64 KiB whatever the lines' length: a long line is gathered in
+// the caller's string (a run's readers, one per rank file, are all open at
+// once; a buffer grown to each file's longest line was a few MB a rank).
 //
 // Thread safety: one reader per thread.
 #pragma once
