@@ -2,8 +2,11 @@
 #include "json_text.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
+#include <cstring>
+#include <numeric>
 #include <stdexcept>
 
 namespace lens::analysis {
@@ -20,18 +23,24 @@ void write_integer(std::string& out, Integer v) {
 // ensure_ascii off it escapes the quote, the backslash and the bytes below
 // 0x20 only): a text of none of those as it is, else the serializer's own
 // call (which also refuses invalid UTF-8, as dump does).
+constexpr std::array<bool, 256> kPlainByte = [] {
+  std::array<bool, 256> plain{};
+  for (int b = 0x20; b < 0x80; ++b) plain[b] = b != '"' && b != '\\';
+  return plain;
+}();
+
 void write_string(std::string& out, std::string_view v) {
-  const bool plain = std::all_of(v.begin(), v.end(), [](char c) {
-    const auto b = static_cast<unsigned char>(c);
-    return b >= 0x20 && b < 0x80 && c != '"' && c != '\\';
-  });
-  if (!plain) {
-    out += nlohmann::json(v).dump();
-    return;
-  }
-  out += '"';
-  out += v;
-  out += '"';
+  for (const char c : v)
+    if (!kPlainByte[static_cast<unsigned char>(c)]) {
+      out += nlohmann::json(v).dump();
+      return;
+    }
+  const std::size_t at = out.size();
+  out.resize(at + v.size() + 2);
+  char* p = out.data() + at;
+  p[0] = '"';
+  std::memcpy(p + 1, v.data(), v.size());
+  p[v.size() + 1] = '"';
 }
 
 void indent_to(std::string& out, int indent, int depth) {
@@ -123,6 +132,39 @@ void JsonObjectText::add(std::string_view key, const nlohmann::json& v) {
   write_json(member(key), v, indent_, depth_ + 1);
 }
 
+bool JsonObjectText::same_keys_as_last() const {
+  if (members_.size() != last_keys_.size()) return false;
+  for (std::size_t i = 0; i < members_.size(); ++i)
+    if (members_[i].key.data() != last_keys_[i].data() ||
+        members_[i].key.size() != last_keys_[i].size())
+      return false;
+  return true;
+}
+
+void JsonObjectText::order_members() {
+  order_.resize(members_.size());
+  std::iota(order_.begin(), order_.end(), 0u);
+  std::sort(order_.begin(), order_.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return members_[a].key < members_[b].key; });
+  for (std::size_t i = 1; i < order_.size(); ++i)
+    if (members_[order_[i - 1]].key == members_[order_[i]].key) {
+      last_keys_.clear();
+      throw std::logic_error("JsonObjectText: the key \"" + std::string(members_[order_[i]].key) +
+                             "\" was given twice");
+    }
+  heads_.clear();
+  head_begin_.clear();
+  for (const std::uint32_t m : order_) {
+    head_begin_.push_back(heads_.size());
+    indent_to(heads_, indent_, depth_ + 1);
+    write_string(heads_, members_[m].key);
+    heads_ += ": ";
+  }
+  head_begin_.push_back(heads_.size());
+  last_keys_.clear();
+  for (const Member& m : members_) last_keys_.push_back(m.key);
+}
+
 void JsonObjectText::write(std::string& out) {
   if (members_.empty()) {
     out += "{}";
@@ -130,20 +172,12 @@ void JsonObjectText::write(std::string& out) {
   }
   for (std::size_t i = 0; i < members_.size(); ++i)
     members_[i].end = i + 1 < members_.size() ? members_[i + 1].begin : text_.size();
-  std::sort(members_.begin(), members_.end(),
-            [](const Member& a, const Member& b) { return a.key < b.key; });
+  if (!same_keys_as_last()) order_members();
   out += "{\n";
-  for (std::size_t i = 0; i < members_.size(); ++i) {
-    const Member& m = members_[i];
-    if (i > 0) {
-      if (members_[i - 1].key == m.key)
-        throw std::logic_error("JsonObjectText: the key \"" + std::string(m.key) +
-                               "\" was given twice");
-      out += ",\n";
-    }
-    indent_to(out, indent_, depth_ + 1);
-    write_string(out, m.key);
-    out += ": ";
+  for (std::size_t place = 0; place < order_.size(); ++place) {
+    const Member& m = members_[order_[place]];
+    if (place > 0) out += ",\n";
+    out.append(heads_, head_begin_[place], head_begin_[place + 1] - head_begin_[place]);
     out.append(text_, m.begin, m.end - m.begin);
   }
   out += '\n';

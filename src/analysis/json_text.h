@@ -12,7 +12,11 @@
 // them (the serializer's own call: the same digits), not finite ones as
 // null; strings escaped by the serializer itself. A key given twice is a
 // mistake of the caller's (std::logic_error at write). Keys are not
-// copied: they must outlive the object (the callers' are literals).
+// copied: they must outlive the object and keep their bytes (the callers'
+// are literals). An object reused for rows (clear) whose keys come in the
+// same order, as the same texts, writes them in the order it found for the
+// first row, each key as it was escaped then: the rows of an array cost
+// their values, not a sort.
 //
 // Thread safety: a plain value.
 #pragma once
@@ -72,10 +76,21 @@ class JsonObjectText {
     std::size_t begin, end;  // its value's text in text_ (end: set by write)
   };
   std::string& member(std::string_view key);
+  // Whether the members' keys are the last write's, as the same texts.
+  bool same_keys_as_last() const;
+  // Settles the order of the members' keys and each one's indented "key": .
+  void order_members();
 
   int indent_, depth_;
   std::vector<Member> members_;
   std::string text_;  // every member's value, in the order they were added
+  // The last write's keys (in the order added), their places in key order,
+  // and for each place its indented key and colon in heads_ (from
+  // head_begin_[place] to the next place's).
+  std::vector<std::string_view> last_keys_;
+  std::vector<std::uint32_t> order_;
+  std::string heads_;
+  std::vector<std::size_t> head_begin_;
 };
 
 // Appends a JSON array of `count` items at `depth` to `out`: item(out, i,

@@ -145,6 +145,36 @@ TEST(JsonText, AnObjectsMembersInKeyOrderWhateverOrderTheyCameIn) {
   }
 }
 
+TEST(JsonText, AnObjectReusedForRowsOfTheSameOrOtherKeys) {
+  // The keys' texts stay where they are; rows take them in one order many
+  // times over (the order settled once), then in others, or others of them.
+  const std::vector<std::string> texts = {"step", "step_ms", "steps", "a", "\xc3\xa9t",
+                                          "stage_step_ms", "", "z\"q", "rank"};
+  RandomJson make(5);
+  std::vector<std::size_t> order(texts.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::size_t keys = texts.size();
+  JsonObjectText o(1, 2);
+  for (int row = 0; row < 2000; ++row) {
+    if (row % 50 == 0) {  // another order, or fewer keys
+      std::shuffle(order.begin(), order.end(), make.random());
+      keys = 1 + make.random()() % texts.size();
+    }
+    o.clear();
+    json expected = json::object();
+    for (std::size_t i = 0; i < keys; ++i) {
+      const std::string& key = texts[order[i]];
+      const json value = make.value(3);
+      o.add(key, value);
+      expected[key] = value;
+    }
+    std::string out, want;
+    o.write(out);
+    write_json(want, expected, 1, 2);
+    ASSERT_EQ(out, want) << "row " << row;
+  }
+}
+
 TEST(JsonText, ScalarsNestedObjectsAndArrays) {
   JsonObjectText o(2, 0);
   o.add("int", -3);
@@ -196,6 +226,12 @@ TEST(JsonText, RefusesAKeyTwiceAndInvalidUtf8) {
   o.add("a", 2);
   std::string out;
   EXPECT_THROW(o.write(out), std::logic_error);
+  EXPECT_THROW(o.write(out), std::logic_error);  // again: nothing of it kept
+  o.clear();
+  o.add("a", 1);
+  out.clear();
+  o.write(out);
+  EXPECT_EQ(out, "{\n \"a\": 1\n}");
   JsonObjectText bad(1, 0);
   EXPECT_THROW(bad.add("name", std::string("\xff\xfe")), json::type_error);
 }
