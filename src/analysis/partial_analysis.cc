@@ -1028,11 +1028,13 @@ Analysis merge_parts(const std::vector<std::string>& parts, const ClockAlignment
 // ---- summary ---------------------------------------------------------------
 
 std::string summary_part(const OpenedRun& run, const StepIndex& index,
-                         StepRange range, const ClockAlignment& clock) {
+                         StepRange range, const ClockAlignment& clock,
+                         const ReadProgress& progress) {
   SummaryRows all;
-  const std::string stream = read_part(run, index, range, &clock, [&](StepWindow& window) {
-    all.append(SummaryBuilder::rows_of(build_view(window.run)));
-  });
+  const std::string stream = read_part(
+      run, index, range, &clock,
+      [&](StepWindow& window) { all.append(SummaryBuilder::rows_of(build_view(window.run))); },
+      progress);
   Writer w;
   for (int v : {all.pipeline_stages, all.microbatches, all.virtual_stages})
     w.put<std::int32_t>(v);
@@ -1049,7 +1051,8 @@ std::string summary_part(const OpenedRun& run, const StepIndex& index,
 }
 
 Summary merge_summary_parts(const std::vector<std::string>& parts, const ClockAlignment& clock,
-                            bool raw_clock, std::vector<std::string>* warnings) {
+                            bool raw_clock, std::vector<std::string>* warnings,
+                            bool* rest_repeats) {
   SummaryBuilder builder;
   StreamMerge merge({}, clock, raw_clock);
   take_parts(parts, kSummaryMagic, merge, [&](Reader& r) {
@@ -1070,6 +1073,7 @@ Summary merge_summary_parts(const std::vector<std::string>& parts, const ClockAl
     builder.add(rows);
   });
   const Run rest = merge.rest();
+  if (rest_repeats) *rest_repeats = repeats_a_span(rest);
   if (warnings)
     for (const auto& f : rest.files)
       warnings->insert(warnings->end(), f.warnings.begin(), f.warnings.end());

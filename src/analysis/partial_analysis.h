@@ -128,9 +128,11 @@ Analysis merge_parts(const std::vector<std::string>& parts, const ClockAlignment
 // and spans left out set; the check's result as check_dir's). A check's
 // parts and its merge take the same StartOrder (start_order_of).
 std::string summary_part(const OpenedRun& run, const StepIndex& index,
-                         StepRange range, const ClockAlignment& clock);
+                         StepRange range, const ClockAlignment& clock,
+                         const ReadProgress& progress = {});
 Summary merge_summary_parts(const std::vector<std::string>& parts, const ClockAlignment& clock,
-                            bool raw_clock, std::vector<std::string>* warnings);
+                            bool raw_clock, std::vector<std::string>* warnings,
+                            bool* rest_repeats = nullptr);
 std::string check_part(const OpenedRun& run, const StepIndex& index,
                        StepRange range, const StartOrder& order,
                        const ReadProgress& progress = {});

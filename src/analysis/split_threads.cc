@@ -112,6 +112,24 @@ std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock,
   return a;
 }
 
+std::optional<Summary> summary_on_threads(const OpenedRun& run, bool raw_clock, int threads,
+                                          std::vector<std::string>* warnings,
+                                          const ReadProgress& progress) {
+  const std::optional<Split> s = split_run(run, raw_clock, threads);
+  if (!s) return std::nullopt;
+  PartsProgress read(s->ranges.size(), progress);
+  const std::vector<std::string> parts = parts_of(*s, [&](std::size_t i) {
+    return summary_part(run, s->index, s->ranges[i], s->clock, read.of(i));
+  });
+  read.done();
+  std::vector<std::string> said;
+  bool repeats = false;
+  Summary summary = merge_summary_parts(parts, s->clock, raw_clock, &said, &repeats);
+  if (repeats || summary.left_out.late + summary.left_out.duplicates > 0) return std::nullopt;
+  if (warnings) warnings->insert(warnings->end(), said.begin(), said.end());
+  return summary;
+}
+
 std::optional<CheckResult> check_on_threads(const OpenedRun& run, int threads,
                                             const ReadProgress& progress) {
   // Start times are compared on the run's clock samples (check_dir).

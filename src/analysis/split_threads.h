@@ -1,4 +1,5 @@
-// `lens analyze` and `lens check` split over the threads of one process:
+// `lens analyze`, `lens summary` and `lens check` split over the threads of
+// one process:
 // the split an MPI job makes over its processes (partial_analysis.h), each
 // range of steps read and analysed on a thread of its own, from its own
 // byte ranges of the files, then merged in step order. Each thread reads,
@@ -20,6 +21,7 @@
 #include "analyze.h"
 #include "check.h"
 #include "partial_analysis.h"
+#include "summary.h"
 
 namespace lens::analysis {
 
@@ -39,6 +41,9 @@ namespace lens::analysis {
 std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock, int threads,
                                            std::vector<std::string>* warnings,
                                            const ReadProgress& progress = {});
+std::optional<Summary> summary_on_threads(const OpenedRun& run, bool raw_clock, int threads,
+                                          std::vector<std::string>* warnings,
+                                          const ReadProgress& progress = {});
 std::optional<CheckResult> check_on_threads(const OpenedRun& run, int threads,
                                             const ReadProgress& progress = {});
 

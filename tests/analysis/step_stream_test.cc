@@ -460,6 +460,17 @@ TEST_F(StepStream, SplitOverThreadsSaysWhatOneStreamSaysAndTellsItsProgress) {
   std::vector<std::string> one_warnings;
   const std::string one_check = said(check_dir(dir_));
   const std::string one_analysis = format_json(analyze_run(dir_, {}, &one_warnings));
+  // The summary as `lens summary` makes it on one stream (its clock report
+  // and spans left out set).
+  const ClockAlignment clock = read_clock_alignment(dir_);
+  ClockReport report = ClockReport::of(clock);
+  LateSpans left_out;
+  std::vector<std::string> one_summary_warnings;
+  Summary summary =
+      summarize_dir(dir_, aligned_stream(clock, &report, &left_out), &one_summary_warnings);
+  summary.clock = report;
+  summary.left_out = left_out;
+  const std::string one_summary = format_json(summary);
   for (const int threads : {2, 3, 5}) {
     SCOPED_TRACE(std::to_string(threads) + " threads");
     std::vector<std::pair<std::uintmax_t, std::uintmax_t>> told;
@@ -485,6 +496,11 @@ TEST_F(StepStream, SplitOverThreadsSaysWhatOneStreamSaysAndTellsItsProgress) {
     ASSERT_TRUE(analysis.has_value());
     EXPECT_EQ(format_json(*analysis), one_analysis);
     EXPECT_EQ(warnings, one_warnings);
+    warnings.clear();
+    const std::optional<Summary> summary_split = summary_on_threads(dir_, false, threads, &warnings);
+    ASSERT_TRUE(summary_split.has_value());
+    EXPECT_EQ(format_json(*summary_split), one_summary);
+    EXPECT_EQ(warnings, one_summary_warnings);
     // A read-only command leaves the run as it was.
     EXPECT_FALSE(fs::exists(dir_ / ".lens-step-index"));
   }
@@ -500,6 +516,7 @@ TEST_F(StepStream, SplitOverThreadsSaysWhatOneStreamSaysAndTellsItsProgress) {
   EXPECT_FALSE(check_on_threads(dir_, 2).has_value());
   std::vector<std::string> warnings;
   EXPECT_FALSE(analyze_on_threads(dir_, false, 2, &warnings).has_value());
+  EXPECT_FALSE(summary_on_threads(dir_, false, 2, &warnings).has_value());
   EXPECT_TRUE(warnings.empty()) << "nothing said by a split that was not used";
 }
 

@@ -2,7 +2,7 @@
 # `mpirun -n K lens analyze|summary|check RUN` prints what one process
 # reading one stream (--threads 1) prints, byte for byte, with the same exit
 # code, for K = 1 (--mpi), 2, 3 and 4, and so does one process split over 2
-# and 3 threads (analyze and check; split_threads.h): on a trainer run of PP2 x DP2 with clock samples and an injected
+# and 3 threads (analyze, summary and check; split_threads.h): on a trainer run of PP2 x DP2 with clock samples and an injected
 # clock offset, whose 10 steps 3 and 4 processes do not divide evenly, as
 # JSON and as the table; on a long run made from it by bench/run_maker.py
 # (many lines per rank); on a faulty copy (a span delivered twice, a rank's

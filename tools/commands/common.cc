@@ -56,7 +56,7 @@ void add_reading_options(CLI::App* command, bool* raw_clock) {
   command
       ->add_option_function<int>(
           "--threads", [](const int& n) { set_default_read_threads(n); },
-          "threads: 1 reads and works on one; with 2 or more, check and analyze split "
+          "threads: 1 reads and works on one; with 2 or more, check, summary and analyze split "
           "a run in lens's layout into N ranges of steps, each read and worked on by a "
           "thread of its own, and the other commands assemble the steps on one while "
           "the view works on another and parse the files' lines on the other N-1 (the "

@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "mpi_analyze.h"
+#include "split_threads.h"
 #include "summary.h"
 
 namespace lens::tools::cli {
@@ -36,9 +37,14 @@ Command add_summary(CLI::App& lens) {
               std::fputs((o->as_json ? format_json(s) : format_table(s)).c_str(), stdout);
             };
             if (split_over_mpi(o->use_mpi)) return mpi_summary(o->dir, o->raw_clock, print);
-            AlignedReading reading(o->raw_clock);
             std::vector<std::string> warnings;
             const OpenedRun run(o->dir);  // read twice: its clock samples, then its steps
+            if (auto split = summary_on_threads(run, o->raw_clock, default_read_threads(),
+                                                &warnings, reading_options().progress)) {
+              print(*split, warnings);
+              return kOk;
+            }
+            AlignedReading reading(o->raw_clock);
             Summary s = summarize_dir(run, reading.options(run), &warnings);
             s.clock = reading.clock_report();
             s.left_out = reading.late_spans();
