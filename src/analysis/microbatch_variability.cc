@@ -13,37 +13,75 @@ void MicrobatchVariability::add(const std::vector<MicrobatchCost>& costs, int se
   if (last_setter_ && *last_setter_ != setter) ++changes_;
   last_setter_ = setter;
   ++steps_;
-  // Per pipeline (replica, tensor rank) and stage, this step's costs, and
-  // each one's relative cost.
-  std::map<std::tuple<int, int, int>, std::vector<const MicrobatchCost*>> by_stage;
+  // Per pipeline (replica, tensor rank) and stage, this step's costs in
+  // their order, the groups in key order; each one's relative cost. Sorted
+  // vectors rather than maps (a tree node per cost and key, per step).
+  std::vector<const MicrobatchCost*>& by_stage = by_stage_;
+  by_stage.clear();
   for (const auto& c : costs)
-    if (c.ms > 0) by_stage[{c.replica, c.tensor, c.stage}].push_back(&c);
-  // (replica, tensor, microbatch) -> stage -> log relative cost
-  std::map<std::tuple<int, int, std::int64_t>, std::map<int, double>> log_relative;
-  for (const auto& [key, list] : by_stage) {
-    std::vector<double> v;
-    for (const auto* c : list) v.push_back(c->ms);
+    if (c.ms > 0) by_stage.push_back(&c);
+  std::stable_sort(by_stage.begin(), by_stage.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->replica, a->tensor, a->stage) < std::tie(b->replica, b->tensor, b->stage);
+  });
+  // (replica, tensor, microbatch, stage) -> log relative cost, in the order
+  // made: of a key made twice the later counts.
+  std::vector<LogRelative>& log_relative = log_relative_;
+  log_relative.clear();
+  std::vector<double> v;
+  for (std::size_t begin = 0, end = 0; begin < by_stage.size(); begin = end) {
+    const MicrobatchCost& first = *by_stage[begin];
+    for (end = begin + 1; end < by_stage.size() && by_stage[end]->replica == first.replica &&
+                          by_stage[end]->tensor == first.tensor &&
+                          by_stage[end]->stage == first.stage;
+         ++end) {
+    }
+    v.clear();
+    for (std::size_t i = begin; i < end; ++i) v.push_back(by_stage[i]->ms);
     const double median = percentile(v, 0.5);
     if (median <= 0) continue;
-    const int stage = std::get<2>(key);
-    for (const auto* c : list) {
-      cost_ms_[stage].push_back(c->ms);
-      const double r = c->ms / median;
-      relative_[stage].push_back(r);
-      log_relative[{c->replica, c->tensor, c->microbatch}][stage] = std::log(r);
+    const int stage = first.stage;
+    std::vector<double>& cost = cost_ms_[stage];
+    std::vector<double>& relative = relative_[stage];
+    for (std::size_t i = begin; i < end; ++i) {
+      const MicrobatchCost& c = *by_stage[i];
+      cost.push_back(c.ms);
+      const double r = c.ms / median;
+      relative.push_back(r);
+      log_relative.push_back({c.replica, c.tensor, c.microbatch, stage, std::log(r)});
     }
   }
-  for (const auto& [mb, stages] : log_relative)
-    for (auto a = stages.begin(); a != stages.end(); ++a)
-      for (auto b = std::next(a); b != stages.end(); ++b) {
-        Sums& s = pairs_[{a->first, b->first}];
+  std::stable_sort(log_relative.begin(), log_relative.end(),
+                   [](const LogRelative& a, const LogRelative& b) {
+                     return std::tie(a.replica, a.tensor, a.microbatch, a.stage) <
+                            std::tie(b.replica, b.tensor, b.microbatch, b.stage);
+                   });
+  // Each microbatch's stages in order (the last of a stage made twice), and
+  // every pair of them.
+  std::vector<std::pair<int, double>> stages;
+  for (std::size_t begin = 0, end = 0; begin < log_relative.size(); begin = end) {
+    const LogRelative& first = log_relative[begin];
+    stages.clear();
+    for (end = begin; end < log_relative.size() && log_relative[end].replica == first.replica &&
+                      log_relative[end].tensor == first.tensor &&
+                      log_relative[end].microbatch == first.microbatch;
+         ++end) {
+      if (!stages.empty() && stages.back().first == log_relative[end].stage)
+        stages.back().second = log_relative[end].value;
+      else
+        stages.emplace_back(log_relative[end].stage, log_relative[end].value);
+    }
+    for (std::size_t a = 0; a < stages.size(); ++a)
+      for (std::size_t b = a + 1; b < stages.size(); ++b) {
+        Sums& s = pairs_[{stages[a].first, stages[b].first}];
+        const double x = stages[a].second, y = stages[b].second;
         s.n += 1;
-        s.x += a->second;
-        s.y += b->second;
-        s.xx += a->second * a->second;
-        s.yy += b->second * b->second;
-        s.xy += a->second * b->second;
+        s.x += x;
+        s.y += y;
+        s.xx += x * x;
+        s.yy += y * y;
+        s.xy += x * y;
       }
+  }
 }
 
 Variability MicrobatchVariability::finish() const {

@@ -61,6 +61,15 @@ class MicrobatchVariability {
     double n = 0, x = 0, y = 0, xx = 0, yy = 0, xy = 0;
   };
   std::map<std::pair<int, int>, Sums> pairs_;
+  // A step's working room, kept between steps.
+  struct LogRelative {
+    int replica, tensor;
+    std::int64_t microbatch;
+    int stage;
+    double value;
+  };
+  std::vector<const MicrobatchCost*> by_stage_;
+  std::vector<LogRelative> log_relative_;
   std::optional<int> last_setter_;
   std::size_t steps_ = 0, changes_ = 0;
 };

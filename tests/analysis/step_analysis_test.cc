@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -561,6 +563,63 @@ TEST(StepAnalysis, AnAsynchronousSyncsWaitIsMeasuredToTheLastReplicasArrivalNotT
                 f.step_ms, 1e-9);
     EXPECT_GE(f.rest_ms, 0) << "replica " << f.replica << " stage " << f.stage;
   }
+}
+
+TEST(MicrobatchVariability, TheCostsOrderDoesNotMatterButWithinAMicrobatchOfAStage) {
+  // Random steps of costs over 2 replicas, 2 TP ranks, 4 stages and 6
+  // microbatches, some missing, some not positive, some a microbatch's
+  // cost twice on a stage. Shuffled so that the costs of one replica,
+  // tensor rank, stage and microbatch keep their order, the same steps say
+  // the same to the bit: costs are grouped by pipeline and stage, and a
+  // microbatch's stages taken in stage order, whatever their order given.
+  std::mt19937_64 random(17);
+  MicrobatchVariability in_order, shuffled;
+  for (int step = 0; step < 40; ++step) {
+    std::vector<MicrobatchCost> costs;
+    for (int replica = 0; replica < 2; ++replica)
+      for (int tensor = 0; tensor < 2; ++tensor)
+        for (int stage = 0; stage < 4; ++stage)
+          for (std::int64_t mb = 0; mb < 6; ++mb) {
+            if (random() % 7 == 0) continue;
+            const double ms = random() % 11 == 0 ? 0.0 : 0.5 + static_cast<double>(random() % 1000) / 100;
+            costs.push_back({replica, stage, tensor, mb, ms});
+            if (random() % 9 == 0)
+              costs.push_back({replica, stage, tensor, mb, 0.5 + static_cast<double>(random() % 100) / 10});
+          }
+    // Shuffled: the costs in a random order, then each key's put back in
+    // its own order over the places its costs took.
+    std::vector<std::size_t> order(costs.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), random);
+    const auto key = [&](std::size_t i) {
+      const MicrobatchCost& c = costs[i];
+      return std::make_tuple(c.replica, c.tensor, c.stage, c.microbatch);
+    };
+    std::map<std::tuple<int, int, int, std::int64_t>, std::vector<std::size_t>> same_key;
+    for (std::size_t i = 0; i < costs.size(); ++i) same_key[key(i)].push_back(i);
+    std::map<std::tuple<int, int, int, std::int64_t>, std::size_t> taken;
+    std::vector<MicrobatchCost> other;
+    for (const std::size_t i : order) other.push_back(costs[same_key[key(i)][taken[key(i)]++]]);
+    const int setter = static_cast<int>(random() % 2);
+    in_order.add(costs, setter);
+    shuffled.add(other, setter);
+  }
+  const Variability a = in_order.finish(), b = shuffled.finish();
+  EXPECT_EQ(a.spread, b.spread);
+  EXPECT_EQ(a.correlation, b.correlation);
+  EXPECT_EQ(a.setter_changes, b.setter_changes);
+  EXPECT_EQ(a.variable, b.variable);
+  ASSERT_EQ(a.stages.size(), 4u);
+  ASSERT_EQ(a.stages.size(), b.stages.size());
+  for (std::size_t i = 0; i < a.stages.size(); ++i) {
+    EXPECT_EQ(a.stages[i].stage, b.stages[i].stage);
+    EXPECT_EQ(a.stages[i].microbatches, b.stages[i].microbatches);
+    EXPECT_EQ(a.stages[i].p50_ms, b.stages[i].p50_ms);
+    EXPECT_EQ(a.stages[i].p95_ms, b.stages[i].p95_ms);
+    EXPECT_EQ(a.stages[i].max_over_min, b.stages[i].max_over_min);
+    EXPECT_EQ(a.stages[i].relative_p90_p10, b.stages[i].relative_p90_p10);
+  }
+  EXPECT_NE(a.correlation, 0) << "stage pairs were summed";
 }
 
 TEST(MicrobatchVariability, WorkSharedByEveryStageIsVariableNoiseOnOneRankIsNot) {
