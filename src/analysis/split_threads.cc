@@ -92,42 +92,53 @@ std::vector<std::string> parts_of(const Split& s, Part&& part) {
   return in_order(s.ranges.size(), static_cast<int>(s.ranges.size()), part);
 }
 
+// analyze's and summary's split: the parts `part` makes of each range on
+// threads of their own, merged by `merge` (which says the files' warnings
+// and whether the spans of no step repeat one); nullopt where the split
+// does not apply or a cut could see less than one stream (a repeat, spans
+// left out), and then nothing is said.
+template <typename Result, typename Part, typename Merge>
+std::optional<Result> split_and_merge(const OpenedRun& run, bool raw_clock, int threads,
+                                      std::vector<std::string>* warnings,
+                                      const ReadProgress& progress, Part&& part, Merge&& merge) {
+  const std::optional<Split> s = split_run(run, raw_clock, threads);
+  if (!s) return std::nullopt;
+  PartsProgress read(s->ranges.size(), progress);
+  const std::vector<std::string> parts =
+      parts_of(*s, [&](std::size_t i) { return part(*s, s->ranges[i], read.of(i)); });
+  read.done();
+  std::vector<std::string> said;
+  bool repeats = false;
+  Result merged = merge(*s, parts, &said, &repeats);
+  if (repeats || merged.left_out.late + merged.left_out.duplicates > 0) return std::nullopt;
+  if (warnings) warnings->insert(warnings->end(), said.begin(), said.end());
+  return merged;
+}
+
 }  // namespace
 
 std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock, int threads,
                                            std::vector<std::string>* warnings,
                                            const ReadProgress& progress) {
-  const std::optional<Split> s = split_run(run, raw_clock, threads);
-  if (!s) return std::nullopt;
-  PartsProgress read(s->ranges.size(), progress);
-  const std::vector<std::string> parts = parts_of(*s, [&](std::size_t i) {
-    return analyze_part(run, s->index, s->ranges[i], s->clock, false, read.of(i));
-  });
-  read.done();
-  std::vector<std::string> said;
-  bool repeats = false;
-  Analysis a = merge_parts(parts, s->clock, raw_clock, false, &said, &repeats);
-  if (repeats || a.left_out.late + a.left_out.duplicates > 0) return std::nullopt;
-  if (warnings) warnings->insert(warnings->end(), said.begin(), said.end());
-  return a;
+  return split_and_merge<Analysis>(
+      run, raw_clock, threads, warnings, progress,
+      [&](const Split& s, StepRange range, const ReadProgress& read) {
+        return analyze_part(run, s.index, range, s.clock, false, read);
+      },
+      [&](const Split& s, const std::vector<std::string>& parts, std::vector<std::string>* said,
+          bool* repeats) { return merge_parts(parts, s.clock, raw_clock, false, said, repeats); });
 }
 
 std::optional<Summary> summary_on_threads(const OpenedRun& run, bool raw_clock, int threads,
                                           std::vector<std::string>* warnings,
                                           const ReadProgress& progress) {
-  const std::optional<Split> s = split_run(run, raw_clock, threads);
-  if (!s) return std::nullopt;
-  PartsProgress read(s->ranges.size(), progress);
-  const std::vector<std::string> parts = parts_of(*s, [&](std::size_t i) {
-    return summary_part(run, s->index, s->ranges[i], s->clock, read.of(i));
-  });
-  read.done();
-  std::vector<std::string> said;
-  bool repeats = false;
-  Summary summary = merge_summary_parts(parts, s->clock, raw_clock, &said, &repeats);
-  if (repeats || summary.left_out.late + summary.left_out.duplicates > 0) return std::nullopt;
-  if (warnings) warnings->insert(warnings->end(), said.begin(), said.end());
-  return summary;
+  return split_and_merge<Summary>(
+      run, raw_clock, threads, warnings, progress,
+      [&](const Split& s, StepRange range, const ReadProgress& read) {
+        return summary_part(run, s.index, range, s.clock, read);
+      },
+      [&](const Split& s, const std::vector<std::string>& parts, std::vector<std::string>* said,
+          bool* repeats) { return merge_summary_parts(parts, s.clock, raw_clock, said, repeats); });
 }
 
 std::optional<CheckResult> check_on_threads(const OpenedRun& run, int threads,

@@ -150,6 +150,18 @@ struct FakeRun {
   }
 };
 
+// The summary as `lens summary` makes it on one stream aligned by `clock`
+// (its clock report and spans left out set).
+Summary one_stream_summary(const fs::path& dir, const ClockAlignment& clock,
+                           std::vector<std::string>* warnings) {
+  ClockReport report = ClockReport::of(clock);
+  LateSpans left_out;
+  Summary summary = summarize_dir(dir, aligned_stream(clock, &report, &left_out), warnings);
+  summary.clock = report;
+  summary.left_out = left_out;
+  return summary;
+}
+
 class StepStream : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -460,17 +472,9 @@ TEST_F(StepStream, SplitOverThreadsSaysWhatOneStreamSaysAndTellsItsProgress) {
   std::vector<std::string> one_warnings;
   const std::string one_check = said(check_dir(dir_));
   const std::string one_analysis = format_json(analyze_run(dir_, {}, &one_warnings));
-  // The summary as `lens summary` makes it on one stream (its clock report
-  // and spans left out set).
-  const ClockAlignment clock = read_clock_alignment(dir_);
-  ClockReport report = ClockReport::of(clock);
-  LateSpans left_out;
   std::vector<std::string> one_summary_warnings;
-  Summary summary =
-      summarize_dir(dir_, aligned_stream(clock, &report, &left_out), &one_summary_warnings);
-  summary.clock = report;
-  summary.left_out = left_out;
-  const std::string one_summary = format_json(summary);
+  const std::string one_summary =
+      format_json(one_stream_summary(dir_, read_clock_alignment(dir_), &one_summary_warnings));
   for (const int threads : {2, 3, 5}) {
     SCOPED_TRACE(std::to_string(threads) + " threads");
     std::vector<std::pair<std::uintmax_t, std::uintmax_t>> told;
@@ -568,13 +572,8 @@ TEST_F(StepStream, SplitIntoPartsEveryCommandSaysWhatOneStreamSays) {
     ASSERT_FALSE(clock.empty());
     // One stream.
     const CheckResult one_check = check_dir(dir_);
-    ClockReport report = ClockReport::of(clock);
-    LateSpans left_out;
     std::vector<std::string> summary_warnings;
-    Summary one_summary =
-        summarize_dir(dir_, aligned_stream(clock, &report, &left_out), &summary_warnings);
-    one_summary.clock = report;
-    one_summary.left_out = left_out;
+    const Summary one_summary = one_stream_summary(dir_, clock, &summary_warnings);
     std::vector<std::string> analyze_warnings;
     const Analysis one_analysis = analyze_run(dir_, {}, &analyze_warnings);
     ASSERT_GT(one_check.late.late, 0u) << "the late span is found";
