@@ -39,7 +39,7 @@ void write_string(std::string& out, std::string_view v) {
   out.resize(at + v.size() + 2);
   char* p = out.data() + at;
   p[0] = '"';
-  std::memcpy(p + 1, v.data(), v.size());
+  if (!v.empty()) std::memcpy(p + 1, v.data(), v.size());  // an empty view's data may be null
   p[v.size() + 1] = '"';
 }
 
