@@ -186,6 +186,7 @@ TEST(JsonText, ScalarsNestedObjectsAndArrays) {
   o.add("null", nullptr);
   o.add("flag", true);
   o.add("name", "forward");
+  o.add("nothing", std::string_view());  // a view with no data
   o.add("list", std::vector<int>{3, 1, 2});
   o.add("empty_list", std::vector<int>{});
   JsonObjectText inner(2, 1);
@@ -209,6 +210,7 @@ TEST(JsonText, ScalarsNestedObjectsAndArrays) {
                          {"null", nullptr},
                          {"flag", true},
                          {"name", "forward"},
+                         {"nothing", ""},
                          {"list", {3, 1, 2}},
                          {"empty_list", json::array()},
                          {"inner", {{"b", 1}, {"a", "x"}}},
