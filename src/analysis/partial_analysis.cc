@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "lens/semconv.h"
 #include "line_reader.h"
 #include "pipeline_view.h"
 #include "run_reader.h"
@@ -328,12 +329,35 @@ void merge_late(Reader& r, LateSpans& into) {
 // The step spans' dl.step as lens's writers (and the import) put it.
 constexpr std::string_view kStepNeedle = R"("key":"dl.step","value":{"intValue":")";
 
-FileSteps index_file(const std::filesystem::path& path) {
+// A file's entry before its lines are scanned: its name, size and time.
+FileSteps file_entry(const std::filesystem::path& path) {
   FileSteps f;
   f.name = path.filename().string();
   std::error_code ec;
   f.size = std::filesystem::file_size(path, ec);
   f.modified = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+  return f;
+}
+
+// Each dl.step of a step span on `line` (line `number`, from byte `offset`).
+void scan_steps(std::string_view line, std::uint64_t offset, std::size_t number, FileSteps& f) {
+  for (const char *at = line.data(), *end = line.data() + line.size();;) {
+    const void* hit = ::memmem(at, static_cast<std::size_t>(end - at), kStepNeedle.data(),
+                               kStepNeedle.size());
+    if (hit == nullptr) break;
+    at = static_cast<const char*>(hit) + kStepNeedle.size();
+    std::int64_t step = 0;
+    bool digits = false;
+    while (at < end && *at >= '0' && *at <= '9' && step < (std::int64_t{1} << 60)) {
+      step = step * 10 + (*at++ - '0');
+      digits = true;
+    }
+    if (digits) f.steps.push_back({step, offset, number});
+  }
+}
+
+FileSteps index_file(const std::filesystem::path& path) {
+  FileSteps f = file_entry(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ReadError(path.string() + ": cannot open");
   LineReader lines(in);
@@ -343,20 +367,7 @@ FileSteps index_file(const std::filesystem::path& path) {
   for (;;) {
     const auto status = lines.next(line);
     if (status == LineReader::Status::kEnd || status == LineReader::Status::kTooLong) break;
-    ++number;
-    for (const char* at = line.data(), *end = line.data() + line.size();;) {
-      const void* hit = ::memmem(at, static_cast<std::size_t>(end - at), kStepNeedle.data(),
-                                 kStepNeedle.size());
-      if (hit == nullptr) break;
-      at = static_cast<const char*>(hit) + kStepNeedle.size();
-      std::int64_t step = 0;
-      bool digits = false;
-      while (at < end && *at >= '0' && *at <= '9' && step < (std::int64_t{1} << 60)) {
-        step = step * 10 + (*at++ - '0');
-        digits = true;
-      }
-      if (digits) f.steps.push_back({step, offset, number});
-    }
+    scan_steps(line, offset, ++number, f);
     offset = lines.bytes_read();
   }
   return f;
@@ -451,6 +462,33 @@ StepIndex index_share(const OpenedRun& run, int share, int shares) {
        i += static_cast<std::size_t>(std::max(shares, 1)))
     index.files.push_back(index_file(paths[i]));
   return index;
+}
+
+IndexAndClockShare index_and_clock_share(const OpenedRun& run, int share, int shares) {
+  const auto& paths = run.files();
+  IndexAndClockShare out;
+  for (std::size_t i = static_cast<std::size_t>(std::max(share, 0)); i < paths.size();
+       i += static_cast<std::size_t>(std::max(shares, 1))) {
+    FileSteps f = file_entry(paths[i]);
+    std::vector<SpanRow> samples;
+    std::exception_ptr error;
+    RankFileReader reader(paths[i]);  // cannot open: the index's error, thrown
+    reader.only_spans_named(semconv::kClockSyncSpan);
+    reader.look_at_every_line([&](std::string_view line, std::uint64_t offset,
+                                  std::size_t number) { scan_steps(line, offset, number, f); });
+    try {
+      while (reader.next_line()) {
+        for (auto& row : reader.file().spans) samples.push_back(std::move(row));
+        reader.file().spans.clear();
+      }
+    } catch (...) {
+      error = std::current_exception();  // the clock pass's error (its index then cut short)
+    }
+    out.index.files.push_back(std::move(f));
+    out.samples.push_back(std::move(samples));
+    out.errors.push_back(error);
+  }
+  return out;
 }
 
 StepIndex join_index_shares(const OpenedRun& run, std::vector<StepIndex> shares, bool save) {

@@ -74,6 +74,21 @@ struct FakeRun {
   static std::string job_trace() { return hex_id(0xf00, 32); }
   static std::string job_span_id(int rank) { return hex_id(0x9000 + rank, 16); }
 
+  // Clock samples (after make): ranks 1 and up a few µs off rank 0, each
+  // rank's first span.
+  void add_clock_samples() {
+    for (int rank = 1; rank < ranks; ++rank) {
+      FakeSpan sample{hex_id(0xc10c0 + rank, 32), hex_id(0xc10c0 + rank, 16), "",
+                      "lens.clock_sync", 999'000'000, 999'000'100};
+      const std::vector<std::pair<const char*, std::int64_t>> fields = {
+          {"lens.clock.local_time_ns", 999'000'000}, {"lens.clock.offset_ns", 3000 * rank},
+          {"lens.clock.uncertainty_ns", 400},        {"lens.clock.reference_rank", 0},
+          {"lens.clock.exchanges", 8},               {"lens.clock.discarded", 0}};
+      for (const auto& [key, value] : fields) sample.attributes.push_back(int_attr(key, value));
+      by_rank[rank].insert(by_rank[rank].begin(), sample);
+    }
+  }
+
   void make() {
     by_rank.assign(ranks, {});
     std::uint64_t next_id = 1;
@@ -547,17 +562,7 @@ TEST_F(StepStream, SplitIntoPartsEveryCommandSaysWhatOneStreamSays) {
   for (auto& s : run_.by_rank[2])
     if (s.trace == FakeRun::trace_of(3) && !s.links.empty() && s.name.ends_with(".linked"))
       s.links[0]["spanId"] = "00000000deadbeef";
-  // Clock samples: ranks 1 and 2 a few µs off rank 0.
-  for (int rank = 1; rank < run_.ranks; ++rank) {
-    FakeSpan sample{hex_id(0xc10c0 + rank, 32), hex_id(0xc10c0 + rank, 16), "",
-                    "lens.clock_sync", 999'000'000, 999'000'100};
-    const std::vector<std::pair<const char*, std::int64_t>> fields = {
-        {"lens.clock.local_time_ns", 999'000'000}, {"lens.clock.offset_ns", 3000 * rank},
-        {"lens.clock.uncertainty_ns", 400},        {"lens.clock.reference_rank", 0},
-        {"lens.clock.exchanges", 8},               {"lens.clock.discarded", 0}};
-    for (const auto& [key, value] : fields) sample.attributes.push_back(int_attr(key, value));
-    run_.by_rank[rank].insert(run_.by_rank[rank].begin(), sample);
-  }
+  run_.add_clock_samples();
   for (const std::size_t batch : {std::size_t{1}, std::size_t{6}}) {
     fs::remove_all(dir_);
     run_.write(dir_, batch);
@@ -617,6 +622,72 @@ TEST_F(StepStream, SplitIntoPartsEveryCommandSaysWhatOneStreamSays) {
       EXPECT_EQ(warnings, analyze_warnings);
     }
   }
+}
+
+TEST_F(StepStream, IndexAndClockInOneReadingAreTheIndexAndTheClockPass) {
+  run_.steps = 8;
+  run_.make();
+  run_.add_clock_samples();
+  run_.write(dir_, 3);
+  const OpenedRun run(dir_);
+  const std::string index = to_bytes(join_index_shares(run, {index_share(run, 0, 1)}, false));
+  const auto said = [](const std::vector<SpanRow>& rows) {
+    std::string out;
+    for (const auto& r : rows)
+      out += r.name + " " + r.span_id.str() + " " + std::to_string(r.rank) + " " +
+             std::to_string(r.attributes.size()) + "\n";
+    return out;
+  };
+  for (int k = 1; k <= 3; ++k) {
+    SCOPED_TRACE(std::to_string(k) + " shares");
+    std::vector<StepIndex> indexes;
+    std::vector<IndexAndClockShare> shares;
+    for (int i = 0; i < k; ++i) {
+      shares.push_back(index_and_clock_share(run, i, k));
+      indexes.push_back(shares.back().index);
+    }
+    EXPECT_EQ(to_bytes(join_index_shares(run, std::move(indexes), false)), index);
+    std::size_t samples = 0;
+    for (std::size_t f = 0; f < run.files().size(); ++f) {
+      const IndexAndClockShare& share = shares[f % k];
+      EXPECT_FALSE(share.errors[f / k]);
+      EXPECT_EQ(said(share.samples[f / k]), said(read_file_clock_samples(run.files()[f])));
+      samples += share.samples[f / k].size();
+    }
+    EXPECT_GT(samples, 0u) << "the run has clock samples";
+  }
+  // A clock sample's line broken: that file's error is the clock pass's,
+  // the other files read as before.
+  const fs::path broken = run.files()[1];
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(broken);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  std::size_t at = 0;
+  while (at < lines.size() && lines[at].find("lens.clock_sync") == std::string::npos) ++at;
+  ASSERT_LT(at, lines.size());
+  lines[at].insert(lines[at].size() / 2, "\"oops");
+  {
+    std::ofstream out(broken);
+    for (const auto& line : lines) out << line << "\n";
+  }
+  std::string pass_error;
+  try {
+    read_file_clock_samples(broken);
+  } catch (const ReadError& e) {
+    pass_error = e.what();
+  }
+  ASSERT_FALSE(pass_error.empty());
+  const IndexAndClockShare share = index_and_clock_share(run, 0, 1);
+  ASSERT_TRUE(share.errors[1]);
+  try {
+    std::rethrow_exception(share.errors[1]);
+  } catch (const ReadError& e) {
+    EXPECT_EQ(std::string(e.what()), pass_error);
+  }
+  EXPECT_FALSE(share.errors[0]);
+  EXPECT_EQ(said(share.samples[0]), said(read_file_clock_samples(run.files()[0])));
 }
 
 TEST_F(StepStream, MalformedLineIsAReadErrorNamingFileAndLine) {

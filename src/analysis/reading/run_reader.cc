@@ -520,6 +520,7 @@ bool RankFileReader::next_line() {
       break;
     }
     ++number_;
+    const std::uintmax_t line_start = bytes_;
     bytes_ = lines_.bytes_read();
     if (status == LineReader::Status::kTooLong) {
       done_ = true;
@@ -528,6 +529,7 @@ bool RankFileReader::next_line() {
                       " bytes (the reader's limit)");
     }
     const bool terminated = status == LineReader::Status::kLine;
+    if (look_) look_(line, line_start, number_);
     if (line.empty()) continue;
     if (!needle_.empty() &&
         ::memmem(line.data(), line.size(), needle_.data(), needle_.size()) == nullptr)

@@ -133,6 +133,13 @@ class RankFileReader {
   // the others only those spans become rows (the others are not checked:
   // the pass that reads every span does).
   void only_spans_named(std::string name) { needle_ = std::move(name); }
+  // Shows every line read to `look` first (empty ones and the ones the
+  // name skips too; not one over the limit): its text, the byte it starts
+  // at and its number. A pass that scans every line for something else
+  // (the step index) then reads the file once with this one.
+  using LineLook = std::function<void(std::string_view line, std::uint64_t offset,
+                                      std::size_t number)>;
+  void look_at_every_line(LineLook look) { look_ = std::move(look); }
   std::uintmax_t bytes_read() const { return bytes_; }
   // The number of the line last read (1-based; 0 before the first).
   std::size_t line_number() const { return number_; }
@@ -148,6 +155,7 @@ class RankFileReader {
   std::uintmax_t bytes_ = 0;
   bool done_ = false;
   std::string needle_;
+  LineLook look_;
 };
 
 // Reads every rank file of the run into memory. `progress` is called after
