@@ -9,7 +9,10 @@
 // The step index is the one an MPI run saved beside the run when it still
 // names the files as they are, else built (a share of the files per
 // thread) and kept in memory: a read-only command writes nothing into the
-// run. The clock is read as one stream reads it (read_clock_alignment).
+// run. The clock samples are the ones one stream reads
+// (read_clock_alignment), added in file order: taken in the same reading
+// of each file as its index (index_and_clock_share), or read on their own
+// when the index was saved.
 //
 // Thread safety: plain functions; each starts and joins its own threads.
 #pragma once
