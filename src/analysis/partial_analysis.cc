@@ -15,7 +15,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "lens/semconv.h"
 #include "line_reader.h"
 #include "pipeline_view.h"
 #include "run_reader.h"
@@ -472,17 +471,13 @@ IndexAndClockShare index_and_clock_share(const OpenedRun& run, int share, int sh
     FileSteps f = file_entry(paths[i]);
     std::vector<SpanRow> samples;
     std::exception_ptr error;
-    RankFileReader reader(paths[i]);  // cannot open: the index's error, thrown
-    reader.only_spans_named(semconv::kClockSyncSpan);
-    reader.look_at_every_line([&](std::string_view line, std::uint64_t offset,
-                                  std::size_t number) { scan_steps(line, offset, number, f); });
     try {
-      while (reader.next_line()) {
-        for (auto& row : reader.file().spans) samples.push_back(std::move(row));
-        reader.file().spans.clear();
-      }
+      samples = read_file_clock_samples(
+          paths[i], [&](std::string_view line, std::uint64_t offset, std::size_t number) {
+            scan_steps(line, offset, number, f);
+          });
     } catch (...) {
-      error = std::current_exception();  // the clock pass's error (its index then cut short)
+      error = std::current_exception();  // the clock pass's error (the index then cut short)
     }
     out.index.files.push_back(std::move(f));
     out.samples.push_back(std::move(samples));

@@ -75,11 +75,11 @@ StepIndex step_index(const OpenedRun& run);
 // of 0 .. K-1, in that order, as one index (saved beside the run).
 std::optional<StepIndex> saved_step_index(const OpenedRun& run);
 StepIndex index_share(const OpenedRun& run, int share, int shares);
-// index_share and the clock samples of the same files (as
-// read_file_clock_samples reads them) from one reading of each file: per
-// file its samples, and the error the clock pass would have raised on it
-// (nullptr: none), by which its index may be cut short. ReadError (thrown)
-// for a file that cannot be opened, as index_share.
+// index_share and the clock samples of the same files
+// (read_file_clock_samples) from one reading of each file: per file its
+// samples, and the error the clock pass would have raised on it (nullptr:
+// none; a file that cannot be opened among them), by which its index may
+// be cut short.
 struct IndexAndClockShare {
   StepIndex index;
   std::vector<std::vector<SpanRow>> samples;

@@ -70,12 +70,11 @@ std::optional<Split> split_run(const OpenedRun& run, bool raw_clock, int threads
   if (threads < 2 || !is_lens_layout(run.input()) || run.files().size() == 0) return std::nullopt;
   Split s;
   // Without a saved index, each file is read once for both its index and
-  // its clock samples (the samples then added in file order, and the
-  // first file's error the clock pass would raise raised, after the checks
+  // its clock samples (the samples added in file order, and the first
+  // file's error the clock pass would raise raised, after the checks
   // below, as one stream would meet them).
-  std::vector<std::vector<SpanRow>> samples;
+  std::optional<ClockAlignment> clock;
   std::exception_ptr clock_error;
-  bool clock_read = false;
   if (auto saved = saved_step_index(run)) {
     s.index = std::move(*saved);
   } else if (raw_clock) {
@@ -94,24 +93,19 @@ std::optional<Split> split_run(const OpenedRun& run, bool raw_clock, int threads
     s.index = join_index_shares(run, std::move(indexes), false);
     // File i is share i mod k's (i / k)-th.
     const std::size_t k = shares.size();
+    clock.emplace();
     for (std::size_t i = 0; i < s.index.files.size(); ++i) {
-      IndexAndClockShare& share = shares[i % k];
+      const IndexAndClockShare& share = shares[i % k];
       if (share.errors[i / k] && !clock_error) clock_error = share.errors[i / k];
-      samples.push_back(std::move(share.samples[i / k]));
+      for (const auto& sample : share.samples[i / k]) clock->add(sample);
     }
-    clock_read = true;
   }
   const std::size_t steps = s.index.steps().size();
   if (steps < 2 || !cuts_cleanly(s.index)) return std::nullopt;  // one stream reads it
   s.ranges = split_steps(s.index, static_cast<int>(std::min<std::size_t>(
                                       steps, static_cast<std::size_t>(threads))));
   if (clock_error) std::rethrow_exception(clock_error);
-  if (clock_read) {
-    for (const auto& file : samples)
-      for (const auto& sample : file) s.clock.add(sample);
-  } else if (!raw_clock) {
-    s.clock = read_clock_alignment(run);
-  }
+  if (!raw_clock) s.clock = clock ? std::move(*clock) : read_clock_alignment(run);
   return s;
 }
 

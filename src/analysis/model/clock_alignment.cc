@@ -295,10 +295,12 @@ bool ClockAlignment::align(RankFile& file) const {
   return all;
 }
 
-std::vector<SpanRow> read_file_clock_samples(const std::filesystem::path& file) {
+std::vector<SpanRow> read_file_clock_samples(const std::filesystem::path& file,
+                                             const RankFileReader::LineLook& look) {
   std::vector<SpanRow> samples;
   RankFileReader reader(file);
   reader.only_spans_named(semconv::kClockSyncSpan);
+  if (look) reader.look_at_every_line(look);
   while (reader.next_line()) {
     for (auto& s : reader.file().spans) samples.push_back(std::move(s));
     reader.file().spans.clear();
@@ -310,7 +312,8 @@ std::vector<SpanRow> read_clock_samples(const OpenedRun& run) {
   // The files read side by side (default_read_threads), their samples in
   // file order as one after the other gives them.
   std::vector<SpanRow> samples;
-  for (auto& file : per_file(run.files(), default_read_threads(), read_file_clock_samples))
+  for (auto& file : per_file(run.files(), default_read_threads(),
+                             [](const auto& path) { return read_file_clock_samples(path); }))
     for (auto& s : file) samples.push_back(std::move(s));
   return samples;
 }

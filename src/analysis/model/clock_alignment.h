@@ -137,8 +137,10 @@ class ClockAlignment {
 // order): one pass that parses only the lines naming them; their
 // alignment. ReadError as the reader throws it.
 std::vector<SpanRow> read_clock_samples(const OpenedRun& run);
-// The samples of one rank file.
-std::vector<SpanRow> read_file_clock_samples(const std::filesystem::path& file);
+// The samples of one rank file; `look`, when given, sees every line read
+// (RankFileReader::look_at_every_line: a scan made in the same reading).
+std::vector<SpanRow> read_file_clock_samples(const std::filesystem::path& file,
+                                             const RankFileReader::LineLook& look = {});
 ClockAlignment read_clock_alignment(const OpenedRun& run);
 
 // A receive that ended before its matching send began by more than the

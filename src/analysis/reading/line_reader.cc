@@ -17,13 +17,17 @@ bool LineReader::fill() {
   return end_ > 0;
 }
 
+namespace {
+
 // Appends n bytes at `from` to `line`, keeping `room` bytes of capacity
 // after them; a line's capacity at least doubles when it grows.
-static void append(std::string& line, const char* from, std::size_t n, std::size_t room) {
+void append(std::string& line, const char* from, std::size_t n, std::size_t room) {
   const std::size_t needed = line.size() + n + room;
   if (line.capacity() < needed) line.reserve(std::max(needed, 2 * line.capacity()));
   line.append(from, n);
 }
+
+}  // namespace
 
 LineReader::Status LineReader::next(std::string& line, std::size_t room) {
   line.clear();
