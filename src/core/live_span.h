@@ -76,7 +76,12 @@ struct LiveSpan : SpanRecord {
   // slots past them set aside: done when the span ends, before the record
   // is handed on or copied. (The test compares pointers: most records have
   // nothing to set aside, and a size would be a division.)
+  // Inline, the loop out of line.
   void settle_attributes() {
+    if (attributes.data() + attributes_used != attributes.data() + attributes.size()) [[unlikely]]
+      set_aside_kept_slots();
+  }
+  [[gnu::noinline]] void set_aside_kept_slots() {
     while (attributes.data() + attributes_used != attributes.data() + attributes.size()) {
       spare_attributes.push_back(std::move(attributes.back()));
       attributes.pop_back();
@@ -96,8 +101,57 @@ class SpinLock;
 // The global pool's lock (fork_safety.cc holds it across fork()).
 SpinLock& record_pool_lock();
 
+// A thread's cache of pooled records (record_pool.cc keeps the global pool
+// and refills it): trivially destructible and constant-initialised, so that
+// a thread reaches it without a guard, and the common start takes a record
+// inline, without a call or a lock.
+struct RecordCache {
+  static constexpr std::size_t kBatch = 64;
+  LiveSpan* spans[kBatch] = {};
+  std::size_t count = 0;
+};
+extern constinit thread_local RecordCache t_record_cache;
+
+// Refills this thread's cache from the global pool and takes a cleared
+// record from it, or a new one when the pool is empty.
+LiveSpan* acquire_record_after_refill();
+
+// Clears a pooled record for reuse, keeping container capacity. Done on the
+// thread that will fill it, rather than on the export thread that returned
+// it: the exporter then only reads records, and the cache lines it shares
+// with this thread are never left modified on its core.
+[[gnu::always_inline]] inline void clear_for_reuse(LiveSpan& s) {
+  // Each field a span's start does not always set; what a span rarely uses
+  // (tracestate, events, links, a status message) cleared only when it
+  // holds something.
+  if (!s.context.tracestate.empty()) s.context.tracestate.clear();
+  s.context.remote = false;
+  s.parent_span_id = SpanId();
+  s.parent_remote = false;
+  // name is kept: the start sets it, and keeps it when it is the same.
+  s.attributes_used = 0;  // the slots stay, to be reused in place
+  s.dropped_attributes_count = 0;
+  if (!s.events.empty()) s.events.clear();
+  s.dropped_events_count = 0;
+  if (!s.links.empty()) s.links.clear();
+  s.dropped_links_count = 0;
+  s.status_code = StatusCode::kUnset;
+  if (!s.status_message.empty()) s.status_message.clear();
+  s.core = nullptr;
+  s.prev = s.next = nullptr;
+  s.device = {};
+  s.figure = StepFigure::kNone;
+}
+
 // Takes a cleared record from this thread's cache or the global pool.
-LiveSpan* acquire_record();
+[[gnu::always_inline]] inline LiveSpan* acquire_record() {
+  RecordCache& cache = t_record_cache;
+  if (cache.count == 0) [[unlikely]]
+    return acquire_record_after_refill();
+  LiveSpan* span = cache.spans[--cache.count];
+  clear_for_reuse(*span);
+  return span;
+}
 // Returns records to the pool (freed if the pool is full).
 void release_record(LiveSpan* span);
 void release_records(LiveSpan* const* spans, std::size_t count);

@@ -73,11 +73,21 @@ void refresh_clock_offset();
 // (TelemetryOptions::test_clock_offset_ns, test_clock_drift_ppm), so that
 // clock alignment can be tested. Zero unless a test sets it.
 struct ClockSkew {
+  ClockSkew() = default;
+  ClockSkew(std::int64_t offset, double drift_per_ns, std::int64_t origin)
+      : offset_ns(offset),
+        drift(drift_per_ns),
+        origin_steady_ns(origin),
+        skewed(offset != 0 || drift_per_ns != 0) {}
+
   std::int64_t offset_ns = 0;
   double drift = 0;  // 1e-6 per ppm
   std::int64_t origin_steady_ns = 0;
+  // Either of the above set: a flag, so that a span's start tests one byte
+  // rather than a double.
+  bool skewed = false;
 
-  bool active() const { return offset_ns != 0 || drift != 0; }
+  bool active() const { return skewed; }
   // The span clock at a monotonic reading.
   std::int64_t unix_ns(std::int64_t steady_ns) const {
     std::int64_t t = unix_ns_from_steady(steady_ns);
