@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -24,6 +25,14 @@ struct Attribute {
 };
 
 using Attributes = std::vector<Attribute>;
+
+/// A key/value pair whose key is borrowed (a call site's literal, alive for
+/// the call): what a function that sets attributes on a span takes from a
+/// braced list, so that no key is copied into a vector on the way.
+struct BorrowedAttribute {
+  std::string_view key;
+  AttributeValue value;
+};
 
 /// The value stored under key, or nullptr.
 const AttributeValue* find_attribute(const Attributes& attributes, std::string_view key);

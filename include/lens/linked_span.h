@@ -12,6 +12,7 @@
 /// Thread safety: as Tracer::start_span.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <string_view>
 
@@ -24,6 +25,12 @@ namespace lens {
 
 Span create_linked_span(const Tracer& tracer, std::string_view name,
                         const std::optional<SpanContext>& remote, Attributes attributes = {});
+/// The same with the attributes as a braced list, e.g.
+/// `{{"dl.microbatch_id", id}}` (what a call site writes): set from the
+/// list as it stands, no vector or key copied first.
+Span create_linked_span(const Tracer& tracer, std::string_view name,
+                        const std::optional<SpanContext>& remote,
+                        std::initializer_list<BorrowedAttribute> attributes);
 
 inline Span create_linked_span(const Tracer& tracer, std::string_view name,
                                const std::optional<StepCarrier>& remote_carrier,
@@ -32,6 +39,14 @@ inline Span create_linked_span(const Tracer& tracer, std::string_view name,
       tracer, name,
       remote_carrier ? std::optional<SpanContext>(remote_carrier->context) : std::nullopt,
       std::move(attributes));
+}
+inline Span create_linked_span(const Tracer& tracer, std::string_view name,
+                               const std::optional<StepCarrier>& remote_carrier,
+                               std::initializer_list<BorrowedAttribute> attributes) {
+  return create_linked_span(
+      tracer, name,
+      remote_carrier ? std::optional<SpanContext>(remote_carrier->context) : std::nullopt,
+      attributes);
 }
 
 }  // namespace lens

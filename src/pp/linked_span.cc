@@ -5,8 +5,14 @@
 
 namespace lens {
 
-Span create_linked_span(const Tracer& tracer, std::string_view name,
-                        const std::optional<SpanContext>& remote, Attributes attributes) {
+namespace {
+
+// The span: started under the caller's current span (or in the remote's
+// trace when there is none), its attributes set by `set_attributes`, then
+// linked to the remote.
+template <typename SetAttributes>
+Span linked_span(const Tracer& tracer, std::string_view name,
+                 const std::optional<SpanContext>& remote, SetAttributes&& set_attributes) {
   if (!tracer.enabled(SpanGroup::kCommunication)) return Span();
   Span span;
   if (!current_span_context().valid() && remote && remote->valid()) {
@@ -18,7 +24,7 @@ Span create_linked_span(const Tracer& tracer, std::string_view name,
   } else {
     span = tracer.start_span(SpanGroup::kCommunication, name);
   }
-  for (auto& a : attributes) span.set_attribute(a.key, std::move(a.value));
+  set_attributes(span);
   auto& counters = detail::pipeline_counters();
   if (remote && remote->valid()) {
     span.add_link(*remote);
@@ -27,6 +33,24 @@ Span create_linked_span(const Tracer& tracer, std::string_view name,
     detail::count(counters.linked_spans_without_link);
   }
   return span;
+}
+
+}  // namespace
+
+Span create_linked_span(const Tracer& tracer, std::string_view name,
+                        const std::optional<SpanContext>& remote, Attributes attributes) {
+  return linked_span(tracer, name, remote, [&](Span& span) {
+    for (auto& a : attributes) span.set_attribute(a.key, std::move(a.value));
+  });
+}
+
+Span create_linked_span(const Tracer& tracer, std::string_view name,
+                        const std::optional<SpanContext>& remote,
+                        std::initializer_list<BorrowedAttribute> attributes) {
+  return linked_span(tracer, name, remote, [&](Span& span) {
+    for (const auto& a : attributes)
+      std::visit([&](const auto& value) { span.set_attribute(a.key, value); }, a.value);
+  });
 }
 
 }  // namespace lens

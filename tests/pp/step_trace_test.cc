@@ -274,6 +274,50 @@ TEST(LinkedSpan, InvalidRemoteGivesSpanWithoutLinkAndIsCounted) {
   EXPECT_EQ(pipeline_stats().linked_spans_without_link, 2u);
 }
 
+TEST(LinkedSpan, ABracedListAndAnAttributeVectorGiveTheSameSpan) {
+  testing::MemoryTelemetry mt;
+  Tracer tracer = mt.telemetry->tracer();
+  SpanContext remote;
+  remote.trace_id = TraceId::from_words(7, 9);
+  remote.span_id = SpanId::from_word(11);
+  remote.trace_flags = TraceFlags::kSampled;
+  remote.remote = true;
+  const std::string long_key(40, 'k');  // past the short-string buffer
+  {
+    // Every alternative of a value, and a key given twice (the last wins).
+    Span listed = create_linked_span(
+        tracer, "listed", std::optional<SpanContext>(remote),
+        {{"dl.microbatch_id", std::int64_t{3}},
+         {"b", true},
+         {"d", 0.5},
+         {long_key, std::string("forward")},
+         {"ints", std::vector<std::int64_t>{1, 2}},
+         {"strings", std::vector<std::string>{"x", "y"}},
+         {"dl.microbatch_id", std::int64_t{4}}});
+    Span vectored = create_linked_span(
+        tracer, "vectored", std::optional<SpanContext>(remote),
+        Attributes{{"dl.microbatch_id", std::int64_t{3}},
+                   {"b", true},
+                   {"d", 0.5},
+                   {long_key, std::string("forward")},
+                   {"ints", std::vector<std::int64_t>{1, 2}},
+                   {"strings", std::vector<std::string>{"x", "y"}},
+                   {"dl.microbatch_id", std::int64_t{4}}});
+  }
+  auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), 2u);
+  const SpanRecord& listed = spans[0].name == "listed" ? spans[0] : spans[1];
+  const SpanRecord& vectored = spans[0].name == "listed" ? spans[1] : spans[0];
+  EXPECT_EQ(listed.attributes, vectored.attributes);
+  ASSERT_EQ(listed.attributes.size(), 6u);
+  EXPECT_EQ(*find_attribute(listed.attributes, "dl.microbatch_id"), AttributeValue(std::int64_t{4}));
+  EXPECT_EQ(*find_attribute(listed.attributes, long_key), AttributeValue(std::string("forward")));
+  ASSERT_EQ(listed.links.size(), 1u);
+  EXPECT_EQ(listed.links[0].context.span_id, remote.span_id);
+  EXPECT_EQ(listed.links, vectored.links);
+  EXPECT_EQ(listed.context.trace_id, remote.trace_id);
+}
+
 TEST(LinkedSpan, DisabledCommunicationGroupCreatesNothing) {
   TelemetryOptions opts;
   opts.span_groups = "per_step";
