@@ -230,6 +230,8 @@ TEST(RunReader, LineOverTheLimitIsAnErrorNamingFileAndLine) {
 // ---- the On-Demand parser against the DOM reference ----------------------
 
 // What a parse gave: the rows and resource fields, or that it failed.
+std::string described(const RankFile& f);
+
 std::string outcome(void (*parse)(RankFile&, const std::string&), const std::string& line) {
   RankFile f;
   try {
@@ -237,6 +239,11 @@ std::string outcome(void (*parse)(RankFile&, const std::string&), const std::str
   } catch (const std::exception&) {
     return "error";
   }
+  return described(f);
+}
+
+// A file's rows and resource fields as text.
+std::string described(const RankFile& f) {
   std::string out = std::to_string(f.rank) + "|" + std::to_string(f.world_size) + "|" +
                     f.run_id + "|" + f.service_name + "|" + f.trace_scope + "|" +
                     f.export_filter + "|" + std::to_string(f.replica) + "|" +
@@ -291,6 +298,81 @@ std::vector<std::string> corpus_lines() {
                           "{\"resourceSpans\":[{\"resource\":5,\"scopeSpans\":[7,{\"spans\":null}]}]}"})
     lines.push_back(odd);
   return lines;
+}
+
+// Successive lines of one file: a line's resource is applied over what
+// the lines before it set (the parser skips one that is the same as the
+// last it applied), and a line that fails half-way leaves what it set.
+// Read line after line into one RankFile by each parser, the two files
+// agree after every line: over lines whose resources repeat, change,
+// lose a key, come back, fail in their rank or in a later attribute, and
+// 3,000 seeded sequences of them and of their mutations.
+TEST(RunReader, SuccessiveLinesOfAFileAreReadAsTheDomReferenceReadsThem) {
+  const auto line_with = [](const std::string& resource_attributes) {
+    return R"({"resourceSpans":[{"resource":{"attributes":[)" + resource_attributes +
+           R"(]},"scopeSpans":[{"spans":[{"traceId":"0123456789abcdef0123456789abcdef","spanId":"0123456789abcdef","name":"s"}]}]}]})";
+  };
+  const std::string rank2 = R"({"key":"dl.rank","value":{"intValue":"2"}})";
+  const std::string rank3 = R"({"key":"dl.rank","value":{"intValue":"3"}})";
+  const std::string host = R"({"key":"host.name","value":{"stringValue":"node-a"}})";
+  const std::string host_b = R"({"key":"host.name","value":{"stringValue":"node-b"}})";
+  const std::string pid = R"({"key":"process.pid","value":{"intValue":"41"}})";
+  const std::string pid_text = R"({"key":"process.pid","value":{"stringValue":"41"}})";
+  const std::string world = R"({"key":"dl.world_size","value":{"intValue":"4"}})";
+  const std::string bad_rank = R"({"key":"dl.rank","value":{"stringValue":"two"}})";
+  const std::string bad_value = R"({"key":"process.pid","value":{"intValue":"x"}})";
+  const std::vector<std::string> lines = {
+      line_with(rank2 + "," + host + "," + pid),
+      line_with(rank2 + "," + host + "," + pid),
+      line_with(rank2 + "," + host_b + "," + pid),         // a value changed
+      line_with(rank2 + "," + host + "," + pid),           // and back
+      line_with(host + "," + pid),                         // a key left out
+      line_with(rank2 + "," + host + "," + pid + "," + world),
+      line_with(rank2 + "," + host + "," + pid_text),      // the same text, another type
+      line_with(rank3 + "," + host + "," + pid),
+      line_with(host + "," + bad_rank),                    // fails in take_resource
+      line_with(rank3 + "," + host + "," + pid),
+      line_with(world + "," + bad_value),                  // fails after a type is set
+      line_with(rank3 + "," + host + "," + pid),
+      line_with(""),
+      line_with(""),
+      R"({"resourceSpans":[{"scopeSpans":[]}]})",
+      R"({"resourceSpans":[{"resource":{"attributes":[)" + rank2 + R"(]}},{"resource":{"attributes":[)" +
+          rank3 + R"(]}}]})",  // two resources in one line
+      line_with(rank3),
+  };
+  const auto read_both = [](const std::vector<std::string>& sequence) {
+    RankFile mine, reference;
+    for (const std::string& line : sequence) {
+      bool failed = false, reference_failed = false;
+      try {
+        parse_request(mine, line);
+      } catch (const std::exception&) {
+        failed = true;
+      }
+      try {
+        parse_request_reference(reference, line);
+      } catch (const std::exception&) {
+        reference_failed = true;
+      }
+      if (reference_failed && !failed) return;  // the reference refuses what the parser reads
+      ASSERT_EQ(failed, reference_failed) << line;
+      ASSERT_EQ(described(mine), described(reference)) << line;
+      mine.spans.clear();
+      reference.spans.clear();
+    }
+  };
+  read_both(lines);
+  std::mt19937_64 random(20261207);
+  for (int i = 0; i < 3000; ++i) {
+    std::vector<std::string> sequence;
+    for (int n = 0; n < 6; ++n) {
+      std::string l = lines[random() % lines.size()];
+      if (random() % 4 == 0 && !l.empty()) l[random() % l.size()] = "{}[]\":,0x9 "[random() % 11];
+      sequence.push_back(std::move(l));
+    }
+    read_both(sequence);
+  }
 }
 
 // Every line the DOM reference reads, the On-Demand parser reads the same

@@ -418,23 +418,63 @@ void span_of(dom::element v, SpanRow& row) {
     });
 }
 
+// A resource's attributes flattened: each key's and text's size and bytes,
+// and the type, in the order written.
+void flatten_resource(dom::element attrs, std::string& flat) {
+  flat.clear();
+  const auto put = [&](std::string_view bytes) {
+    const auto size = static_cast<std::uint32_t>(bytes.size());
+    flat.append(reinterpret_cast<const char*>(&size), sizeof size);
+    flat.append(bytes);
+  };
+  for_each_in(attrs, "attributes", [&](dom::element kv) {
+    key_value(kv, [&](std::string_view key, std::string_view text, char type) {
+      put(key);
+      put(text);
+      flat.push_back(type);
+    });
+  });
+}
+
 // One resourceSpans entry: its resource's fields on `file`, its spans
 // appended to file.spans.
 void resource_spans_of(dom::element rs, RankFile& file, std::string_view only) {
   if (rs.type() != Type::OBJECT) return;
-  std::map<std::string, std::string> resource;
-  dom::element r, scopes;
-  if (member(rs, "resource", r) && r.type() == Type::OBJECT) {
-    dom::element attrs;
-    if (member(r, "attributes", attrs))
+  dom::element r, scopes, attrs;
+  const bool has_attributes =
+      member(rs, "resource", r) && r.type() == Type::OBJECT && member(r, "attributes", attrs);
+  // The same resource as the one applied last is not applied again: the
+  // same maps and fields would be set to what they hold. (A malformed one
+  // is not the same: applied as below, it fails where it always did, with
+  // what it set before that set.)
+  thread_local std::string flat;
+  bool same = false;
+  try {
+    if (has_attributes)
+      flatten_resource(attrs, flat);
+    else
+      flat.clear();
+    same = file.resource_seen.applied && flat == file.resource_seen.flat;
+  } catch (const std::runtime_error&) {
+  }
+  int rank = file.resource_seen.rank;
+  if (!same) {
+    // Forgotten until applied whole: a resource that fails half-way has
+    // changed the maps, and the next line's must be applied over them.
+    file.resource_seen.applied = false;
+    std::map<std::string, std::string> resource;
+    if (has_attributes)
       for_each_in(attrs, "attributes", [&](dom::element kv) {
         key_value(kv, [&](std::string_view key, std::string_view text, char type) {
           resource[std::string(key)] = text;
           file.resource_types[std::string(key)] = type;
         });
       });
+    rank = take_resource(file, resource);
+    file.resource_seen.applied = true;
+    file.resource_seen.flat = flat;
+    file.resource_seen.rank = rank;
   }
-  const int rank = take_resource(file, resource);
   const std::uint64_t process = file.process;
   if (!member(rs, "scopeSpans", scopes)) return;
   for_each_in(scopes, "scopeSpans", [&](dom::element ss) {

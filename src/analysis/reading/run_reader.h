@@ -76,8 +76,18 @@ struct RankFile {
   std::vector<SpanRow> spans;
   std::size_t lines = 0;
   std::vector<std::string> warnings;
+  // The resource the reader applied last (its attributes' keys, texts and
+  // types, flattened) and the dl.rank it gave: a line whose resource is the
+  // same (most often every line's is) is not applied again. The reader's
+  // own; without_spans leaves it out.
+  struct ResourceSeen {
+    bool applied = false;
+    std::string flat;
+    int rank = -1;
+  };
+  ResourceSeen resource_seen;
 
-  // Everything but the spans.
+  // Everything but the spans (and resource_seen).
   RankFile without_spans() const;
 };
 
