@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include <charconv>
+#include <cstring>
+#include <limits>
 #include <fstream>
 #include <new>
 #include <nlohmann/json.hpp>
@@ -17,7 +19,30 @@ namespace lens::analysis {
 
 using json = nlohmann::json;
 
-std::optional<std::int64_t> strict_int(std::string_view text) {
+namespace {
+
+// Eight ASCII digits read as one number, the first the most significant,
+// or false when one of the bytes is not a digit. A word at a time: each
+// byte's digit value, then pairs, fours and the eight combined by three
+// multiplications (the bytes are in memory order: the first in the low
+// byte).
+bool eight_digits(const char* p, std::uint64_t& value) {
+  std::uint64_t w;
+  std::memcpy(&w, p, sizeof w);
+  // A digit is 0x30-0x39: its high nibble is 3, and adding 6 keeps it 3.
+  const std::uint64_t high = w & 0xF0F0F0F0F0F0F0F0ULL;
+  const std::uint64_t carried = (w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL;
+  if ((high | (carried >> 4)) != 0x3333333333333333ULL) return false;
+  w -= 0x3030303030303030ULL;
+  w = w * 10 + (w >> 8);  // each even byte: two digits
+  const std::uint64_t pairs = 0x000000FF000000FFULL;
+  w = ((w & pairs) * (100 + (1000000ULL << 32)) + ((w >> 16) & pairs) * (1 + (10000ULL << 32))) >>
+      32;
+  value = w;
+  return true;
+}
+
+std::optional<std::int64_t> strict_int_by_from_chars(std::string_view text) {
   std::int64_t v = 0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, v);
@@ -25,9 +50,35 @@ std::optional<std::int64_t> strict_int(std::string_view text) {
   return v;
 }
 
-namespace {
-
 }  // namespace
+
+std::optional<std::int64_t> strict_int(std::string_view text) {
+  // The common case, 1-19 digits after an optional '-' (a time in ns has
+  // 19), read eight digits at a time; anything else (a byte that is not a
+  // digit, more digits, a value out of range) is from_chars's to decide.
+  const bool negative = !text.empty() && text.front() == '-';
+  const char* p = text.data() + (negative ? 1 : 0);
+  const std::size_t n = text.size() - (negative ? 1 : 0);
+  if (n == 0 || n > 19) return strict_int_by_from_chars(text);
+  std::uint64_t v = 0;  // below 10^19 < 2^64
+  std::size_t i = 0;
+  for (std::uint64_t eight; i + 8 <= n; i += 8) {
+    if (!eight_digits(p + i, eight)) return strict_int_by_from_chars(text);
+    v = v * 100000000 + eight;
+  }
+  for (; i < n; ++i) {
+    const unsigned d = static_cast<unsigned char>(p[i]) - unsigned{'0'};
+    if (d > 9) return strict_int_by_from_chars(text);
+    v = v * 10 + d;
+  }
+  constexpr std::uint64_t kMax = std::numeric_limits<std::int64_t>::max();
+  if (!negative) {
+    if (v > kMax) return std::nullopt;
+    return static_cast<std::int64_t>(v);
+  }
+  if (v > kMax + 1) return std::nullopt;
+  return static_cast<std::int64_t>(0 - v);
+}
 
 std::int64_t SpanRow::int_attr(std::string_view key, std::int64_t fallback) const {
   const std::optional<std::string_view> text = attributes.text(key);
