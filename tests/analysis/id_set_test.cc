@@ -11,6 +11,7 @@
 #include <array>
 #include <deque>
 #include <map>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -175,6 +176,53 @@ TEST(HexId, HexWordReadsSixteenLowercaseDigitsOnly) {
   EXPECT_FALSE(hex_word("00f067aa0ba902b").has_value());
   EXPECT_FALSE(hex_word("00f067aa0ba902bg").has_value());
   EXPECT_FALSE(hex_word("00f067aa0ba902b7 ").has_value());
+}
+
+// EightHex reads a word's bytes as hex digits as a byte-by-byte reading
+// does: over every byte value in every place, and 100,000 random words
+// made mostly of the bytes around the digits' ranges.
+TEST(HexId, EightDigitsAtATimeAreReadAsOneAtATime) {
+  const auto lower_value = [](std::string_view eight) -> std::optional<std::uint32_t> {
+    std::uint32_t v = 0;
+    for (const char c : eight) {
+      const unsigned d = kLowerHexValue[static_cast<unsigned char>(c)];
+      if (d > 15) return std::nullopt;
+      v = v << 4 | d;
+    }
+    return v;
+  };
+  const auto lowered = [](std::string_view eight) -> std::optional<std::string> {
+    std::string out;
+    for (const char c : eight) {
+      const unsigned d = kHexValue[static_cast<unsigned char>(c)];
+      if (d > 15) return std::nullopt;
+      out += kLowerHexDigits[d];
+    }
+    return out;
+  };
+  const auto check = [&](const std::string& eight) {
+    const EightHex word(eight.data());
+    ASSERT_EQ(word.lower_value(), lower_value(eight)) << eight;
+    const auto got = word.lowered();
+    const auto want = lowered(eight);
+    ASSERT_EQ(got.has_value(), want.has_value()) << eight;
+    if (got) ASSERT_EQ(std::string(reinterpret_cast<const char*>(&*got), 8), *want) << eight;
+  };
+  for (int place = 0; place < 8; ++place)
+    for (int byte = 0; byte < 256; ++byte) {
+      std::string eight = "0123abcd";
+      eight[static_cast<std::size_t>(place)] = static_cast<char>(byte);
+      check(eight);
+    }
+  std::mt19937_64 random(20261207);
+  const std::string near = "/09:@AFG`afg0123456789abcdefABCDEF\x7f";
+  for (int i = 0; i < 100000; ++i) {
+    std::string eight(8, '0');
+    for (char& c : eight)
+      c = random() % 16 == 0 ? static_cast<char>(random() % 256) : near[random() % near.size()];
+    check(eight);
+  }
+  EXPECT_EQ(hex_word("0123456789abcdef"), 0x0123456789abcdefULL);
 }
 
 TEST(HexId, IdLessOrdersAsTheTextDoes) {

@@ -105,19 +105,58 @@ inline constexpr std::array<std::uint8_t, 256> kLowerHexValue = [] {
   return t;
 }();
 
+// Eight bytes tested as hex digits a word at a time (the first byte in
+// the low byte, as loaded from memory on this little-endian machine).
+struct EightHex {
+  static constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
+  static constexpr std::uint64_t kHigh = 0x8080808080808080ULL;
+
+  explicit EightHex(const char* p) { std::memcpy(&word, p, sizeof word); }
+
+  // Each byte's high bit: set when the byte is at least `low` (the bytes are
+  // below 0x80, tested first, so that no sum carries into the next byte).
+  std::uint64_t at_least(unsigned low) const { return (word + kOnes * (0x80 - low)) & kHigh; }
+  std::uint64_t in(unsigned low, unsigned high) const {
+    return at_least(low) & ~at_least(high + 1);
+  }
+  bool ascii() const { return (word & kHigh) == 0; }
+  std::uint64_t digits() const { return in('0', '9'); }
+  std::uint64_t lower_letters() const { return in('a', 'f'); }
+  std::uint64_t upper_letters() const { return in('A', 'F'); }
+
+  // All eight lowercase hex digits: their value (the first the most
+  // significant), else nullopt.
+  std::optional<std::uint32_t> lower_value() const {
+    if (!ascii()) return std::nullopt;
+    const std::uint64_t letters = lower_letters();
+    if ((digits() | letters) != kHigh) return std::nullopt;
+    // Each byte's digit value, then pairs, fours and the eight combined.
+    std::uint64_t v = (word & 0x0F0F0F0F0F0F0F0FULL) + (letters >> 7) * 9;
+    v = ((v & 0x000F000F000F000FULL) << 4) | ((v >> 8) & 0x000F000F000F000FULL);
+    v = ((v & 0x000000FF000000FFULL) << 8) | ((v >> 16) & 0x000000FF000000FFULL);
+    return static_cast<std::uint32_t>(((v & 0xFFFF) << 16) | ((v >> 32) & 0xFFFF));
+  }
+
+  // All eight hex digits in either case: the same digits in lowercase,
+  // else nullopt.
+  std::optional<std::uint64_t> lowered() const {
+    if (!ascii()) return std::nullopt;
+    const std::uint64_t upper = upper_letters();
+    if ((digits() | lower_letters() | upper) != kHigh) return std::nullopt;
+    return word | (upper >> 2);  // 0x80 >> 2: the case bit
+  }
+
+  std::uint64_t word;
+};
+
 // The value of 16 lowercase hex digits (a span id, or half a trace id);
 // nullopt for any other text.
 inline std::optional<std::uint64_t> hex_word(std::string_view hex) {
   if (hex.size() != 16) return std::nullopt;
-  std::uint64_t v = 0;
-  unsigned bad = 0;
-  for (const char c : hex) {
-    const unsigned d = kLowerHexValue[static_cast<unsigned char>(c)];
-    bad |= d;
-    v = v << 4 | (d & 0xf);
-  }
-  if (bad & 0xf0) return std::nullopt;
-  return v;
+  const auto high = EightHex(hex.data()).lower_value();
+  const auto low = EightHex(hex.data() + 8).lower_value();
+  if (!high || !low) return std::nullopt;
+  return std::uint64_t{*high} << 32 | *low;
 }
 
 // Ids ordered as their text is (byte by byte, as std::string_view orders
