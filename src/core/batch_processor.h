@@ -78,7 +78,7 @@ class BatchProcessor {
   /// false (and releases the record) if the queue is full or shut down.
   bool enqueue(detail::LiveSpan* span) noexcept;
   /// The same, but a due wake-up of the export thread is left in `wake` for
-  /// the caller to run after releasing its locks (finish_span calls this
+  /// the caller to run after releasing its locks (a span's end calls this
   /// under the process-wide open-span lock).
   bool enqueue(detail::LiveSpan* span, PendingWake& wake) noexcept;
 

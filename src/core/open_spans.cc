@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "lens/span.h"
 #include "span_clock.h"
 #include "telemetry_core.h"
 
@@ -15,8 +16,8 @@ constinit SpinLock g_open_spans_lock;
 
 namespace {
 
-// Both entry points' body, inline in each: a span ended now (most spans)
-// makes one call, not two.
+// A span's end, inline in both entry points: a span ended now (most spans,
+// Span::end_recording) makes one call.
 [[gnu::always_inline]] inline void finish(LiveSpan* s, const std::int64_t end_steady) {
   if (s->figure != StepFigure::kNone) add_step_figure(s->figure, end_steady - s->start_steady_ns);
   // A device-timed span's end is recorded on its stream first: what the
@@ -63,8 +64,14 @@ namespace {
 
 }  // namespace
 
-void finish_span(LiveSpan* s) { finish(s, steady_now_ns()); }
-
 void finish_span_at(LiveSpan* s, const std::int64_t end_steady) { finish(s, end_steady); }
 
 }  // namespace lens::detail
+
+namespace lens {
+
+// A Span's end (its destructor's, most often): the body inline here, so
+// that the end is one call.
+void Span::end_recording() { detail::finish(std::exchange(live_, nullptr), detail::steady_now_ns()); }
+
+}  // namespace lens

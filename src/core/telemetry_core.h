@@ -45,7 +45,7 @@ class TelemetryCore {
   LiveSpan open_head;  // sentinel of the circular open-span list
   std::atomic<std::uint64_t> spans_truncated{0};
   // The span that ended last (name, truncated to fit, and when), for the
-  // failure record; written under open_spans_lock() by finish_span.
+  // failure record; written under open_spans_lock() by a span's end.
   char last_ended_name[LiveSpan::kNameCapacity] = {};
   std::uint8_t last_ended_length = 0;
   std::int64_t last_ended_steady_ns = 0;
@@ -70,12 +70,10 @@ class TelemetryCore {
   std::vector<std::string> mark_open_spans(std::string_view event, std::string_view detail);
 };
 
-// Ends a span's recording: timestamps it and queues it (or frees it if its
-// telemetry already ended it).
-void finish_span(LiveSpan* s);
-// The same, ended at `end_steady_ns` on the monotonic clock rather than now
-// (Span::end_at: a span whose end the caller gives, as OpenTelemetry's
-// end(end_time) does).
+// Ends a span's recording at `end_steady_ns` on the monotonic clock:
+// timestamps it and queues it (or frees it if its telemetry already ended
+// it). Span::end_recording ends one now; this is Span::end_at's, a span
+// whose end the caller gives, as OpenTelemetry's end(end_time) does.
 void finish_span_at(LiveSpan* s, std::int64_t end_steady_ns);
 
 }  // namespace lens::detail
