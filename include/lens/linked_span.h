@@ -32,21 +32,23 @@ Span create_linked_span(const Tracer& tracer, std::string_view name,
                         const std::optional<SpanContext>& remote,
                         std::initializer_list<BorrowedAttribute> attributes);
 
+namespace detail {
+// A carrier's context, if there is a carrier.
+inline std::optional<SpanContext> carrier_context(const std::optional<StepCarrier>& carrier) {
+  return carrier ? std::optional<SpanContext>(carrier->context) : std::nullopt;
+}
+}  // namespace detail
+
 inline Span create_linked_span(const Tracer& tracer, std::string_view name,
                                const std::optional<StepCarrier>& remote_carrier,
                                Attributes attributes = {}) {
-  return create_linked_span(
-      tracer, name,
-      remote_carrier ? std::optional<SpanContext>(remote_carrier->context) : std::nullopt,
-      std::move(attributes));
+  return create_linked_span(tracer, name, detail::carrier_context(remote_carrier),
+                            std::move(attributes));
 }
 inline Span create_linked_span(const Tracer& tracer, std::string_view name,
                                const std::optional<StepCarrier>& remote_carrier,
                                std::initializer_list<BorrowedAttribute> attributes) {
-  return create_linked_span(
-      tracer, name,
-      remote_carrier ? std::optional<SpanContext>(remote_carrier->context) : std::nullopt,
-      attributes);
+  return create_linked_span(tracer, name, detail::carrier_context(remote_carrier), attributes);
 }
 
 }  // namespace lens

@@ -38,13 +38,6 @@ struct BatchProcessor::State {
   std::vector<detail::LiveSpan*> ring;
   std::size_t head = 0;  // next to take
   std::size_t size = 0;
-  // What a producer compares with on every span, settled once: the ring's
-  // size, and the sizes at which it wakes the export thread (a full batch;
-  // with no schedule delay, the first span of an empty queue too, else the
-  // same full batch).
-  std::size_t capacity = 0;
-  std::size_t wake_at_full = 0;
-  std::size_t wake_at_first = 0;
   bool accepting = true;
   bool forked_child = false;  // a fork's child: no export thread here
   bool stop = false;
@@ -196,10 +189,6 @@ BatchProcessor::BatchProcessor(std::shared_ptr<SpanExporter> exporter, Resource 
   state_->resource = std::move(resource);
   state_->options = options_;
   state_->ring.assign(options_.max_queue_size, nullptr);
-  state_->capacity = state_->ring.size();
-  state_->wake_at_full = options_.max_export_batch_size;
-  state_->wake_at_first =
-      options_.schedule_delay.count() == 0 ? 1 : options_.max_export_batch_size;
   if (options_.hold.max_steps > 0) state_->hold = std::make_unique<detail::StepHold>(options_.hold);
   // The thread owns a reference to the state, so it may outlive us if an
   // exporter hangs past the shutdown timeout.
@@ -236,9 +225,9 @@ bool BatchProcessor::enqueue(detail::LiveSpan* span, PendingWake& pending) noexc
   bool wake = false;
   {
     std::lock_guard<detail::SpinLock> lock(s.queue);
-    if (s.accepting && s.size < s.capacity) {
+    if (s.accepting && s.size < s.ring.size()) {
       std::size_t at = s.head + s.size;  // no division on the hot path
-      if (at >= s.capacity) at -= s.capacity;
+      if (at >= s.ring.size()) at -= s.ring.size();
       s.ring[at] = span;
       const std::size_t size = ++s.size;
       ++s.stats.queued;
@@ -246,7 +235,8 @@ bool BatchProcessor::enqueue(detail::LiveSpan* span, PendingWake& pending) noexc
       accepted = true;
       // A full batch; or, with no schedule delay, the first span of an empty
       // queue (the thread then sleeps until there is work).
-      wake = size == s.wake_at_full || size == s.wake_at_first;
+      wake = size == s.options.max_export_batch_size ||
+             (size == 1 && s.options.schedule_delay.count() == 0);
     } else if (s.forked_child) {
       ++s.stats.dropped_in_forked_child;
     } else {

@@ -62,12 +62,9 @@ void refill(RecordCache& cache) {
 SpinLock& record_pool_lock() { return global_pool().mu; }
 
 LiveSpan* acquire_record_after_refill() {
-  RecordCache& cache = t_record_cache;
-  refill(cache);
-  if (cache.count == 0) return new LiveSpan;
-  LiveSpan* span = cache.spans[--cache.count];
-  clear_for_reuse(*span);
-  return span;
+  refill(t_record_cache);
+  if (t_record_cache.count == 0) return new LiveSpan;
+  return acquire_record();  // from the refilled cache
 }
 
 void release_record(LiveSpan* span) { release_records(&span, 1); }

@@ -284,25 +284,22 @@ TEST(LinkedSpan, ABracedListAndAnAttributeVectorGiveTheSameSpan) {
   remote.remote = true;
   const std::string long_key(40, 'k');  // past the short-string buffer
   {
-    // Every alternative of a value, and a key given twice (the last wins).
-    Span listed = create_linked_span(
-        tracer, "listed", std::optional<SpanContext>(remote),
-        {{"dl.microbatch_id", std::int64_t{3}},
-         {"b", true},
-         {"d", 0.5},
-         {long_key, std::string("forward")},
-         {"ints", std::vector<std::int64_t>{1, 2}},
-         {"strings", std::vector<std::string>{"x", "y"}},
-         {"dl.microbatch_id", std::int64_t{4}}});
-    Span vectored = create_linked_span(
-        tracer, "vectored", std::optional<SpanContext>(remote),
-        Attributes{{"dl.microbatch_id", std::int64_t{3}},
-                   {"b", true},
-                   {"d", 0.5},
-                   {long_key, std::string("forward")},
-                   {"ints", std::vector<std::int64_t>{1, 2}},
-                   {"strings", std::vector<std::string>{"x", "y"}},
-                   {"dl.microbatch_id", std::int64_t{4}}});
+    // Every alternative of a value, and a key given twice (the last wins);
+    // the same entries once as the list and once copied into a vector.
+    const std::initializer_list<BorrowedAttribute> list = {
+        {"dl.microbatch_id", std::int64_t{3}},
+        {"b", true},
+        {"d", 0.5},
+        {long_key, std::string("forward")},
+        {"ints", std::vector<std::int64_t>{1, 2}},
+        {"strings", std::vector<std::string>{"x", "y"}},
+        {"dl.microbatch_id", std::int64_t{4}}};
+    Attributes vector;
+    for (const auto& a : list) vector.push_back({std::string(a.key), a.value});
+    Span listed =
+        create_linked_span(tracer, "listed", std::optional<SpanContext>(remote), list);
+    Span vectored = create_linked_span(tracer, "vectored", std::optional<SpanContext>(remote),
+                                       std::move(vector));
   }
   auto spans = mt.spans();
   ASSERT_EQ(spans.size(), 2u);

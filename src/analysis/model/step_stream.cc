@@ -79,8 +79,6 @@ struct Cursor {
   };
   std::unordered_map<TraceKey, Open, TraceKeyHash> open;
   std::size_t traces_seen = 0;
-  // How many rows the latest completed trace held before its step span.
-  std::size_t typical_open = 0;
   // The lines whose spans outside the step windows are this reader's
   // (StreamOptions::owned), and the span ids held in `open` from other lines.
   StreamOptions::Owned owned;
@@ -146,7 +144,6 @@ void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
       auto it = c.open.find(trace);
       if (it != c.open.end()) {
         std::vector<SpanRow>& children = it->second.rows;
-        c.typical_open = children.size();
         // Most often the step's first rows: the children's vector becomes
         // the step's, no row moved.
         if (bucket.empty())
@@ -169,19 +166,8 @@ void take_line(Cursor& c, std::int64_t handed_over, LateSpans* late) {
       c.held_ids.erase(id);
       leave_out(row, *gone, false);  // its step was handed over
     } else {
-      const bool alone = c.open.empty();
       auto [it, fresh] = c.open.try_emplace(trace);
-      if (fresh) {
-        it->second.seen = c.traces_seen++;
-        // The next step's trace, most often: room for as many rows as the
-        // last step's had, so that they are not moved again at each
-        // doubling. Only for a trace that opens alone, so that the room
-        // given ahead is never more than one step's.
-        if (alone) {
-          it->second.rows.reserve(c.typical_open + 1);
-          it->second.lines.reserve(c.typical_open + 1);
-        }
-      }
+      if (fresh) it->second.seen = c.traces_seen++;
       if (!owned) c.borrowed_ids.insert(id);
       it->second.rows.push_back(std::move(row));
       it->second.lines.push_back(line);

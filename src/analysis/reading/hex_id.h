@@ -105,8 +105,9 @@ inline constexpr std::array<std::uint8_t, 256> kLowerHexValue = [] {
   return t;
 }();
 
-// Eight bytes tested as hex digits a word at a time (the first byte in
-// the low byte, as loaded from memory on this little-endian machine).
+// Eight bytes tested a word at a time as decimal digits and hex letters
+// (the first byte in the low byte, as loaded from memory on this
+// little-endian machine): the ids' reading and strict_int's.
 struct EightHex {
   static constexpr std::uint64_t kOnes = 0x0101010101010101ULL;
   static constexpr std::uint64_t kHigh = 0x8080808080808080ULL;

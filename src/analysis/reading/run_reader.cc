@@ -22,18 +22,14 @@ using json = nlohmann::json;
 namespace {
 
 // Eight ASCII digits read as one number, the first the most significant,
-// or false when one of the bytes is not a digit. A word at a time: each
-// byte's digit value, then pairs, fours and the eight combined by three
-// multiplications (the bytes are in memory order: the first in the low
-// byte).
+// or false when one of the bytes is not a digit (EightHex's test). A word
+// at a time: each byte's digit value, then pairs, fours and the eight
+// combined by three multiplications (the bytes are in memory order: the
+// first in the low byte).
 bool eight_digits(const char* p, std::uint64_t& value) {
-  std::uint64_t w;
-  std::memcpy(&w, p, sizeof w);
-  // A digit is 0x30-0x39: its high nibble is 3, and adding 6 keeps it 3.
-  const std::uint64_t high = w & 0xF0F0F0F0F0F0F0F0ULL;
-  const std::uint64_t carried = (w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL;
-  if ((high | (carried >> 4)) != 0x3333333333333333ULL) return false;
-  w -= 0x3030303030303030ULL;
+  const EightHex eight(p);
+  if (!eight.ascii() || eight.digits() != EightHex::kHigh) return false;
+  std::uint64_t w = eight.word - EightHex::kOnes * '0';
   w = w * 10 + (w >> 8);  // each even byte: two digits
   const std::uint64_t pairs = 0x000000FF000000FFULL;
   w = ((w & pairs) * (100 + (1000000ULL << 32)) + ((w >> 16) & pairs) * (1 + (10000ULL << 32))) >>
