@@ -25,8 +25,8 @@ using detail::parse_uint;
 using detail::Setting;
 using detail::trimmed;
 
-constexpr std::uint64_t kMaxCount = 1u << 24;  // the span limits' bound
-constexpr std::uint64_t kMaxMillis = 24ull * 3600 * 1000;
+using detail::kMaxCount;
+using detail::kMaxMillis;
 
 // OTEL_EXPORTER_OTLP_HEADERS: "k=v,k=v", values percent-encoded. Errors name
 // the variable and the member's position, never a value (they carry tokens).

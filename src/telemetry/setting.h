@@ -15,6 +15,11 @@
 
 namespace lens::detail {
 
+// The bounds settings share: a count (queue, batch, span limits) is at most
+// 2^24, a time in milliseconds (delays, timeouts, intervals) at most a day.
+inline constexpr std::uint64_t kMaxCount = 1u << 24;
+inline constexpr std::uint64_t kMaxMillis = 24ull * 3600 * 1000;
+
 // A variable's value with its name, so errors can name where it came from.
 struct Setting {
   std::string name;

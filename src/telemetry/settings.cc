@@ -286,8 +286,6 @@ constexpr SettingRow composite(std::string_view option, Vars vars, std::string_v
   return {option, vars, SettingKind::kComposite, 0, 0, accepted, job_wide, resolve, nullptr, shown};
 }
 
-constexpr std::int64_t kMaxCount = 1 << 24;
-constexpr std::int64_t kMaxMillis = 24ll * 3600 * 1000;
 constexpr std::int64_t kMaxInterval = 100000000;
 
 using namespace detail;  // the resolvers of the settings that are more than a value
