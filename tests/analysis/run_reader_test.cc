@@ -69,6 +69,54 @@ TEST(LineReader, FileWithoutNewlinesStopsAtTheLimit) {
   fs::remove(p);
 }
 
+
+// Lines handed out where they lie in the buffer, moved to its start at a
+// refill, and gathered when longer than it: the same lines, byte counts and
+// statuses as splitting the file's text, whatever the lengths (around the
+// buffer's 64 KiB, past it, empty, a last line without newline), and the
+// room after each line readable (a read past the buffer fails under ASan).
+TEST(LineReader, LinesInAndAcrossItsBufferAreTheFileSplitAtNewlines) {
+  std::mt19937_64 random(53);
+  for (int round = 0; round < 40; ++round) {
+    std::vector<std::string> lines;
+    std::string text;
+    const int count = 1 + static_cast<int>(random() % 30);
+    for (int i = 0; i < count; ++i) {
+      static const std::size_t kLengths[] = {0, 1, 63, 64, 65535, 65536, 65537, 131072};
+      const std::size_t length = random() % 3 == 0 ? kLengths[random() % std::size(kLengths)]
+                                                   : random() % 90000;
+      std::string line(length, ' ');
+      for (auto& c : line) c = static_cast<char>('a' + random() % 26);
+      lines.push_back(line);
+      text += line;
+      // The last line ends without a newline half the time (an empty one
+      // always has it: without, it is no line).
+      if (i + 1 < count || line.empty() || random() % 2 == 0) text += '\n';
+    }
+    const bool last_terminated = text.back() == '\n';
+    const fs::path p = write_file("split", text);
+    std::ifstream in(p, std::ios::binary);
+    LineReader r(in, kMaxLineBytes, 64);
+    std::string gather;
+    std::uintmax_t bytes = 0;
+    for (int i = 0; i < count; ++i) {
+      std::string_view line;
+      const LineReader::Status status = r.next(line, gather);
+      ASSERT_EQ(status, i + 1 < count || last_terminated ? LineReader::Status::kLine
+                                                         : LineReader::Status::kUnterminated)
+          << "round " << round << " line " << i;
+      ASSERT_EQ(line, lines[i]) << "round " << round << " line " << i;
+      volatile char past = line.data() == nullptr ? 0 : line.data()[line.size() + 63];
+      (void)past;
+      bytes += lines[i].size() + (status == LineReader::Status::kLine ? 1 : 0);
+      EXPECT_EQ(r.bytes_read(), bytes);
+    }
+    std::string_view end;
+    EXPECT_EQ(r.next(end, gather), LineReader::Status::kEnd) << "round " << round;
+    EXPECT_EQ(r.bytes_read(), text.size());
+    fs::remove(p);
+  }
+}
 TEST(JsonDepth, CountsBracketsOutsideStrings) {
   EXPECT_TRUE(json_depth_within("{}", 1));
   EXPECT_FALSE(json_depth_within("[{}]", 1));

@@ -551,16 +551,12 @@ void resource_spans_of(dom::element rs, RankFile& file, std::string_view only) {
   });
 }
 
-}  // namespace
-
-void parse_request(RankFile& file, const std::string& line) { parse_request(file, line, {}); }
-
-void parse_request(RankFile& file, const std::string& line, std::string_view only) {
+// A line's text parsed where it lies when `padded` (SIMDJSON_PADDING
+// readable bytes follow it: LineReader's lines), else from a padded copy.
+void parse_text(RankFile& file, std::string_view line, bool padded, std::string_view only) {
   ThreadParser& p = thread_parser();
-  // simdjson reads up to SIMDJSON_PADDING bytes past the end: a line with
-  // that much room after it (RankFileReader's) is parsed where it is.
   const char* text = line.data();
-  if (line.capacity() < line.size() + simdjson::SIMDJSON_PADDING) {
+  if (!padded) {
     p.padded.reserve(line.size() + simdjson::SIMDJSON_PADDING);
     p.padded.assign(line);
     text = p.padded.data();
@@ -585,8 +581,19 @@ void parse_request(RankFile& file, const std::string& line, std::string_view onl
   }
 }
 
+}  // namespace
+
+void parse_request(RankFile& file, const std::string& line) { parse_request(file, line, {}); }
+
+void parse_request(RankFile& file, const std::string& line, std::string_view only) {
+  // A string with room after it (its capacity) is parsed where it is.
+  parse_text(file, line, line.capacity() >= line.size() + simdjson::SIMDJSON_PADDING, only);
+}
+
 RankFileReader::RankFileReader(const std::filesystem::path& path, std::size_t max_line_bytes)
-    : in_(path, std::ios::binary), lines_(in_, max_line_bytes), max_line_bytes_(max_line_bytes) {
+    : in_(path, std::ios::binary),
+      lines_(in_, max_line_bytes, simdjson::SIMDJSON_PADDING),
+      max_line_bytes_(max_line_bytes) {
   file_.path = path;
   if (!in_) throw ReadError(path.string() + ": cannot open");
 }
@@ -598,11 +605,13 @@ void RankFileReader::start_at(std::uint64_t offset, std::size_t line) {
 }
 
 bool RankFileReader::next_line() {
-  // One line at a time per thread, whichever file it comes from: its
-  // buffer is kept (and its room for the parser), not made for each line.
-  thread_local std::string line;
+  // A line longer than the file's buffer is gathered in one string per
+  // thread, whichever file it comes from: its buffer is kept (and its room
+  // for the parser), not made for each line.
+  thread_local std::string gather;
   while (!done_) {
-    const LineReader::Status status = lines_.next(line, simdjson::SIMDJSON_PADDING);
+    std::string_view line;
+    const LineReader::Status status = lines_.next(line, gather);
     if (status == LineReader::Status::kEnd) {
       done_ = true;
       break;
@@ -623,7 +632,7 @@ bool RankFileReader::next_line() {
         ::memmem(line.data(), line.size(), needle_.data(), needle_.size()) == nullptr)
       continue;
     try {
-      parse_request(file_, line, needle_);
+      parse_text(file_, line, true, needle_);
       ++file_.lines;
       return true;
     } catch (const std::bad_alloc&) {
