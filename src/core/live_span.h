@@ -55,6 +55,11 @@ struct LiveSpan : SpanRecord {
   std::uint32_t attributes_used = 0;
   // Slots put aside by settle_attributes, for the attributes of a later use.
   Attributes spare_attributes;
+  // links[0, links_used) are the span's; the slots past them are links of
+  // an earlier use of this record, reused in place by a new link (a call
+  // site's spans mostly reuse the records it released, with as many
+  // links), and dropped by settle_links() before anyone reads the record.
+  std::uint32_t links_used = 0;
   // The handshake that lets another thread read the open record while its
   // owner may be changing it (open_span_access.h).
   std::atomic<bool> busy{false};    // the owner is changing the record
@@ -81,6 +86,13 @@ struct LiveSpan : SpanRecord {
     if (attributes.data() + attributes_used != attributes.data() + attributes.size()) [[unlikely]]
       set_aside_kept_slots();
   }
+  // Makes `links` hold exactly the span's own links (the test compares
+  // pointers, as settle_attributes does).
+  void settle_links() {
+    if (links.data() + links_used != links.data() + links.size()) [[unlikely]]
+      drop_kept_links();
+  }
+  [[gnu::noinline]] void drop_kept_links() { links.resize(links_used); }
   [[gnu::noinline]] void set_aside_kept_slots() {
     while (attributes.data() + attributes_used != attributes.data() + attributes.size()) {
       spare_attributes.push_back(std::move(attributes.back()));
@@ -122,8 +134,8 @@ LiveSpan* acquire_record_after_refill();
 // with this thread are never left modified on its core.
 [[gnu::always_inline]] inline void clear_for_reuse(LiveSpan& s) {
   // Each field a span's start does not always set; what a span rarely uses
-  // (tracestate, events, links, a status message) cleared only when it
-  // holds something.
+  // (tracestate, events, a status message) cleared only when it holds
+  // something.
   if (!s.context.tracestate.empty()) s.context.tracestate.clear();
   s.context.remote = false;
   s.parent_span_id = SpanId();
@@ -133,7 +145,7 @@ LiveSpan* acquire_record_after_refill();
   s.dropped_attributes_count = 0;
   if (!s.events.empty()) s.events.clear();
   s.dropped_events_count = 0;
-  if (!s.links.empty()) s.links.clear();
+  s.links_used = 0;  // the slots stay, to be reused in place
   s.dropped_links_count = 0;
   s.status_code = StatusCode::kUnset;
   if (!s.status_message.empty()) s.status_message.clear();

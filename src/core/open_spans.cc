@@ -16,13 +16,15 @@ constinit SpinLock g_open_spans_lock;
 
 namespace {
 
-// A span's end, inline in both entry points: a span ended now (most spans,
-// Span::end_recording) makes one call.
-[[gnu::always_inline]] inline void finish(LiveSpan* s, const std::int64_t end_steady) {
+// A span's end. `kDevice`: the span is timed on a device (its events are
+// recorded, submitted and given back); the host-timed end, most spans',
+// is compiled without those tests.
+template <bool kDevice>
+[[gnu::always_inline]] inline void finish_as(LiveSpan* s, const std::int64_t end_steady) {
   if (s->figure != StepFigure::kNone) add_step_figure(s->figure, end_steady - s->start_steady_ns);
   // A device-timed span's end is recorded on its stream first: what the
   // device does after this moment is not the span's.
-  if (s->device.events != nullptr) s->device.events->record_end(s);
+  if constexpr (kDevice) s->device.events->record_end(s);
   bool queued = false;
   BatchProcessor::PendingWake wake;
   {
@@ -46,10 +48,13 @@ namespace {
       // is released; it holds the processor's state, not the core.
       if (s->context.sampled()) {
         s->settle_attributes();
-        if (s->device.events != nullptr && core->device != nullptr && core->device->submit(s)) {
-          return;  // the device part queues it once its times are known
+        s->settle_links();
+        if constexpr (kDevice) {
+          if (core->device != nullptr && core->device->submit(s))
+            return;  // the device part queues it once its times are known
+          // (A submit that was refused has handed the events on already.)
+          if (s->device.events != nullptr) s->device.events->release(s);
         }
-        if (s->device.events != nullptr) s->device.events->release(s);
         core->processor->enqueue(s, wake);
         queued = true;
       }
@@ -57,9 +62,20 @@ namespace {
   }
   wake.run();
   if (!queued) {
-    if (s->device.events != nullptr) s->device.events->release(s);
+    if constexpr (kDevice)
+      if (s->device.events != nullptr) s->device.events->release(s);
     release_record(s);
   }
+}
+
+// Both entry points' end: the device-timed one out of line.
+[[gnu::noinline]] void finish_device(LiveSpan* s, const std::int64_t end_steady) {
+  finish_as<true>(s, end_steady);
+}
+[[gnu::always_inline]] inline void finish(LiveSpan* s, const std::int64_t end_steady) {
+  if (s->device.events != nullptr) [[unlikely]]
+    return finish_device(s, end_steady);
+  finish_as<false>(s, end_steady);
 }
 
 }  // namespace

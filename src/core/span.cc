@@ -81,14 +81,21 @@ template <typename T, typename V>
 }
 
 // A new link of the span, or nullptr: its telemetry has ended it, or the
-// link limit drops it (counted).
+// link limit drops it (counted). A kept slot is reused in place, emptied.
 [[gnu::always_inline]] inline SpanLink* new_link(LiveSpan* s) {
   if (s->core == nullptr) return nullptr;
-  if (s->links.size() >= s->core->limits.link_count) {
+  const std::uint32_t used = s->links_used;
+  if (used >= s->core->limits.link_count) {
     ++s->dropped_links_count;
     return nullptr;
   }
-  return &s->links.emplace_back();
+  s->links_used = used + 1;
+  if (s->links.data() + used == s->links.data() + s->links.size()) return &s->links.emplace_back();
+  SpanLink& kept = s->links[used];
+  if (!kept.context.tracestate.empty()) kept.context.tracestate.clear();
+  if (!kept.attributes.empty()) kept.attributes.clear();
+  kept.dropped_attributes_count = 0;
+  return &kept;
 }
 
 // A new link's context: its parts, the tracestate copied only when there

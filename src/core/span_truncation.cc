@@ -27,6 +27,7 @@ std::uint64_t TelemetryCore::truncate_open_spans(std::string_view stopped_by) {
     LiveSpan* copy = acquire_record();
     static_cast<SpanRecord&>(*copy) = static_cast<const SpanRecord&>(*s);
     copy->attributes.resize(s->attributes_used);  // not the original's kept slots
+    copy->links.resize(s->links_used);
     copy->end_time_unix_ns =
         s->start_time_unix_ns + skewed_elapsed(now - s->start_steady_ns, s->clock_drift);
     // The marker goes in even past the attribute limit: it is what tells a

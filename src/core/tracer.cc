@@ -82,6 +82,7 @@ const SpanContext* current_parent() {
   }
 
   if (options && !options->links.empty()) {
+    s->links.clear();  // the kept slots: these links are copied whole
     for (const auto& link : options->links) {
       if (!link.context.valid()) continue;
       if (s->links.size() >= core->limits.link_count) {
@@ -92,6 +93,7 @@ const SpanContext* current_parent() {
       detail::limit_attributes(s->links.back().attributes, core->limits.attribute_per_link_count,
                                s->links.back().dropped_attributes_count);
     }
+    s->links_used = static_cast<std::uint32_t>(s->links.size());
   }
 
   const std::int64_t now_steady = detail::steady_now_ns();

@@ -427,6 +427,78 @@ TEST(Span, AttributesOfReusedSlotsAreExactlyWhatTheSpanSet) {
   }
 }
 
+// A recycled record keeps its earlier links' slots to reuse in place: a
+// later span shows exactly its own links (fewer, none, more, with and
+// without tracestate or attributes), the link limit counts its links
+// only, and the copy shutdown makes of an open span has none of the kept.
+TEST(Span, LinksOfReusedSlotsAreExactlyWhatTheSpanAdded) {
+  TelemetryOptions opts;
+  SpanLimits limits;
+  limits.link_count = 2;
+  opts.span_limits = limits;
+  MemoryTelemetry mt(opts);
+  Tracer tracer = mt.telemetry->tracer();
+  SpanContext with_state = testing::remote_context();
+  with_state.tracestate = "k=v";
+  std::vector<SpanContext> others;
+  for (int k = 0; k < 3; ++k) others.push_back(testing::remote_context());
+  constexpr int kSpans = 600;  // more than the thread's record cache, so records come back
+  for (int i = 0; i < kSpans; ++i) {
+    Span s = tracer.start_span(SpanGroup::kJob, "l" + std::to_string(i % 3));
+    switch (i % 3) {
+      case 0:  // two links, the first with tracestate and attributes, a third dropped
+        s.add_link(with_state, {{"lens.link", std::string("first")}});
+        s.add_link(others[0]);
+        s.add_link(others[1]);
+        break;
+      case 1:  // one bare link into a slot that held tracestate and attributes
+        s.add_link(others[2]);
+        break;
+      case 2:  // none
+        break;
+    }
+    if (i % 100 == 99) mt.telemetry->flush(std::chrono::seconds(5));
+  }
+  StartOptions with_link;
+  with_link.links.push_back({others[1], {}});
+  // Links given at the start, into records that kept other slots.
+  for (int i = 0; i < 100; ++i) tracer.start_span(SpanGroup::kJob, "l4", with_link).end();
+  Span open = tracer.start_span(SpanGroup::kJob, "open");
+  open.add_link(others[0]);
+  const auto spans = mt.spans();
+  ASSERT_EQ(spans.size(), static_cast<std::size_t>(kSpans + 100));
+  const auto expect = [](const SpanRecord& r, std::vector<const SpanContext*> want,
+                         std::uint32_t dropped) {
+    ASSERT_EQ(r.links.size(), want.size()) << r.name;
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      EXPECT_EQ(r.links[k].context.span_id, want[k]->span_id) << r.name;
+      EXPECT_EQ(r.links[k].context.tracestate, want[k]->tracestate) << r.name;
+    }
+    EXPECT_EQ(r.dropped_links_count, dropped) << r.name;
+  };
+  for (const auto& r : spans) {
+    if (r.name == "l0") {
+      expect(r, {&with_state, &others[0]}, 1);
+      ASSERT_EQ(r.links[0].attributes.size(), 1u);
+      EXPECT_EQ(r.links[0].attributes[0].key, "lens.link");
+      EXPECT_TRUE(r.links[1].attributes.empty());
+    } else if (r.name == "l1") {
+      expect(r, {&others[2]}, 0);
+      EXPECT_TRUE(r.links[0].attributes.empty());
+      EXPECT_EQ(r.links[0].dropped_attributes_count, 0u);
+    } else if (r.name == "l4") {
+      expect(r, {&others[1]}, 0);
+    } else {
+      expect(r, {}, 0);
+    }
+  }
+  ASSERT_TRUE(mt.telemetry->shutdown(std::chrono::seconds(10)));
+  const auto all = mt.exporter->spans();
+  const SpanRecord* truncated = find(all, "open");
+  ASSERT_NE(truncated, nullptr);
+  expect(*truncated, {&others[0]}, 0);
+}
+
 TEST(Span, ManyThreadsRecordConcurrently) {
   TelemetryOptions opts;
   opts.max_queue_size = 1 << 16;
