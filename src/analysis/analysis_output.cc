@@ -344,18 +344,6 @@ void path_row(JsonObjectText& o, const PathRow& row) {
   o.add("end_ms", seg.end_ms);
 }
 
-// `key`: an array of `rows`, each an object of the members `fill` adds.
-template <typename Rows, typename Fill>
-void add_rows(JsonObjectText& parent, std::string_view key, const Rows& rows, Fill&& fill) {
-  JsonObjectText row(parent.indent(), parent.depth() + 2);
-  write_array(parent.add_text(key), parent.indent(), parent.depth() + 1, rows.size(),
-              [&](std::string& out, std::size_t i, int) {
-                row.clear();
-                fill(row, rows[i]);
-                row.write(out);
-              });
-}
-
 }  // namespace
 
 std::string format_json(const Analysis& a) {

@@ -112,6 +112,20 @@ void write_array(std::string& out, int indent, int depth, std::size_t count, Ite
   out += ']';
 }
 
+// `parent`'s member `key`: an array of `rows`, each an object of the
+// members fill(object, row) adds (one object reused: its rows' keys are
+// ordered once).
+template <typename Rows, typename Fill>
+void add_rows(JsonObjectText& parent, std::string_view key, const Rows& rows, Fill&& fill) {
+  JsonObjectText row(parent.indent(), parent.depth() + 2);
+  write_array(parent.add_text(key), parent.indent(), parent.depth() + 1, rows.size(),
+              [&](std::string& out, std::size_t i, int) {
+                row.clear();
+                fill(row, rows[i]);
+                row.write(out);
+              });
+}
+
 // Appends `v` at `depth` as dump(indent) writes it.
 void write_json(std::string& out, const nlohmann::json& v, int indent, int depth);
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "json_text.h"
 #include "lens/semconv.h"
 
 namespace lens::analysis {
@@ -227,40 +228,41 @@ std::string format_table(const Summary& s) {
 }
 
 std::string format_json(const Summary& s) {
-  nlohmann::json rows = nlohmann::json::array();
-  for (const auto& r : s.rows) {
-    rows.push_back(
-        {{"step", r.step},
-         {"rank", r.rank},
-         {"stage", r.stage},
-         {"step_ms", r.step_ms},
-         {"forward_ms", r.forward_ms},
-         {"backward_ms", r.backward_ms},
-         {"p2p_ms", r.p2p_ms},
-         {"collective_ms", r.collective_ms},
-         {"optimizer_ms", r.optimizer_ms},
-         {"idle_ms", r.idle_ms},
-         {"bubble", r.bubble >= 0 ? nlohmann::json(r.bubble) : nlohmann::json(nullptr)}});
-  }
-  nlohmann::json j = {
-      {"pipeline_stages", s.pipeline_stages},
-      {"microbatches", s.microbatches},
-      {"virtual_stages", s.virtual_stages},
-      {"measured_bubble",
-       s.measured_bubble >= 0 ? nlohmann::json(s.measured_bubble) : nlohmann::json(nullptr)},
-      {"theoretical_bubble",
-       s.theoretical_bubble >= 0 ? nlohmann::json(s.theoretical_bubble) : nlohmann::json(nullptr)},
-      {"slowest_stage", s.slowest_stage},
-      {"clock", s.clock.to_json()},
-      {"left_out", s.left_out.to_json()},
-      {"rows", rows}};
+  // Written straight to text (json_text.h): the bytes nlohmann's dump(1)
+  // writes for the same document, without a DOM node per member of a row.
+  const auto or_null = [](double v) { return v >= 0 ? std::optional<double>(v) : std::nullopt; };
+  JsonObjectText j(1, 0);
+  j.add("pipeline_stages", s.pipeline_stages);
+  j.add("microbatches", s.microbatches);
+  j.add("virtual_stages", s.virtual_stages);
+  j.add("measured_bubble", or_null(s.measured_bubble));
+  j.add("theoretical_bubble", or_null(s.theoretical_bubble));
+  j.add("slowest_stage", s.slowest_stage);
+  j.add("clock", s.clock.to_json());
+  j.add("left_out", s.left_out.to_json());
+  add_rows(j, "rows", s.rows, [&](JsonObjectText& o, const StageStep& r) {
+    o.add("step", r.step);
+    o.add("rank", r.rank);
+    o.add("stage", r.stage);
+    o.add("step_ms", r.step_ms);
+    o.add("forward_ms", r.forward_ms);
+    o.add("backward_ms", r.backward_ms);
+    o.add("p2p_ms", r.p2p_ms);
+    o.add("collective_ms", r.collective_ms);
+    o.add("optimizer_ms", r.optimizer_ms);
+    o.add("idle_ms", r.idle_ms);
+    o.add("bubble", or_null(r.bubble));
+  });
   if (s.tail.meetings > 0)
-    j["tail_selection"] = {{"meetings", s.tail.meetings},
-                           {"held", s.tail.held},
-                           {"kept", s.tail.kept},
-                           {"kept_by_reason", s.tail.kept_by_reason},
-                           {"not_selected", s.tail.not_selected}};
-  return j.dump(1) + "\n";
+    j.add("tail_selection", nlohmann::json{{"meetings", s.tail.meetings},
+                                           {"held", s.tail.held},
+                                           {"kept", s.tail.kept},
+                                           {"kept_by_reason", s.tail.kept_by_reason},
+                                           {"not_selected", s.tail.not_selected}});
+  std::string out;
+  j.write(out);
+  out += "\n";
+  return out;
 }
 
 }  // namespace lens::analysis
