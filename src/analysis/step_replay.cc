@@ -33,17 +33,21 @@ StepReplay::StepReplay(const StepGraph& g) : g_(g) {
       s.node = static_cast<int>(i);
       s.stage = node.stage;
       s.compute = node.compute();
-      s.local = node.local;
-      s.cross = node.cross;
-      s.local_settled = node.local >= 0 && state[static_cast<std::size_t>(node.local)] == 2;
-      s.cross_settled = node.cross >= 0 && state[static_cast<std::size_t>(node.cross)] == 2;
+      const bool local_settled = node.local >= 0 && state[static_cast<std::size_t>(node.local)] == 2;
+      const bool cross_settled = node.cross >= 0 && state[static_cast<std::size_t>(node.cross)] == 2;
       const auto start_it = g.rank_start.find(node.stage);
-      s.measured_local = node.local >= 0 ? g.nodes[static_cast<std::size_t>(node.local)].end
-                         : start_it != g.rank_start.end() ? std::min(start_it->second, node.start)
-                                                          : node.start;
-      std::int64_t measured_ready = s.measured_local;
+      const std::int64_t measured_local =
+          node.local >= 0                ? g.nodes[static_cast<std::size_t>(node.local)].end
+          : start_it != g.rank_start.end() ? std::min(start_it->second, node.start)
+                                           : node.start;
+      s.local = local_settled ? node.local : -1;
+      s.local_fixed = measured_local;  // an unsettled local dependency's end, too
+      std::int64_t measured_ready = measured_local;
       if (node.cross >= 0) {
         const GraphNode& c = g.nodes[static_cast<std::size_t>(node.cross)];
+        s.has_cross = true;
+        s.cross = cross_settled ? node.cross : -1;
+        s.cross_fixed = c.end;
         s.measured_arrival = node.measured_arrival;
         s.latency = node.arrival - c.end;
         // The message left when the sender called send after its compute
@@ -51,12 +55,14 @@ StepReplay::StepReplay(const StepGraph& g) : g_(g) {
         // then it took its measured wire time.
         const std::int64_t sent = node.sent >= 0 ? node.sent : c.end;
         s.wire = node.arrival - std::max(node.posted, sent);
-        s.posted_lag = node.posted - s.measured_local;
+        s.posted_lag = node.posted - measured_local;
         s.sent_lag = sent - c.end;
         measured_ready = std::max(measured_ready, node.arrival);
       }
       s.overhead = std::max<std::int64_t>(0, node.start - measured_ready);
-      s.duration = node.end - node.start;
+      s.duration = static_cast<double>(node.end - node.start);
+      // x * 1.0 is x: the duration a replay gives a node of another stage.
+      s.unscaled = static_cast<std::int64_t>(s.duration);
       steps_.push_back(s);
       state[i] = 2;
     }
@@ -64,24 +70,25 @@ StepReplay::StepReplay(const StepGraph& g) : g_(g) {
 }
 
 std::int64_t StepReplay::end(int stage, double factor) const {
-  std::vector<std::int64_t> end(g_.nodes.size(), 0);
-  const auto end_of = [&](int dep, bool settled) {
-    const auto d = static_cast<std::size_t>(dep);
-    return settled ? end[d] : g_.nodes[d].end;
-  };
+  // Every node's end, written before it is read (a settled dependency's):
+  // one buffer a thread, not one a replay.
+  thread_local std::vector<std::int64_t> end;
+  if (end.size() < g_.nodes.size()) end.resize(g_.nodes.size());
   std::int64_t last = 0;
   for (const Step& s : steps_) {
-    std::int64_t ready = s.local >= 0 ? end_of(s.local, s.local_settled) : s.measured_local;
-    if (s.cross >= 0) {
-      const std::int64_t cross_end = end_of(s.cross, s.cross_settled);
+    std::int64_t ready = s.local >= 0 ? end[static_cast<std::size_t>(s.local)] : s.local_fixed;
+    if (s.has_cross) {
+      const std::int64_t cross_end =
+          s.cross >= 0 ? end[static_cast<std::size_t>(s.cross)] : s.cross_fixed;
       const std::int64_t arrival =
           s.measured_arrival ? std::max(ready + s.posted_lag, cross_end + s.sent_lag) + s.wire
                              : cross_end + s.latency;
       ready = std::max(ready, arrival);
     }
-    const double scale = s.compute && s.stage == stage ? factor : 1.0;
-    const std::int64_t e =
-        ready + s.overhead + static_cast<std::int64_t>(static_cast<double>(s.duration) * scale);
+    const std::int64_t duration = s.compute && s.stage == stage
+                                      ? static_cast<std::int64_t>(s.duration * factor)
+                                      : s.unscaled;
+    const std::int64_t e = ready + s.overhead + duration;
     end[static_cast<std::size_t>(s.node)] = e;
     last = std::max(last, e);
   }

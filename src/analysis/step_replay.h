@@ -40,22 +40,25 @@ class StepReplay {
   double slack_ms(int stage, std::int64_t deadline_ns) const;
 
  private:
-  // One node, in the order the walk settles them. A dependency is its index
-  // in the graph and whether it was settled before this node (a graph that
-  // goes round, spans a file got wrong, takes the measured end where the
-  // cycle closes).
+  // One node, in the order the walk settles them, with what its replay
+  // reads: a dependency settled before it is read from the replay's ends
+  // (its index), one that is not (a graph that goes round, spans a file
+  // got wrong) is its measured end, a constant here, as is a node's
+  // measured readiness on its rank when it has no local dependency.
   struct Step {
     int node = -1;
     int stage = -1;
     bool compute = false;
-    int local = -1, cross = -1;
-    bool local_settled = false, cross_settled = false;
+    bool has_cross = false;
     bool measured_arrival = false;
-    std::int64_t measured_local = 0;  // when it could start on its rank, as measured
-    std::int64_t overhead = 0;        // its start after its measured readiness
-    std::int64_t duration = 0;
+    int local = -1, cross = -1;   // settled dependencies' nodes, else -1
+    std::int64_t local_fixed = 0;  // its readiness when `local` is -1
+    std::int64_t cross_fixed = 0;  // the cross node's end when `cross` is -1
+    std::int64_t overhead = 0;     // its start after its measured readiness
+    std::int64_t unscaled = 0;     // its duration as a scale of 1 gives it
+    double duration = 0;
     std::int64_t latency = 0;     // arrival after the cross node's end (unmatched or no receive)
-    std::int64_t posted_lag = 0;  // posted after measured_local (measured arrival)
+    std::int64_t posted_lag = 0;  // posted after its measured readiness (measured arrival)
     std::int64_t sent_lag = 0;    // the send after the cross node's end (measured arrival)
     std::int64_t wire = 0;        // the message's measured time on the wire
   };
