@@ -20,10 +20,6 @@
 #include <utility>
 #include <vector>
 
-#ifdef LENS_WITH_MIMALLOC
-#include <mimalloc.h>
-#endif
-
 #include "commands/command.h"
 #include "lens/version.h"
 #include "run_import.h"
@@ -91,12 +87,6 @@ struct MemoryReserve {
 // Whatever goes wrong (an unreadable directory, memory running out, a bug)
 // ends as exit 2 with a message, never as a crash.
 int main(int argc, char** argv) {
-#ifdef LENS_WITH_MIMALLOC
-  // Pages freed go back to the system at once rather than after mimalloc's
-  // delay: the peak memory of a run's reading stays that of the steps in
-  // flight (glibc's allocator's or less), for a little of the time gained.
-  mi_option_set(mi_option_decommit_delay, 0);
-#endif
   try {
     MemoryReserve::install();
     remove_imports_on_signals();
