@@ -215,11 +215,6 @@ namespace {
 // `lens analyze --json`'s indent.
 constexpr int kJsonIndent = 1;
 
-// A value that is absent below 0 (a bubble that could not be computed).
-std::optional<double> or_null(double v) {
-  return v >= 0 ? std::optional<double>(v) : std::nullopt;
-}
-
 // A stage's columns in one step: they add up to its step span.
 void columns(JsonObjectText& o, const StageStepFigures& w) {
   o.add("step", w.step);

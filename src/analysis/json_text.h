@@ -126,6 +126,12 @@ void add_rows(JsonObjectText& parent, std::string_view key, const Rows& rows, Fi
               });
 }
 
+// A figure that is absent below 0 (a bubble that could not be computed),
+// written as null.
+inline std::optional<double> or_null(double v) {
+  return v >= 0 ? std::optional<double>(v) : std::nullopt;
+}
+
 // Appends `v` at `depth` as dump(indent) writes it.
 void write_json(std::string& out, const nlohmann::json& v, int indent, int depth);
 

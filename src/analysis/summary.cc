@@ -230,7 +230,6 @@ std::string format_table(const Summary& s) {
 std::string format_json(const Summary& s) {
   // Written straight to text (json_text.h): the bytes nlohmann's dump(1)
   // writes for the same document, without a DOM node per member of a row.
-  const auto or_null = [](double v) { return v >= 0 ? std::optional<double>(v) : std::nullopt; };
   JsonObjectText j(1, 0);
   j.add("pipeline_stages", s.pipeline_stages);
   j.add("microbatches", s.microbatches);
