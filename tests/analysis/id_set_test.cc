@@ -206,7 +206,9 @@ TEST(HexId, EightDigitsAtATimeAreReadAsOneAtATime) {
     const auto got = word.lowered();
     const auto want = lowered(eight);
     ASSERT_EQ(got.has_value(), want.has_value()) << eight;
-    if (got) ASSERT_EQ(std::string(reinterpret_cast<const char*>(&*got), 8), *want) << eight;
+    if (got) {
+      ASSERT_EQ(std::string(reinterpret_cast<const char*>(&*got), 8), *want) << eight;
+    }
   };
   for (int place = 0; place < 8; ++place)
     for (int byte = 0; byte < 256; ++byte) {
