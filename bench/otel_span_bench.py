@@ -31,7 +31,7 @@ CASES = {
     "noop": "the API's no-op default (no provider)",
     "sdk": "OTel SDK 1.45, BatchSpanProcessor, exporter that drops",
     "lens_otel": "lens.otel provider (recorded, `none` exporter)",
-    "lens_otel_step": "lens.otel, inside a train.iteration (ids and peers added)",
+    "lens_otel_step": "lens.otel, inside a megatron.train.iteration (ids and peers added)",
     "lens_managed_span": "lens.managed_span (recorded, `none` exporter)",
 }
 
@@ -73,7 +73,7 @@ def measure(case):
                 # Every span below inside one open step, as a training
                 # loop's are (the step's counters grow; nothing else does).
                 tracer.start_as_current_span(
-                    "train.iteration", attributes={"megatron.iteration": 0}).__enter__()
+                    "megatron.train.iteration", attributes={"megatron.iteration": 0}).__enter__()
         else:
             globals_["lens"] = lens
             stmt = 'with lens.managed_span("megatron.microbatch.forward", "microbatch", **ATTRS): pass'

@@ -232,14 +232,19 @@ PyObject* otel_fast_end(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_TypeError, "otel_fast_end takes 3 arguments");
     return nullptr;
   }
-  if (PyContextVar_Reset(args[0], args[1]) < 0) return nullptr;
+  // A token of another context (a generator resumed in another thread or
+  // context) cannot be reset: as the API's detach, that is reported, not
+  // raised, and the span still ends. False tells the caller to log it.
+  const bool detached = PyContextVar_Reset(args[0], args[1]) == 0;
+  if (!detached) PyErr_Clear();
   return translating([&]() -> PyObject* {
     PyObject* native = PyObject_GetAttr(args[2], native_name());
     if (native == nullptr) return nullptr;
     py::object holder = py::reinterpret_steal<py::object>(native);
     if (PyObject_SetAttr(args[2], ended_name(), Py_True) < 0) return nullptr;
     holder.cast<PySpan&>().end();
-    Py_RETURN_NONE;
+    if (detached) Py_RETURN_NONE;
+    Py_RETURN_FALSE;
   });
 }
 

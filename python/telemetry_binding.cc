@@ -57,10 +57,18 @@ lens::TelemetryOptions options_from(const py::kwargs& keywords) {
       o.test_clock_offset_ns = static_cast<std::int64_t>(value.cast<double>() * 1e3);
     } else if (name == "test_clock_drift_ppm") {
       o.test_clock_drift_ppm = value.cast<double>();
+    } else if (name == "resource_attributes") {
+      // Added to (and overriding) OTEL_RESOURCE_ATTRIBUTES: what a caller's
+      // resource says (lens.otel: a provider's Resource, Megatron's layout).
+      if (!py::isinstance<py::dict>(value))
+        throw lens::ConfigError("resource_attributes=" + std::string(py::repr(value)) +
+                                " is not valid; accepted: a dict of attributes");
+      o.resource_attributes = to_attributes(value.cast<py::dict>());
     } else if (const lens::SettingRow* row = lens::find_setting(name); row && row->give) {
       row->give(*row, o, setting_value(name, value));
     } else {
-      std::string accepted = "coordinates, run_key, test_clock_offset_us, test_clock_drift_ppm";
+      std::string accepted =
+          "coordinates, run_key, resource_attributes, test_clock_offset_us, test_clock_drift_ppm";
       for (const lens::SettingRow& r : lens::setting_rows())
         if (r.give) accepted += ", " + std::string(r.option);
       throw py::type_error("lens.init() got an unexpected keyword argument '" + name +

@@ -21,6 +21,15 @@ inline constexpr const char* kMicrobatchBackwardSpan = "megatron.microbatch.back
 inline constexpr const char* kLinkedReceiveSpan = "megatron.pp.recv_forward.linked";
 inline constexpr const char* kGradsAllReduceSpan = "megatron.grads.all_reduce";
 inline constexpr const char* kOptimizerStepSpan = "megatron.optimizer.step";
+// Megatron-LM upstream's iteration (it says its number in kIteration), its
+// forward-backward and its optimizer, as megatron/training/training.py opens
+// them through nemo-lens (docs/megatron-traces.md). Every reader and the
+// Python provider take them as lens's step, forward-backward and optimizer;
+// LENS_STEP_SPAN names one more step span (kStepSpanSetting).
+inline constexpr const char* kUpstreamStepSpan = "megatron.train.iteration";
+inline constexpr const char* kUpstreamForwardBackwardSpan = "megatron.train.iteration.forward_backward";
+inline constexpr const char* kUpstreamOptimizerSpan = "megatron.train.iteration.optimizer";
+inline constexpr const char* kStepSpanSetting = "LENS_STEP_SPAN";
 // A clock sample (clock_sync.h): one rank's offset against the reference's.
 inline constexpr const char* kClockSyncSpan = "lens.clock_sync";
 // A meeting of the ranks' tail selection (docs/tail-selection.md).
@@ -33,6 +42,8 @@ inline constexpr const char* kMicrobatchId = "dl.microbatch_id";
 // On a combined transfer (a send and a receive at once): each direction's.
 inline constexpr const char* kMicrobatchIdSent = "dl.microbatch_id.sent";
 inline constexpr const char* kMicrobatchIdReceived = "dl.microbatch_id.received";
+// Upstream's iteration number, on its iteration span.
+inline constexpr const char* kIteration = "megatron.iteration";
 inline constexpr const char* kNumMicrobatches = "dl.num_microbatches";
 inline constexpr const char* kVirtualPipelineRank = "dl.virtual_pipeline.rank";
 inline constexpr const char* kPipelinePeerRank = "dl.pipeline_parallel.peer_rank";
@@ -54,6 +65,9 @@ inline constexpr const char* kDataSize = "dl.data_parallel.size";
 inline constexpr const char* kContextSize = "dl.context_parallel.size";
 inline constexpr const char* kExpertSize = "dl.expert_parallel.size";
 inline constexpr const char* kRunId = "nemo.run.id";
+// Megatron's run id, one for every rank of the job (nemo.run.id is a random
+// one a process where no run id is set).
+inline constexpr const char* kRunUuid = "nemo.lens.run_uuid";
 // How the step context reached the rank: "broadcast" (or absent), "derived".
 inline constexpr const char* kStepContext = "lens.step_context";
 inline constexpr const char* kStepPrefetch = "lens.step_prefetch";

@@ -156,6 +156,10 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     for path in sorted(package.iterdir()):
         if path.suffix == ".py" or (path.suffix == ".so" and path.name.startswith("_")):
             files[f"lens/{path.name}"] = path.read_bytes()
+    # The start-up hook (python/lens-otel.pth) at the wheel's root: pip puts
+    # it in site-packages, where the interpreter runs it at start-up.
+    hook = package.parent / "lens-otel.pth"
+    files[hook.name] = hook.read_bytes()
     real, soname = _liblens(build)
     files[f"lens/{soname}"] = real.read_bytes()
 

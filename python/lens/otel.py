@@ -13,7 +13,7 @@ recorded (telemetry off, its group off, sampled out) is the API's own
 ``NonRecordingSpan`` with its context.
 
 In a pipeline-parallel job the provider correlates the stages with no change
-at the call sites: the step span (``train.iteration``, with
+at the call sites: the step span (``megatron.train.iteration``, with
 ``megatron.iteration``; ``megatron.train_step``; or LENS_STEP_SPAN) opens in
 the step's shared trace on every rank, its context derived from the step
 number and a run key every rank holds (no collective); the warmup and
@@ -38,6 +38,7 @@ time, as Megatron's does.
 
 import functools
 import hashlib
+from urllib.parse import unquote as _unquote
 import inspect
 import logging
 import os
@@ -59,11 +60,13 @@ from . import distributed as _distributed
 __all__ = ["Span", "Tracer", "TracerProvider", "install", "layout_from_attributes"]
 
 _logger = logging.getLogger("lens.otel")
+# The API's own logger for a failed detach (opentelemetry.context).
+_context_logger = logging.getLogger("opentelemetry.context")
 
 # The span names the provider knows, as Megatron-LM upstream and the seed
 # write them; the step and receive names can be set (LENS_STEP_SPAN,
 # LENS_RECV_FORWARD_SPAN).
-_STEP_NAMES = frozenset(filter(None, ("train.iteration", "megatron.train_step",
+_STEP_NAMES = frozenset(filter(None, ("megatron.train.iteration", "megatron.train_step",
                                       os.environ.get("LENS_STEP_SPAN"))))
 _RECV_FORWARD = os.environ.get("LENS_RECV_FORWARD_SPAN") or "megatron.p2p.recv_forward"
 _LINKED_NAME = "megatron.pp.recv_forward.linked"
@@ -136,20 +139,111 @@ def layout_from_attributes(attributes, order=None):
         raise _lens.ConfigError(str(error)) from None
 
 
-def _resource_attributes(resource):
-    """OTEL_RESOURCE_ATTRIBUTES, then a resource the caller gave (an SDK
-    Resource or a dict), the latter winning."""
+def _resource_attributes():
+    """OTEL_RESOURCE_ATTRIBUTES (values percent-decoded, as the SDK does), then
+    each resource given to lens (install, TracerProvider) or taken from a
+    provider it refused, later ones winning."""
     attributes = {}
     for item in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
         key, sep, value = item.partition("=")
         if sep and key.strip():
-            attributes[key.strip()] = value.strip()
-    if resource is not None:
-        attributes.update(dict(getattr(resource, "attributes", resource)))
+            attributes[key.strip()] = _unquote(value.strip())
+    for resource in _resources:
+        attributes.update(resource)
     return attributes
 
 
-_RUN_ID_VARIABLES = ("MEGATRON_OTEL_RUN_ID", "NEMO_LENS_RUN_ID", "SLURM_JOB_ID")
+def _attributes_of(resource):
+    """A Resource's (or a dict's) attributes as a dict; {} for what has none."""
+    if resource is None:
+        return {}
+    try:
+        return dict(getattr(resource, "attributes", resource))
+    except (TypeError, ValueError):
+        return {}
+
+
+# Run ids every rank of a job shares, first found wins: the settings nemo-lens
+# reads, Slurm's job, torchrun's rendezvous (its default "none" is no id), and
+# Megatron's run id on the resource (nemo.run.id is not one: nemo-lens makes a
+# random one a process where none of these is set).
+_RUN_ID_VARIABLES = ("MEGATRON_OTEL_RUN_ID", "NEMO_LENS_RUN_ID", "SLURM_JOB_ID",
+                     "TORCHELASTIC_RUN_ID")
+_RUN_UUID = "nemo.lens.run_uuid"
+
+
+def _shared_run_id(attributes):
+    """(run id, where it came from), or (None, None)."""
+    for variable in _RUN_ID_VARIABLES:
+        value = os.environ.get(variable, "").strip()
+        if value and not (variable == "TORCHELASTIC_RUN_ID" and value == "none"):
+            return value, variable
+    value = attributes.get(_RUN_UUID)
+    if value not in (None, ""):
+        return str(value), _RUN_UUID
+    return None, None
+
+
+def _run_folder_name(run_id):
+    """A run id as lens's run_id setting takes it (letters, digits, '-', '_',
+    '.'): anything else becomes '-'."""
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in run_id)[:128]
+
+
+def _layout_from_parallel_state(order):
+    """This rank's place from Megatron's megatron.core.parallel_state, when the
+    process loaded it and its groups are made: the ground truth in a Megatron
+    process. None otherwise."""
+    import sys
+
+    state = sys.modules.get("megatron.core.parallel_state")
+    if state is None:
+        return None
+    try:
+        if not state.model_parallel_is_initialized():
+            return None
+        import torch.distributed as dist
+
+        attributes = {
+            "dl.rank": dist.get_rank(),
+            "dl.world_size": dist.get_world_size(),
+            "dl.tensor_parallel.size": state.get_tensor_model_parallel_world_size(),
+            "dl.pipeline_parallel.size": state.get_pipeline_model_parallel_world_size(),
+            "dl.data_parallel.size": state.get_data_parallel_world_size(),
+        }
+        for key, getter in (("dl.context_parallel.size", "get_context_parallel_world_size"),
+                            ("dl.expert_parallel.size", "get_expert_model_parallel_world_size")):
+            if hasattr(state, getter):
+                attributes[key] = getattr(state, getter)()
+        layout = layout_from_attributes(attributes, order)
+        stage = state.get_pipeline_model_parallel_rank()
+    except Exception as error:  # a half-made state: said, then the next source
+        _say_once("parallel_state", f"lens.otel: megatron.core.parallel_state is loaded but "
+                  f"its layout could not be read ({error}); not used")
+        return None
+    if layout is not None and layout["pp"] != stage:
+        _say_once("parallel_state_order",
+                  f"lens.otel: megatron.core.parallel_state puts this rank at pipeline stage "
+                  f"{stage}, the rank order {order or 'tp-cp-ep-dp-pp'} at {layout['pp']}: set "
+                  f"LENS_RANK_ORDER to the job's order")
+    return layout
+
+
+_said = set()
+
+
+def _say_once(key, message):
+    """One line on stderr, once a process for each key: what lens.otel
+    decided that a person should know (logging may not be configured)."""
+    if key in _said:
+        return
+    _said.add(key)
+    import sys
+
+    try:
+        print(message, file=sys.stderr, flush=True)
+    except Exception:
+        pass
 
 
 class _Rank:
@@ -169,7 +263,7 @@ class _Rank:
 
 
 class _StepState:
-    __slots__ = ("counters", "linked", "source_context")
+    __slots__ = ("counters", "linked", "source_context", "application_links")
 
     def __init__(self, carrier):
         # The source's step span, which linked receives point at.
@@ -177,56 +271,98 @@ class _StepState:
         self.counters = dict.fromkeys(("forward", "backward", "recv_forward", "send_forward",
                                        "recv_backward", "send_backward"), 0)
         self.linked = 0
+        # The application opens linked receives itself (the seed page's
+        # integration): lens links those and adds none of its own.
+        self.application_links = False
 
 
 _setup_lock = threading.Lock()
+_setup_failure = None  # why the telemetry could not be set up, once found
 _rank = None
-_resource = None
+_resources = []  # resources given to lens or taken from refused providers, in order
 
 
 def _setup():
     """The telemetry and this rank's place, made at the first span (or by
-    install); lens.init / lens.distributed.init called before are kept."""
-    global _rank
+    install); lens.init / lens.distributed.init called before are kept.
+    The layout, first found: the resource (OTEL_RESOURCE_ATTRIBUTES, a
+    resource given to lens or taken from a refused provider); Megatron's
+    megatron.core.parallel_state; lens.distributed.init's."""
+    global _rank, _setup_failure
+    if _setup_failure is not None:
+        return None
     with _setup_lock:
         if _rank is not None and _lens.is_initialized():
             return _rank
-        attributes = _resource_attributes(_resource)
-        layout = layout_from_attributes(attributes, os.environ.get("LENS_RANK_ORDER") or None)
+        if _setup_failure is not None:
+            return None
+        try:
+            return _set_up()
+        except Exception as error:
+            # Found once, said once; then every span is non-recording (the
+            # API's own), never an exception in the training loop.
+            _setup_failure = str(error)
+            _say_once("setup", f"lens.otel: spans are not recorded in this process: {error}")
+            return None
+
+
+def _set_up():
+    """_setup's work, under its lock."""
+    global _rank
+    attributes = _resource_attributes()
+    order = os.environ.get("LENS_RANK_ORDER") or None
+    layout = layout_from_attributes(attributes, order)
+    source = "the resource" if layout is not None else None
+    if layout is None:
+        layout = _layout_from_parallel_state(order)
+        source = "megatron.core.parallel_state" if layout is not None else None
+    correlated = True
+    if not _lens.is_initialized():
+        options = {}
+        # The provider was chosen: tracing is on unless the kill switch
+        # says otherwise, and every group the code instruments is
+        # recorded unless the spec narrows them.
+        if not any(os.environ.get(v) for v in ("MEGATRON_OTEL_ENABLED", "NEMO_LENS_ENABLED")):
+            options["enabled"] = True
+        if not any(os.environ.get(v) for v in ("MEGATRON_OTEL_SPAN_GROUPS", "NEMO_LENS_SPAN_GROUPS")):
+            options["span_groups"] = "all"
+        # Every rank derives each step's context (no collective): the
+        # run's resource says so, and lens check does not expect the
+        # source's step span to open first.
+        options["step_context"] = "derived"
+        if layout is not None:
+            options.update(rank=layout["rank"], world_size=layout["world_size"],
+                           coordinates=(layout["pp"], layout["dp"], layout["tp"]))
+        resource = {k: v for k, v in attributes.items()
+                    if isinstance(v, (str, bool, int, float))}
+        if resource:
+            options["resource_attributes"] = resource
+        run_id, run_id_from = _shared_run_id(attributes)
+        if run_id is not None:
+            digest = hashlib.blake2b(run_id.encode(), digest_size=8, person=b"lens.otel").digest()
+            options.update(run_id=_run_folder_name(run_id),
+                           run_key=int.from_bytes(digest, "big") or 1)
+        else:
+            correlated = False
+        _package.init(**options)
+    if _distributed._layout is not None:
+        layout = _distributed._layout  # with the run key lens.distributed.init agreed
+        source = "lens.distributed.init"
         correlated = True
-        if not _lens.is_initialized():
-            options = {}
-            # The provider was chosen: tracing is on unless the kill switch
-            # says otherwise, and every group the code instruments is
-            # recorded unless the spec narrows them.
-            if not any(os.environ.get(v) for v in ("MEGATRON_OTEL_ENABLED", "NEMO_LENS_ENABLED")):
-                options["enabled"] = True
-            if not any(os.environ.get(v) for v in ("MEGATRON_OTEL_SPAN_GROUPS", "NEMO_LENS_SPAN_GROUPS")):
-                options["span_groups"] = "all"
-            # Every rank derives each step's context (no collective): the
-            # run's resource says so, and lens check does not expect the
-            # source's step span to open first.
-            options["step_context"] = "derived"
-            if layout is not None:
-                options.update(rank=layout["rank"], world_size=layout["world_size"],
-                               coordinates=(layout["pp"], layout["dp"], layout["tp"]))
-            run_id = next((os.environ[v] for v in _RUN_ID_VARIABLES if os.environ.get(v)), None)
-            if run_id is not None:
-                digest = hashlib.blake2b(run_id.encode(), digest_size=8, person=b"lens.otel").digest()
-                options.update(run_id=run_id, run_key=int.from_bytes(digest, "big") or 1)
-            else:
-                correlated = False
-            _package.init(**options)
-        if _distributed._layout is not None:
-            layout = _distributed._layout  # with the run key lens.distributed.init agreed
-            correlated = True
-        if layout is not None and layout["pp_size"] > 1 and not correlated:
-            _logger.warning(
-                "lens.otel: no run id is shared by every rank (%s) and lens.distributed.init was "
-                "not called: each rank's steps stay in traces of their own",
-                ", ".join(_RUN_ID_VARIABLES))
-        _rank = _Rank(layout, correlated)
-        return _rank
+    if layout is not None and layout["pp_size"] > 1 and not correlated:
+        _logger.warning(
+            "lens.otel: no run id is shared by every rank (%s, or %s on the resource) and "
+            "lens.distributed.init was not called: each rank's steps stay in traces of their "
+            "own", ", ".join(_RUN_ID_VARIABLES), _RUN_UUID)
+    if layout is None:
+        _logger.info("lens.otel: no layout found (dl.rank and the parallel sizes on the resource "
+                     "or in OTEL_RESOURCE_ATTRIBUTES, megatron.core.parallel_state, "
+                     "lens.distributed.init): the process is traced as one stage")
+    else:
+        _logger.info("lens.otel: rank %d at stage %d of %d, from %s", layout["rank"],
+                     layout["pp"], layout["pp_size"], source)
+    _rank = _Rank(layout, correlated)
+    return _rank
 
 
 # ---------------------------------------------------------------- context
@@ -408,6 +544,8 @@ class Tracer(_trace.Tracer):
     def _start(self, name, context, kind, attributes, links, start_time, counted):
         """start_span; `counted`: the schedule's ids are in `attributes` already."""
         rank = _rank if _rank is not None else _setup()
+        if rank is None:  # the telemetry could not be set up (said once)
+            return NonRecordingSpan(_current_span(context).get_span_context())
         group = _groups.get(name)
         if group is None:
             group = _groups[name] = _group_of(name)
@@ -441,6 +579,15 @@ class Tracer(_trace.Tracer):
             if rank.layout is not None:
                 attrs.setdefault("dl.rank", rank.layout["rank"])
                 attrs.setdefault("dl.pipeline_parallel.rank", rank.stage)
+        elif name == _LINKED_NAME and rank.step is not None:
+            # A linked receive the application opened (the seed page's
+            # integration): linked to the source's step span lens derived,
+            # whatever its carrier held (an empty carrier on the source, a
+            # context of another provider's).
+            rank.step.application_links = True
+            source = rank.step.source_context
+            if source is not None:
+                native_links = [(source, None)]
         elif schedule:
             linked = _linked_receive(name, rank)
             microbatch = _schedule_ids(name, attrs, rank)
@@ -487,7 +634,7 @@ def _linked_receive(name, rank):
     the step (its first P - s), which the provider links."""
     step = rank.step
     return (name == _RECV_FORWARD and rank.stage > 0 and step.source_context is not None
-            and step.linked < rank.stages - rank.stage)
+            and not step.application_links and step.linked < rank.stages - rank.stage)
 
 
 def _schedule_ids(name, attrs, rank):
@@ -573,7 +720,9 @@ class _CurrentSpan:
     def __exit__(self, exc_type, exc, tb):
         span = self._span
         if exc_type is None and self._fast_entered:
-            _fast_end(_var, self._token, span)
+            if _fast_end(_var, self._token, span) is False:
+                # As the API's detach: logged, never raised into the caller.
+                _context_logger.error("Failed to detach context")
             return False
         _detach(self._token)
         record, set_status, end_on_exit = self._flags
@@ -612,18 +761,18 @@ class TracerProvider(_trace.TracerProvider):
     at the first span, from the environment (docs/opentelemetry-python.md)."""
 
     def __init__(self, resource=None):
-        global _resource
-        if resource is not None:
-            _resource = resource
+        attributes = _attributes_of(resource)
+        if attributes:
+            _resources.append(attributes)
+        _guard()  # also when the API made this provider from the environment
         self._tracers = {}
-        self._lock = threading.Lock()
 
     def get_tracer(self, instrumenting_module_name, instrumenting_library_version=None,
                    schema_url=None, attributes=None):
         key = (instrumenting_module_name, instrumenting_library_version, schema_url)
         tracer = self._tracers.get(key)
         if tracer is None:
-            with self._lock:
+            with _tracers_lock:
                 tracer = self._tracers.setdefault(
                     key, Tracer(instrumenting_module_name, instrumenting_library_version,
                                 schema_url, attributes))
@@ -636,24 +785,119 @@ class TracerProvider(_trace.TracerProvider):
         _package.shutdown()
 
 
+_tracers_lock = threading.Lock()
+
+
+def _after_fork_in_child():
+    """A forked child starts with the locks free: a thread of the parent
+    that held one at the fork does not exist in the child."""
+    global _setup_lock, _tracers_lock
+    _setup_lock = threading.Lock()
+    _tracers_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _provider_name(provider):
+    kind = type(provider)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _refuse(provider):
+    """A provider set after lens's (nemo-lens's setup_telemetry sets the SDK's
+    own): the API refuses it; lens takes its resource (Megatron's layout and
+    run ids) into its own, and says so once."""
+    attributes = _attributes_of(getattr(provider, "resource", None))
+    name = _provider_name(provider)
+    if attributes:
+        late = _rank is not None
+        if not late:
+            _resources.append(attributes)
+        shown = ", ".join(f"{k}={attributes[k]}" for k in sorted(attributes)
+                          if k.startswith("dl.") or k in (_RUN_UUID, "nemo.run.id"))
+        _say_once(("refused", name),
+                  f"lens.otel: kept lens's tracer provider (OTEL_PYTHON_TRACER_PROVIDER=lens); "
+                  f"refused {name}" + (
+                      f" and took its resource ({shown or 'no dl.* attributes'})" if not late else
+                      f"; its resource came after lens's first span and was not taken "
+                      f"({shown}): set the provider up before the first span"))
+    elif "NoOp" in type(provider).__name__:
+        # nemo-lens's setup_telemetry sets a no-op provider, and turns every
+        # span group off, on a rank its export strategy leaves out.
+        _say_once(("refused", name),
+                  f"lens.otel: kept lens's tracer provider; refused {name}: nemo-lens sets it "
+                  f"where telemetry is off or its export strategy leaves this rank out (the "
+                  f"default, single_rank, exports the last rank only), and then turns this "
+                  f"rank's span groups off: set MEGATRON_OTEL_EXPORT_STRATEGY=all_ranks to "
+                  f"record every rank")
+    else:
+        _say_once(("refused", name),
+                  f"lens.otel: kept lens's tracer provider; refused {name} (it has no resource "
+                  f"to take)")
+
+
+_api_set_tracer_provider = _trace.set_tracer_provider
+
+
+def _set_tracer_provider(tracer_provider):
+    """trace.set_tracer_provider while lens is the provider: a later provider
+    is refused by the API, as ever, and its resource taken into lens's."""
+    current = _trace._TRACER_PROVIDER
+    if (isinstance(current, TracerProvider) and tracer_provider is not current
+            and not isinstance(tracer_provider, TracerProvider)):
+        try:
+            _refuse(tracer_provider)
+        except Exception as error:  # never into the caller's set-up
+            _say_once("refuse", f"lens.otel: could not read the refused provider: {error}")
+    _api_set_tracer_provider(tracer_provider)
+
+
+def _guard():
+    """Routes the API's set_tracer_provider through _set_tracer_provider:
+    callers that look it up at call time (``trace.set_tracer_provider``, as
+    nemo-lens and the SDK's examples do) reach it."""
+    if _trace.set_tracer_provider is not _set_tracer_provider:
+        _trace.set_tracer_provider = _set_tracer_provider
+
+
 def install(resource=None):
     """Makes lens the global tracer provider (trace.set_tracer_provider) and
-    returns it. If another provider was set first, raises RuntimeError
+    returns it; a provider set after it is refused, its resource taken into
+    lens's (_refuse). If another provider was set first, raises RuntimeError
     naming it: the API allows one, and spans would go there instead."""
     current = _trace._TRACER_PROVIDER
     if isinstance(current, TracerProvider):
         if resource is not None:
-            TracerProvider(resource)
+            attributes = _attributes_of(resource)
+            if attributes:
+                _resources.append(attributes)
+        _guard()
         return current
     if current is not None:
         raise RuntimeError(
             f"lens.otel.install: a tracer provider was set before lens's: "
-            f"{type(current).__module__}.{type(current).__qualname__}; the OpenTelemetry API "
+            f"{_provider_name(current)}; the OpenTelemetry API "
             f"keeps the first one set. Install lens before anything calls "
             f"trace.set_tracer_provider, or set OTEL_PYTHON_TRACER_PROVIDER=lens instead")
     provider = TracerProvider(resource)
-    _trace.set_tracer_provider(provider)
+    _api_set_tracer_provider(provider)
     if _trace._TRACER_PROVIDER is not provider:
         raise RuntimeError("lens.otel.install: another tracer provider was set meanwhile: "
                            f"{type(_trace._TRACER_PROVIDER).__qualname__}")
+    _guard()
     return provider
+
+
+def start_up():
+    """The interpreter's start-up hook (lens-otel.pth, installed with the
+    package; it calls this only when OTEL_PYTHON_TRACER_PROVIDER=lens): lens
+    is the provider before user code runs, so that a provider the code sets
+    later (nemo-lens's setup_telemetry sets the SDK's) is refused and its
+    resource taken. Never raises: a failure is one line on stderr."""
+    try:
+        install()
+    except Exception as error:
+        _say_once("start_up", f"lens.otel: OTEL_PYTHON_TRACER_PROVIDER=lens, but lens could not "
+                  f"be installed at start-up: {error}")

@@ -504,7 +504,8 @@ std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& fin
   if (run_ids.size() > 1)
     out.push_back({-1, -1,
                    "files of " + std::to_string(run_ids.size()) +
-                       " different runs (nemo.run.id) are mixed in this directory",
+                       " different runs (nemo.lens.run_uuid, else nemo.run.id) are mixed in this "
+                       "directory",
                    ""});
 
   // The spans in no step: their links and truncation, and what they say of

@@ -132,14 +132,14 @@ TEST(UpstreamSteps, OneRanksStepGetsItsStepMicrobatchIdsAndTransfersByOrder) {
       span("megatron.p2p.recv_backward", t, 7, 16, 17), span("megatron.microbatch.backward", t, 8, 17, 18),
       span("megatron.p2p.send_backward", t, 9, 18, 19), span("megatron.p2p.recv_backward", t, 10, 19, 20),
       span("megatron.microbatch.backward", t, 11, 20, 21), span("megatron.p2p.send_backward", t, 12, 21, 22),
-      span("train.iteration.forward_backward", t, 13, 10, 22)};
+      span("megatron.train.iteration.forward_backward", t, 13, 10, 22)};
   // Ended out of start order (as a console exporter writes them).
   std::swap(spans[0], spans[12]);
   UpstreamSteps up("tp-cp-ep-dp-pp");
   std::vector<std::string> out;
   up.add(request(resource, spans), out);
   EXPECT_TRUE(out.empty()) << "held until the step span ends";
-  const json step = span("train.iteration", t, 14, 9, 23,
+  const json step = span("megatron.train.iteration", t, 14, 9, 23,
                          {{{"key", "megatron.iteration"}, {"value", {{"intValue", "9"}}}}});
   EXPECT_TRUE(is_upstream_step_span(step));
   up.add(request(resource, {step}), out);
@@ -156,10 +156,10 @@ TEST(UpstreamSteps, OneRanksStepGetsItsStepMicrobatchIdsAndTransfersByOrder) {
   std::map<std::string, std::vector<std::map<std::string, std::string>>> by_name;
   for (const auto& s : line["resourceSpans"][0]["scopeSpans"][0]["spans"])
     by_name[s["name"]].push_back(attrs_of(s));
-  ASSERT_EQ(by_name["train.iteration"].size(), 1u);
-  EXPECT_EQ(by_name["train.iteration"][0]["dl.step"], "9");
-  EXPECT_EQ(by_name["train.iteration"][0]["dl.pipeline_parallel.rank"], "2");
-  EXPECT_EQ(by_name["train.iteration"][0]["dl.rank"], "5");
+  ASSERT_EQ(by_name["megatron.train.iteration"].size(), 1u);
+  EXPECT_EQ(by_name["megatron.train.iteration"][0]["dl.step"], "9");
+  EXPECT_EQ(by_name["megatron.train.iteration"][0]["dl.pipeline_parallel.rank"], "2");
+  EXPECT_EQ(by_name["megatron.train.iteration"][0]["dl.rank"], "5");
   for (const char* n : {"megatron.microbatch.forward", "megatron.microbatch.backward"}) {
     ASSERT_EQ(by_name[n].size(), 2u);
     EXPECT_EQ(by_name[n][0]["dl.microbatch_id"], "0");
@@ -213,7 +213,7 @@ TEST(UpstreamSteps, UntracedCombinedCallsLeaveEveryTracedTransferOnItsMicrobatch
     add("megatron.microbatch.backward");
     add("megatron.p2p.send_backward");
   }
-  spans.push_back(span("train.iteration", t, ++id, 99, at,
+  spans.push_back(span("megatron.train.iteration", t, ++id, 99, at,
                        {{{"key", "megatron.iteration"}, {"value", {{"intValue", "0"}}}}}));
   UpstreamSteps up("tp-cp-ep-dp-pp");
   std::vector<std::string> out;
@@ -256,14 +256,14 @@ TEST(UpstreamSteps, MatchedMessagesBoundTheNextStagesClock) {
                                  span("megatron.p2p.send_forward", t0, 2, 200, 210),
                                  span("megatron.p2p.recv_backward", t0, 3, 210, 400),
                                  span("megatron.microbatch.backward", t0, 4, 400, 500),
-                                 span("train.iteration", t0, 5, 90, 510, iteration)}),
+                                 span("megatron.train.iteration", t0, 5, 90, 510, iteration)}),
            out);
   const int skew = 1000;
   one.add(request(resource(1), {span("megatron.p2p.recv_forward", t1, 1, 150 + skew, 215 + skew),
                                 span("megatron.microbatch.forward", t1, 2, 215 + skew, 300 + skew),
                                 span("megatron.microbatch.backward", t1, 3, 300 + skew, 390 + skew),
                                 span("megatron.p2p.send_backward", t1, 4, 390 + skew, 395 + skew),
-                                span("train.iteration", t1, 5, 140 + skew, 400 + skew, iteration)}),
+                                span("megatron.train.iteration", t1, 5, 140 + skew, 400 + skew, iteration)}),
           out);
   ASSERT_EQ(out.size(), 2u);
   // offset(1) - offset(0) = d: forward, 200 - 1215 <= d; backward,
@@ -284,7 +284,7 @@ TEST(UpstreamSteps, MatchedMessagesBoundTheNextStagesClock) {
   UpstreamSteps lone("tp-cp-ep-dp-pp");
   lone.add(request(resource(1), {span("megatron.p2p.recv_forward", t1, 1, 1150, 1215),
                                  span("megatron.microbatch.forward", t1, 2, 1215, 1300),
-                                 span("train.iteration", t1, 5, 1140, 1400, iteration)}),
+                                 span("megatron.train.iteration", t1, 5, 1140, 1400, iteration)}),
            out);
   const MessageClocks half = clocks_from_messages({&zero, &lone});
   EXPECT_EQ(half.clocks.size(), 1u);
@@ -301,7 +301,7 @@ TEST(UpstreamSteps, WhatTheSpanSaysWinsAndStepsWithoutAnIterationAreCounted) {
     const std::string t = std::string(31, '0') + std::to_string(step + 1);
     up.add(request(resource, {span("megatron.microbatch.forward", t, 1, 1, 2,
                                    {{{"key", "dl.microbatch_id"}, {"value", {{"intValue", "7"}}}}}),
-                              span("train.iteration", t, 2, 0, 3)}),
+                              span("megatron.train.iteration", t, 2, 0, 3)}),
            out);
   }
   up.add(request(resource, {span("megatron.checkpoint", "ffffffffffffffffffffffffffffffff", 3, 4, 5)}),

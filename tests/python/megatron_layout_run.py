@@ -89,9 +89,9 @@ def write_rank(rank, exporter, args, timeline, step_starts):
     first, last = pp == 0, pp == PP - 1
     for step, (start, end) in enumerate(step_starts):
         done, waited_from = timeline[step]
-        it = tracer.start_span("train.iteration", start_time=start,
+        it = tracer.start_span("megatron.train.iteration", start_time=start,
                                attributes={"megatron.iteration": step})
-        fb = tracer.start_span("train.iteration.forward_backward",
+        fb = tracer.start_span("megatron.train.iteration.forward_backward",
                                context=set_span_in_context(it), start_time=start)
         inside = set_span_in_context(fb)
 
@@ -113,7 +113,7 @@ def write_rank(rank, exporter, args, timeline, step_starts):
             if sends and not switch_after:
                 span(f"megatron.p2p.send_{direction}", t1, t1 + 5 * US)
         fb.end(end_time=end - 50 * US)
-        span_opt = tracer.start_span("megatron.optimizer.step", context=set_span_in_context(it),
+        span_opt = tracer.start_span("megatron.train.iteration.optimizer", context=set_span_in_context(it),
                                      start_time=end - 50 * US)
         span_opt.end(end_time=end)
         it.end(end_time=end)

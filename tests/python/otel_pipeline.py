@@ -1,6 +1,6 @@
 """A 1F1B pipeline instrumented only with the OpenTelemetry API, as Megatron-LM
 upstream instruments its training loop: the names and nesting
-train.iteration (megatron.iteration) > train.iteration.forward_backward >
+megatron.train.iteration (megatron.iteration) > megatron.train.iteration.forward_backward >
 megatron.microbatch.forward/backward and megatron.p2p.{recv,send}_{forward,
 backward}, no attributes on the microbatch and p2p spans, and the layout in
 the resource (dl.rank, dl.world_size, dl.*_parallel.size). Nothing of lens is
@@ -155,11 +155,11 @@ def run_rank(args):
     for iteration in range(args.steps):
         if args.sdk:  # the process's own output, between the spans
             log.write(f"[rank {rank}] iteration {iteration} starts\n")
-        with tracer.start_as_current_span("train.iteration",
+        with tracer.start_as_current_span("megatron.train.iteration",
                                           attributes={"megatron.iteration": iteration}):
             optimizer.zero_grad()
             saved, sends = {}, []
-            with tracer.start_as_current_span("train.iteration.forward_backward"):
+            with tracer.start_as_current_span("megatron.train.iteration.forward_backward"):
                 order = schedule_1f1b(stage, stages, args.microbatches)
                 # Transfers inside a combined steady-state call: no span.
                 combined = set()
@@ -203,7 +203,7 @@ def run_rank(args):
                                 sends.append(dist.isend(x.grad, dst=rank - 1))
                 for work in sends:
                     work.wait()
-            with tracer.start_as_current_span("megatron.optimizer.step"):
+            with tracer.start_as_current_span("megatron.train.iteration.optimizer"):
                 optimizer.step()
     dist.barrier()
     dist.destroy_process_group()

@@ -9,6 +9,7 @@
 #include "mpi_analyze.h"
 #include "split_threads.h"
 #include "run_import.h"
+#include "span_kind.h"
 
 namespace lens::tools::cli {
 
@@ -55,8 +56,18 @@ int print_check(const CheckOptions& o, const CheckResult& r) {
   if (!r.inferred.empty())
     std::printf("inferred: %s; each rank's step stays in a trace of its own (no links)\n",
                 r.inferred.c_str());
+  // A run of no step has nothing correlated to pass: its step spans go by
+  // another name, or its ranks did not record them.
+  const bool no_step = r.steps == 0;
+  if (no_step)
+    std::printf(
+        "FAIL no step span in the run: looked for %s; set LENS_STEP_SPAN to the name the "
+        "run's step span has\n",
+        step_names_looked_for().c_str());
   std::string verdict;
-  if (late_fails)
+  if (no_step)
+    verdict = "no steps";
+  else if (late_fails)
     verdict = std::to_string(r.violations.size()) + " violations, " +
               std::to_string(r.late.late) + " spans not checked";
   else if (!r.violations.empty())
@@ -69,7 +80,7 @@ int print_check(const CheckOptions& o, const CheckResult& r) {
     verdict = "every step is one trace; every link resolves";
   std::printf("%s: %zu ranks, %zu steps, %zu spans: %s\n", o.dir.c_str(), r.files, r.steps,
               r.spans, verdict.c_str());
-  return r.violations.empty() && !late_fails ? kOk : kViolations;
+  return r.violations.empty() && !late_fails && !no_step ? kOk : kViolations;
 }
 
 }  // namespace

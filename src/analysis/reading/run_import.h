@@ -51,7 +51,7 @@ namespace lens::analysis {
 
 // The resource attributes that name a run (nemo-lens's, then NeMo's): traces
 // holding several runs are read for the one LENS_RUN names.
-inline constexpr const char* kRunIdAttributes[2] = {"nemo.lens.run_uuid", semconv::kRunId};
+inline constexpr const char* kRunIdAttributes[2] = {semconv::kRunUuid, semconv::kRunId};
 
 struct ImportStats {
   std::size_t files = 0, records = 0, batches = 0, spans = 0;

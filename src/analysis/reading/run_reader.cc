@@ -133,7 +133,11 @@ int take_resource(RankFile& file, const std::map<std::string, std::string>& reso
   const int rank = resource_int(resource, semconv::kRank);
   if (rank >= 0) file.rank = rank;
   if (int w = resource_int(resource, semconv::kWorldSize); w >= 0) file.world_size = w;
+  // The run's id: Megatron's run uuid where the resource says one (its
+  // nemo.run.id is random a process unless a run id was set), else
+  // nemo.run.id; the importer groups files by the same rule (run_import.h).
   text(semconv::kRunId, file.run_id);
+  text(semconv::kRunUuid, file.run_id);
   text("service.name", file.service_name);
   text(semconv::kTraceScope, file.trace_scope);
   text(semconv::kExportFilter, file.export_filter);

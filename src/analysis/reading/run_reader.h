@@ -64,7 +64,7 @@ struct RankFile {
   std::filesystem::path path;
   int rank = -1;
   int world_size = -1;
-  std::string run_id;
+  std::string run_id;  // nemo.lens.run_uuid, else nemo.run.id
   std::string service_name;
   std::string trace_scope;    // lens.trace_scope: "world" (or absent) or "pipeline"
   std::string export_filter;  // lens.export_filter, when ranks were filtered out

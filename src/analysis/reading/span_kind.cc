@@ -1,16 +1,33 @@
 #include "span_kind.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "lens/semconv.h"
 
 namespace lens::analysis {
+namespace {
+
+// LENS_STEP_SPAN: one more step span name, read once (the provider reads the
+// same setting, so a run it recorded is read as it was written).
+const std::string& step_span_setting() {
+  static const std::string name = [] {
+    const char* v = std::getenv(semconv::kStepSpanSetting);
+    return std::string(v != nullptr ? v : "");
+  }();
+  return name;
+}
+
+}  // namespace
 
 SpanKind kind_of(const SpanRow& s) {
   const std::string& n = s.name;
-  // lens's names and Megatron-LM upstream's (train.iteration, its
-  // forward_backward child), as lens.otel records them.
+  // lens's names and Megatron-LM upstream's (megatron.train.iteration, its
+  // forward_backward and optimizer children), as lens.otel records them.
   if (is_step_name(n)) return SpanKind::kStep;
-  if (n == semconv::kForwardBackwardSpan || n == "train.iteration.forward_backward")
+  if (n == semconv::kForwardBackwardSpan || n == semconv::kUpstreamForwardBackwardSpan)
     return SpanKind::kForwardBackward;
+  if (n == semconv::kUpstreamOptimizerSpan) return SpanKind::kOptimizer;
   if (n.ends_with(".linked")) return SpanKind::kLinked;
   if (n.starts_with("megatron.p2p.")) return SpanKind::kP2p;
   if (n.starts_with("megatron.tp.")) return SpanKind::kCollective;
@@ -20,7 +37,17 @@ SpanKind kind_of(const SpanRow& s) {
   return SpanKind::kOther;
 }
 
-bool is_step_name(std::string_view n) { return n == semconv::kStepSpan || n == "train.iteration"; }
+bool is_step_name(std::string_view n) {
+  if (n == semconv::kStepSpan || n == semconv::kUpstreamStepSpan) return true;
+  const std::string& setting = step_span_setting();
+  return !setting.empty() && n == setting;
+}
+
+std::string step_names_looked_for() {
+  std::string names = std::string(semconv::kStepSpan) + ", " + semconv::kUpstreamStepSpan;
+  if (!step_span_setting().empty()) names += ", " + step_span_setting() + " (LENS_STEP_SPAN)";
+  return names;
+}
 
 bool is_step_span(const SpanRow& s) {
   // kind_of's first test alone (it says kStep exactly for these names): the

@@ -1,12 +1,14 @@
 // What a span is by its name: a step, its forward-backward, a microbatch's
 // forward or backward, a p2p transfer, a tensor-parallel collective, a
 // linked receive, the optimizer, or other. lens's names and Megatron-LM
-// upstream's (train.iteration, its forward_backward child) alike: the one
-// place the readers tell kinds apart.
+// upstream's (megatron.train.iteration, its forward_backward and optimizer
+// children; lens/semconv.h) alike, and the step span LENS_STEP_SPAN names:
+// the one place the readers tell kinds apart.
 //
 // Thread safety: plain functions.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include "run_reader.h"
@@ -28,8 +30,11 @@ enum class SpanKind {
 SpanKind kind_of(const SpanRow& span);
 // A step span that says its step (dl.step): what a step is recognised by.
 bool is_step_span(const SpanRow& span);
-// A step span's name: lens's and Megatron-LM upstream's (train.iteration).
+// A step span's name: lens's, Megatron-LM upstream's
+// (megatron.train.iteration) and LENS_STEP_SPAN's.
 bool is_step_name(std::string_view name);
+// Those names, for a message that says none was found.
+std::string step_names_looked_for();
 const char* kind_name(SpanKind kind);
 // The row a span of this kind is drawn in within its rank's lane:
 // 0 step and forward_backward, 1 compute (forward, backward, optimizer),

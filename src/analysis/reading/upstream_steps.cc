@@ -187,7 +187,7 @@ void UpstreamSteps::close_step(const std::string& trace, json& step_span,
     by_trace_.erase(it);
     std::erase(trace_order_, trace);
   }
-  const auto iteration = int_value(attribute(step_span, "megatron.iteration"));
+  const auto iteration = int_value(attribute(step_span, semconv::kIteration));
   const std::int64_t step = iteration.value_or(counted_steps_);
   ++counted_steps_;
   ++steps_;

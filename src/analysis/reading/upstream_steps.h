@@ -1,8 +1,8 @@
 // Megatron-LM's own traces, correlated after the fact (docs/megatron-traces.md).
 //
 // Upstream Megatron-LM traces each rank's iteration in a trace of its own:
-// `train.iteration` (attribute `megatron.iteration`) >
-// `train.iteration.forward_backward` > `megatron.microbatch.forward` /
+// `megatron.train.iteration` (attribute `megatron.iteration`) >
+// `megatron.train.iteration.forward_backward` > `megatron.microbatch.forward` /
 // `.backward` and `megatron.p2p.{recv,send}_{forward,backward}`, with no
 // attributes on the microbatch and p2p spans, and the layout in the resource
 // (`dl.rank`, `dl.world_size`, `dl.*_parallel.size`). UpstreamSteps takes one
