@@ -91,30 +91,64 @@ void record_exception(lens::Span& span, const py::handle& type, const py::handle
   span.set_status(lens::StatusCode::kError, message);
 }
 
-// Sets one attribute from Python, with no copy of the key and no variant
-// for the common scalar types (exact bool, int, float, str).
-void set_py_attribute(lens::Span& span, PyObject* key, PyObject* value) {
-  const std::string_view k = PyUnicode_Check(key) ? utf8_view(key) : std::string_view();
-  if (k.data() == nullptr) {
+// lens.otel's conversion of a key and value as the SDK converts them at a
+// span's start (otel.py, _start_pair), registered by lens.otel when it is
+// imported: one rule for both of its start paths. Without it (lens.otel not
+// imported), the key through str() and the value through to_value.
+PyObject* g_attribute_cleaner = nullptr;  // a strong reference, kept for the process
+
+namespace {
+
+// What neither the common case below nor the cleaner took.
+void set_converted(lens::Span& span, PyObject* key, PyObject* value) {
+  if (g_attribute_cleaner == nullptr) {
     span.set_attribute(std::string(py::str(key)), to_value(value));
-  } else if (PyBool_Check(value)) {
-    span.set_attribute(k, value == Py_True);
-  } else if (PyLong_CheckExact(value)) {
-    int overflow = 0;
-    const long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (overflow == 0 && !(v == -1 && PyErr_Occurred())) {
-      span.set_attribute(k, static_cast<std::int64_t>(v));
-    } else {
-      PyErr_Clear();
-      span.set_attribute(k, to_value(value));  // beyond 64 bits
-    }
-  } else if (PyFloat_CheckExact(value)) {
-    span.set_attribute(k, PyFloat_AS_DOUBLE(value));
-  } else if (PyUnicode_CheckExact(value)) {
-    span.set_attribute(k, utf8_view(value));
-  } else {
-    span.set_attribute(k, to_value(value));
+    return;
   }
+  py::object pair = py::reinterpret_steal<py::object>(
+      PyObject_CallFunctionObjArgs(g_attribute_cleaner, key, value, nullptr));
+  if (!pair) throw py::error_already_set();
+  if (pair.is_none()) return;  // dropped, with the API's warning
+  const auto t = pair.cast<py::tuple>();
+  span.set_attribute(t[0].cast<std::string>(), to_value(t[1]));
+}
+
+}  // namespace
+
+// Sets one attribute from Python, with no copy of the key and no variant
+// for the common scalar types (exact bool, int, float, str, valid UTF-8);
+// None is not set (as the SDK); anything else as set_converted says.
+void set_py_attribute(lens::Span& span, PyObject* key, PyObject* value) {
+  if (value == Py_None) return;
+  Py_ssize_t n = 0;
+  const char* data = PyUnicode_CheckExact(key) ? PyUnicode_AsUTF8AndSize(key, &n) : nullptr;
+  if (data != nullptr && n > 0) {
+    const std::string_view k(data, static_cast<std::size_t>(n));
+    if (PyBool_Check(value)) {
+      span.set_attribute(k, value == Py_True);
+      return;
+    }
+    if (PyLong_CheckExact(value)) {
+      int overflow = 0;
+      const long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+      if (overflow == 0 && !(v == -1 && PyErr_Occurred())) {
+        span.set_attribute(k, static_cast<std::int64_t>(v));
+        return;
+      }
+      PyErr_Clear();
+    } else if (PyFloat_CheckExact(value)) {
+      span.set_attribute(k, PyFloat_AS_DOUBLE(value));
+      return;
+    } else if (PyUnicode_CheckExact(value)) {
+      Py_ssize_t m = 0;
+      if (const char* v = PyUnicode_AsUTF8AndSize(value, &m)) {
+        span.set_attribute(k, std::string_view(v, static_cast<std::size_t>(m)));
+        return;
+      }
+    }
+  }
+  PyErr_Clear();  // a lone surrogate's encoding error: set_converted replaces it
+  set_converted(span, key, value);
 }
 
 // Sets a dict's attributes on a span.
@@ -357,6 +391,10 @@ void bind_spans(py::module_& m) {
     lens::Telemetry* t = lens::get_telemetry();
     if (!t) throw std::runtime_error("lens: telemetry is not initialised");
     t->set_span_groups(lens::SpanGroupSet::parse(spec, "set_span_groups"));
+  });
+  m.def("set_attribute_cleaner", [](const py::object& cleaner) {
+    Py_XDECREF(g_attribute_cleaner);
+    g_attribute_cleaner = cleaner.is_none() ? nullptr : cleaner.inc_ref().ptr();
   });
   m.def("start_otel_span", &start_otel_span, py::arg("name"), py::arg("group"),
         py::arg("parent"), py::arg("kind"), py::arg("attributes"), py::arg("links"),

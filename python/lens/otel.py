@@ -31,9 +31,16 @@ Megatron's default rank order tp-cp-ep-dp-pp (tp fastest). The run key is the
 one ``lens.distributed.init`` agreed, else one derived from a run id every
 rank is given (MEGATRON_OTEL_RUN_ID, NEMO_LENS_RUN_ID, SLURM_JOB_ID).
 
+No call of the API raises into the caller or blocks it: a configuration
+that cannot be set up is said once on stderr and leaves every span
+non-recording; invalid attribute keys and values are dropped with the API's
+warnings; a context that cannot be detached is logged, as the API logs it; a
+forked child records nothing and says so once; the provider's locks are new
+in a forked child.
+
 Thread safety: spans may be started and ended from any thread; the per-step
-counters of one rank's schedule assume its schedule runs on one thread at a
-time, as Megatron's does.
+counters of the schedule are taken under a lock (their order is the order the
+spans start in).
 """
 
 import functools
@@ -42,6 +49,7 @@ from urllib.parse import unquote as _unquote
 import inspect
 import logging
 import os
+import re
 import threading
 
 from opentelemetry import context as _context
@@ -97,7 +105,17 @@ def _group_of(name):
     return "job"
 
 
-_groups = {}  # name -> group, filled as names are met
+_groups = {}  # name -> group, filled as names are met, up to _GROUPS_KEPT names
+_GROUPS_KEPT = 4096
+
+
+def _group_named(name):
+    """_group_of, kept for the first _GROUPS_KEPT names met (a program that
+    makes a name per call does not grow the cache without bound)."""
+    group = _group_of(name)
+    if len(_groups) < _GROUPS_KEPT:
+        _groups[name] = group
+    return group
 
 
 # ---------------------------------------------------------------- the layout
@@ -290,6 +308,7 @@ def _setup():
     megatron.core.parallel_state; lens.distributed.init's."""
     global _rank, _setup_failure
     if _setup_failure is not None:
+        _say_once("setup", f"lens.otel: spans are not recorded in this process: {_setup_failure}")
         return None
     with _setup_lock:
         if _rank is not None and _lens.is_initialized():
@@ -424,6 +443,128 @@ def _native_context(context):
 
 _STATUS = {StatusCode.UNSET: "unset", StatusCode.OK: "ok", StatusCode.ERROR: "error"}
 
+# ---------------------------------------------------------------- attributes
+#
+# Keys and values as the SDK takes them (opentelemetry.attributes): an
+# invalid one is dropped with the API's warning, never raised into the
+# caller. lens's core takes UTF-8: a lone surrogate (a file name decoded with
+# surrogateescape) is written as U+FFFD.
+
+_PLAIN = frozenset((str, int, float, bool))
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_attributes_logger = logging.getLogger("opentelemetry.attributes")
+
+
+def _text(text):
+    """A str the core can take: lone surrogates replaced; anything else
+    through str() (a name given as None, say)."""
+    if type(text) is not str:
+        text = "" if text is None else str(text)
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+
+
+def _clean_value(value):
+    """A value the core takes, or None when the SDK would drop it."""
+    if type(value) in _PLAIN:
+        return _text(value) if type(value) is str else value
+    if isinstance(value, (bool, int, float)):  # subclasses (an IntEnum): their plain value
+        return bool(value) if isinstance(value, bool) else (
+            int(value) if isinstance(value, int) else float(value))
+    if isinstance(value, str):
+        return _text(str(value))
+    if isinstance(value, (list, tuple)):
+        items = [_clean_value(v) for v in value if v is not None]
+        kinds = {bool if type(v) is bool else type(v) for v in items}
+        if None in items or len(kinds) > 1 and kinds != {int, float}:
+            _attributes_logger.warning(
+                "Invalid type for attribute value: a sequence of mixed types; dropped")
+            return None
+        return items
+    if not isinstance(value, (bytes, bytearray, dict)) and (
+            type(value).__str__ is not object.__str__ or type(value).__repr__ is not object.__repr__):
+        # As the API: a type it does not know, through its own str().
+        _attributes_logger.warning("Invalid type %s for attribute value; its str() is kept",
+                                   type(value).__name__)
+        return _text(str(value))
+    _attributes_logger.warning(
+        "Invalid type %s for attribute value. Expected one of bool, str, int, float or a "
+        "sequence of those types; dropped (lens keeps no bytes or maps)", type(value).__name__)
+    return None
+
+
+def _clean_key(key):
+    if isinstance(key, str) and key:
+        return _text(key)
+    _attributes_logger.warning("invalid key `%s`. must be non-empty string. Dropping key from "
+                               "attributes.", key)
+    return None
+
+
+def _clean_attributes(attributes):
+    """Any Mapping (a MappingProxyType, a BoundedAttributes) as a dict of
+    what the core takes; {} for None or what is not a mapping."""
+    if not attributes:
+        return {}
+    try:
+        items = attributes.items()
+    except Exception:
+        _attributes_logger.warning("Invalid attributes %r: not a mapping; dropped",
+                                   type(attributes))
+        return {}
+    clean = {}
+    for key, value in items:
+        pair = _start_pair(key, value)
+        if pair is not None:
+            clean[pair[0]] = pair[1]
+    return clean
+
+
+def _start_pair(key, value):
+    """(key, value) as the SDK keeps them at a span's start, or None when it
+    drops them (with the API's warning): a key that is not a str through
+    str() when its type says how, as opentelemetry.attributes does. The C
+    path calls this for what it does not take itself (span_binding.cc)."""
+    if value is None:
+        return None
+    if not isinstance(key, str):
+        if not key or (type(key).__str__ is object.__str__
+                       and type(key).__repr__ is object.__repr__):
+            _attributes_logger.warning("invalid attribute key `%s`. must be non-empty string. "
+                                       "Dropping key from attributes.", key)
+            return None
+        _attributes_logger.warning("Invalid type `%s` for attribute key `%s`, must be a str.",
+                                   type(key), key)
+        key = str(key)
+    key = _clean_key(key)
+    if key is None:
+        return None
+    value = _clean_value(value)
+    return None if value is None else (key, value)
+
+
+_lens.set_attribute_cleaner(_start_pair)
+
+
+def _plain_attributes(attributes):
+    """`attributes` itself when it is a dict (the C path converts what it
+    holds: _start_pair), else any Mapping's cleaned copy."""
+    return attributes if type(attributes) is dict else _clean_attributes(attributes)
+
+
+def _set_attribute(native, key, value):
+    key = _clean_key(key)
+    value = _clean_value(value) if key is not None else None
+    if value is None:
+        return
+    try:
+        native.set_attribute(key, value)
+    except Exception as error:  # an int beyond 64 bits in a list, say
+        _attributes_logger.warning("attribute %s dropped: %s", key, error)
+
 
 class Span(_trace.Span):
     """A recorded span of lens's core, as the API's Span.
@@ -461,28 +602,49 @@ class Span(_trace.Span):
         return not self._ended
 
     def set_attribute(self, key, value):
-        if not self._ended and value is not None:
-            self._native.set_attribute(key, value)
+        if self._ended or value is None:
+            return
+        if type(key) is str and key and type(value) in _PLAIN:
+            try:
+                self._native.set_attribute(key, value)
+                return
+            except Exception:
+                pass  # a lone surrogate, an int beyond 64 bits: the general path
+        _set_attribute(self._native, key, value)
 
     def set_attributes(self, attributes):
         if not self._ended:
-            for key, value in attributes.items():
-                if value is not None:
-                    self._native.set_attribute(key, value)
+            try:
+                items = list(attributes.items())
+            except Exception:
+                _attributes_logger.warning("Invalid attributes %r: not a mapping; dropped",
+                                           type(attributes))
+                return
+            for key, value in items:
+                self.set_attribute(key, value)
 
     def add_event(self, name, attributes=None, timestamp=None):
         # The core stamps an event when it is added (a given timestamp is
         # not kept: docs/opentelemetry-python.md).
         if not self._ended:
-            self._native.add_event(name, dict(attributes) if attributes else {})
+            try:
+                self._native.add_event(_text(name), _clean_attributes(attributes))
+            except Exception as error:
+                _logger.warning("lens.otel: event %r dropped: %s", name, error)
 
     def add_link(self, context, attributes=None):
         if not self._ended and context is not None and context.is_valid:
-            self._native.add_link(_native_context(context), dict(attributes) if attributes else {})
+            try:
+                self._native.add_link(_native_context(context), _clean_attributes(attributes))
+            except Exception as error:
+                _logger.warning("lens.otel: link dropped: %s", error)
 
     def update_name(self, name):
         if not self._ended:
-            self._native.update_name(name)
+            try:
+                self._native.update_name(_text(name))
+            except Exception as error:
+                _logger.warning("lens.otel: name %r not taken: %s", name, error)
 
     def set_status(self, status, description=None):
         if self._ended:
@@ -514,6 +676,20 @@ class Span(_trace.Span):
             event.update(attributes)
         self._native.add_event("exception", event)
 
+    # What `with tracer.start_span(...)` does with an exception that leaves
+    # the block (record it, set ERROR), as start_span's flags said.
+    _on_exception = (True, True)
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        if exc_value is not None and isinstance(exc_value, Exception) and not self._ended:
+            record, set_status = self._on_exception
+            if record:
+                self.record_exception(exc_value, escaped=True)
+            if set_status:
+                self.set_status(Status(StatusCode.ERROR,
+                                       f"{type(exc_value).__name__}: {exc_value}"))
+        self.end()
+
     def end(self, end_time=None):
         if self._ended:
             return
@@ -533,29 +709,41 @@ class Span(_trace.Span):
 class Tracer(_trace.Tracer):
     """Starts spans in lens's core. Thread safety: any thread."""
 
+    # Set when the provider that made this tracer was shut down (a provider
+    # other than the installed one: the installed one's shutdown ends the
+    # telemetry itself).
+    _shut = False
+
     def __init__(self, name, version=None, schema_url=None, attributes=None):
         self.name, self.version, self.schema_url = name, version, schema_url
         self.attributes = attributes
 
     def start_span(self, name, context=None, kind=SpanKind.INTERNAL, attributes=None, links=None,
                    start_time=None, record_exception=True, set_status_on_exception=True):
-        return self._start(name, context, kind, attributes, links, start_time, False)
+        if self._shut:
+            return NonRecordingSpan(_current_span(context).get_span_context())
+        span = self._start(name, context, kind, attributes, links, start_time, False)
+        if type(span) is Span and not (record_exception and set_status_on_exception):
+            span._on_exception = (record_exception, set_status_on_exception)
+        return span
 
     def _start(self, name, context, kind, attributes, links, start_time, counted):
         """start_span; `counted`: the schedule's ids are in `attributes` already."""
         rank = _rank if _rank is not None else _setup()
         if rank is None:  # the telemetry could not be set up (said once)
             return NonRecordingSpan(_current_span(context).get_span_context())
+        if type(name) is not str:
+            name = _text(name)
         group = _groups.get(name)
         if group is None:
-            group = _groups[name] = _group_of(name)
+            group = _group_named(name)
         parent_span = _current_span(context)
         if type(parent_span) is Span:
             parent = parent_span._native_context
         else:
             sc = parent_span.get_span_context()
             parent = _native_context(sc) if sc.is_valid else None
-        attrs = attributes if attributes else _EMPTY
+        attrs = _plain_attributes(attributes) if attributes else _EMPTY
         join = None
         on_end = None
         native_links = None
@@ -566,8 +754,8 @@ class Tracer(_trace.Tracer):
         if group == "step" or schedule:
             attrs = dict(attrs)  # the provider's attributes added to a copy
         if group == "step":
-            step = next((attrs[k] for k in _ITERATION_KEYS if k in attrs), None)
-            step = rank.steps_started if step is None else int(step)
+            step = _step_number(next((attrs[k] for k in _ITERATION_KEYS if k in attrs), None))
+            step = rank.steps_started if step is None else step
             rank.steps_started += 1
             carrier = None
             if rank.correlated and _lens.is_initialized():
@@ -601,8 +789,14 @@ class Tracer(_trace.Tracer):
                                  "dl.microbatch_id": microbatch},
                                 [(source, None)], None, None).end
                 native_links = (native_links or []) + [(source, None)]
-        native = _start(name, group, parent, 1 if kind is _INTERNAL else _KINDS[kind], attrs,
-                        native_links, start_time, join)
+        if start_time is not None and type(start_time) is not int:
+            start_time = int(start_time)  # the API's is ns as an int; a float is taken too
+        kind_ = 1 if kind is _INTERNAL else _KINDS[kind]
+        try:
+            native = _start(name, group, parent, kind_, attrs, native_links, start_time, join)
+        except (TypeError, ValueError):  # a name the core cannot take (a lone surrogate)
+            native = _start(_text(name), group, parent, kind_, attrs, native_links, start_time,
+                            join)
         if not native.sampled:
             context_ = native.context
             if native.recording:
@@ -619,14 +813,33 @@ class Tracer(_trace.Tracer):
                               set_status_on_exception=True, end_on_exit=True):
         fast = None
         if (context is None and kind is _INTERNAL and not links and start_time is None
+                and not self._shut
                 and end_on_exit and _var is not None and _rank is not None
-                and name not in _STEP_NAMES):
+                and type(name) is str and name not in _STEP_NAMES):
             group = _groups.get(name)
             if group is None:
-                group = _groups[name] = _group_of(name)
+                group = _group_named(name)
+            if attributes is not None and type(attributes) is not dict:
+                attributes = _clean_attributes(attributes)  # any Mapping
             fast = (name, group, attributes)
         return _CurrentSpan(self, (name, context, kind, attributes, links, start_time),
                             (record_exception, set_status_on_exception, end_on_exit), fast)
+
+
+def _step_number(value):
+    """The step a step span says (megatron.iteration, dl.step), or None when
+    it says none the telemetry can use (then the steps are counted)."""
+    if value is None:
+        return None
+    try:
+        step = int(value)
+    except (TypeError, ValueError):
+        step = -1
+    if 0 <= step < 1 << 63:
+        return step
+    _say_once("step_number", f"lens.otel: a step span says step {value!r}, not a number from 0 "
+              f"to 2^63: its steps are counted instead")
+    return None
 
 
 def _linked_receive(name, rank):
@@ -643,13 +856,15 @@ def _schedule_ids(name, attrs, rank):
     counters = rank.step.counters
     if name == _FORWARD or name == _BACKWARD:
         which = "forward" if name == _FORWARD else "backward"
-        microbatch = counters[which]
-        counters[which] += 1
+        with _counters_lock:  # a communication thread may count beside the schedule's
+            microbatch = counters[which]
+            counters[which] += 1
         attrs.setdefault("dl.microbatch_id", microbatch)
         return microbatch
     direction, counter, key, offset = _P2P[name]
-    microbatch = counters[counter]
-    counters[counter] += 1
+    with _counters_lock:
+        microbatch = counters[counter]
+        counters[counter] += 1
     attrs.setdefault("dl.p2p.direction", direction)
     attrs.setdefault("dl.pipeline_parallel.peer_rank", rank.stage + offset)
     attrs.setdefault(key, microbatch)
@@ -658,6 +873,7 @@ def _schedule_ids(name, attrs, rank):
 
 
 _EMPTY = {}
+_counters_lock = threading.Lock()
 _start = _lens.start_otel_span
 _fast_start = _lens.otel_fast_start
 _fast_end = _lens.otel_fast_end
@@ -702,7 +918,10 @@ class _CurrentSpan:
                     _schedule_ids(name, attrs, rank)
                     counted = True
             if fast is not None:
-                got = _fast_start(name, group, attrs, _var, _SPAN_KEY, Span, _Context)
+                try:
+                    got = _fast_start(name, group, attrs, _var, _SPAN_KEY, Span, _Context)
+                except Exception:  # what the C path cannot take (a lone surrogate)
+                    got = None
                 if got is not None:
                     self._fast_entered = True
                     self._span, self._token = got
@@ -782,6 +1001,18 @@ class TracerProvider(_trace.TracerProvider):
         return _package.flush(timeout_millis / 1000.0)
 
     def shutdown(self):
+        """Ends this provider. The installed one's ends the process's
+        telemetry (spans after it are non-recording; nothing sets it up
+        again); another's, only its own tracers."""
+        global _setup_failure, _rank
+        for tracer in list(self._tracers.values()):
+            tracer._shut = True
+        if _trace._TRACER_PROVIDER is not self:
+            return
+        with _setup_lock:
+            _setup_failure = "the tracer provider was shut down"
+            _said.add("setup")  # as the SDK: spans after shutdown are dropped quietly
+            _rank = None
         _package.shutdown()
 
 
@@ -790,10 +1021,18 @@ _tracers_lock = threading.Lock()
 
 def _after_fork_in_child():
     """A forked child starts with the locks free: a thread of the parent
-    that held one at the fork does not exist in the child."""
-    global _setup_lock, _tracers_lock
+    that held one at the fork does not exist in the child. It records no
+    spans (the parent's telemetry, its files and its export thread, do not
+    cross a fork), and says so once, at its first span."""
+    global _setup_lock, _tracers_lock, _counters_lock, _rank, _setup_failure
     _setup_lock = threading.Lock()
     _tracers_lock = threading.Lock()
+    _counters_lock = threading.Lock()
+    _rank = None
+    if _setup_failure is None:
+        _setup_failure = (f"this process is a fork of process {os.getppid()}: lens records no "
+                          f"spans in a forked child (the parent's telemetry does not cross a "
+                          f"fork); start the process with the spawn method to trace it")
 
 
 if hasattr(os, "register_at_fork"):

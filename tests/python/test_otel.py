@@ -12,6 +12,7 @@ Run with the venv's python; LENS_BIN names the lens command.
 """
 
 import asyncio
+import glob
 import json
 import os
 import subprocess
@@ -361,6 +362,230 @@ class Layout(unittest.TestCase):
             with self.assertRaises(lens.ConfigError) as caught:
                 lens.otel.layout_from_attributes(attrs)
             self.assertIn(words, str(caught.exception))
+
+
+class LayoutFromMegatron(unittest.TestCase):
+    """Megatron's megatron.core.parallel_state, when the process loaded it,
+    places the rank when no resource does. Its module and the rank's place
+    in torch.distributed are stand-ins here (Megatron is not installed):
+    what is checked is which getters lens reads and how it uses them."""
+
+    CODE = (
+        "import sys, types\n"
+        "import torch.distributed as dist\n"
+        "dist.get_rank = lambda group=None: 5\n"
+        "dist.get_world_size = lambda group=None: 8\n"
+        "state = types.ModuleType('megatron.core.parallel_state')\n"
+        "state.model_parallel_is_initialized = lambda: True\n"
+        "state.get_tensor_model_parallel_world_size = lambda: 2\n"
+        "state.get_pipeline_model_parallel_world_size = lambda: 2\n"
+        "state.get_data_parallel_world_size = lambda: 2\n"
+        "state.get_context_parallel_world_size = lambda: 1\n"
+        "state.get_pipeline_model_parallel_rank = lambda: PP\n"
+        "sys.modules['megatron.core.parallel_state'] = state\n"
+        "from opentelemetry import trace\n"
+        "with trace.get_tracer('t').start_as_current_span('megatron.train.iteration') as s:\n"
+        "    pass\n"
+        "import lens.otel\n"
+        "r = lens.otel._rank\n"
+        "print(r.layout['rank'], r.layout['pp'], r.layout['dp'], r.layout['tp'], r.stages)\n")
+
+    def test_its_sizes_place_the_rank_and_a_stage_it_disagrees_on_is_said(self):
+        with tempfile.TemporaryDirectory() as d:
+            # rank 5 = tp 1 + 2 * (dp 0) + 4 * (pp 1), Megatron's default order
+            r = run_python(self.CODE.replace("PP", "1"),
+                           {"OTEL_PYTHON_TRACER_PROVIDER": "lens", "LENS_TRACE_DIR": d})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.split(), ["5", "1", "0", "1", "2"])
+            self.assertNotIn("parallel_state puts", r.stderr)
+            r = run_python(self.CODE.replace("PP", "0"),
+                           {"OTEL_PYTHON_TRACER_PROVIDER": "lens", "LENS_TRACE_DIR": d})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("megatron.core.parallel_state puts this rank at pipeline stage 0, the "
+                          "rank order tp-cp-ep-dp-pp at 1: set LENS_RANK_ORDER", r.stderr)
+
+
+def otlp_value(value):
+    """An OTLP/JSON AnyValue as Python."""
+    (kind, v), = value.items()
+    if kind == "intValue":
+        return int(v)
+    if kind == "arrayValue":
+        return [otlp_value(x) for x in v.get("values", [])]
+    return v
+
+
+class NeverHurts(unittest.TestCase):
+    """No call of lens.otel raises into the caller or blocks it (#72)."""
+
+    def lens_spans(self, folder):
+        spans = {}
+        for path in glob.glob(os.path.join(folder, "*.otlp.jsonl")):
+            with open(path) as f:
+                for line in f:
+                    for rs in json.loads(line)["resourceSpans"]:
+                        for ss in rs["scopeSpans"]:
+                            for s in ss["spans"]:
+                                s["attrs"] = {a["key"]: otlp_value(a["value"])
+                                              for a in s.get("attributes", [])}
+                                spans.setdefault(s["name"], []).append(s)
+        return spans
+
+    def test_every_key_and_value_kept_as_the_sdk_keeps_it_on_every_path_and_nothing_raises(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = subprocess.run([sys.executable, os.path.join(HERE, "otel_attribute_table.py")],
+                               env=dict(os.environ, OTEL_PYTHON_TRACER_PROVIDER="lens",
+                                        LENS_TRACE_DIR=d, MEGATRON_OTEL_RUN_ID="table"),
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            table = json.loads(r.stdout)
+            self.assertEqual(table["errors"], [])
+            spans = self.lens_spans(os.path.join(d, "table"))
+            # What lens's core cannot hold, so drops with the API's warning
+            # where the SDK keeps it: bytes, maps, sequences of mixed types;
+            # None in a sequence is left out; an int beyond 64 bits is its
+            # decimal text. (A lone surrogate is U+FFFD in both, as JSON.)
+            differs = {"5": "text", "10": None, "11": "no None", "13": None, "14": None}
+            for case, sdk in table["cases"].items():
+                c = spans[f"case{case}.c"][0]["attrs"]
+                general = spans[f"case{case}.general"][0]["attrs"]
+                after = spans[f"case{case}.set"][0]["attrs"]
+                with self.subTest(case=case, sdk=sdk, c=c, general=general, set=after):
+                    self.assertEqual(c, general, "one conversion on both start paths")
+                    for got, kept in ((c, sdk["sdk_start"]), (after, sdk["sdk_set"])):
+                        kept = {k: v for k, v in kept.items() if v is not None}
+                        if case in differs:
+                            if differs[case] == "text":
+                                kept = {k: str(v) for k, v in kept.items()}
+                            elif differs[case] == "no None":
+                                kept = {k: [x for x in v if x is not None] for k, v in kept.items()}
+                            else:
+                                kept = {}
+                        self.assertEqual(got, kept)
+            for name in ("map.proxy.c", "map.proxy.general", "map.bounded.c",
+                         "map.bounded.general"):
+                self.assertEqual(spans[name][0]["attrs"], {"m.k": 1}, name)
+            self.assertIn("n\ufffd", spans)  # a lone surrogate in a name
+            self.assertIn("invalid key `5`. must be non-empty string", r.stderr)
+
+    def run_code(self, code, env=None, timeout=60):
+        with tempfile.TemporaryDirectory() as d:
+            full = dict(os.environ, OTEL_PYTHON_TRACER_PROVIDER="lens", LENS_TRACE_DIR=d,
+                        MEGATRON_OTEL_RUN_ID="hurts", **(env or {}))
+            r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                               text=True, timeout=timeout)
+            spans = self.lens_spans(os.path.join(d, "hurts"))
+        return r, spans
+
+    SPANS = ("from opentelemetry import trace\n"
+             "from opentelemetry.trace import NonRecordingSpan\n"
+             "t = trace.get_tracer('t')\n"
+             "got = []\n"
+             "for i in range(3):\n"
+             "    with t.start_as_current_span('a') as s:\n"
+             "        got.append(isinstance(s, NonRecordingSpan))\n"
+             "    s = t.start_span('b'); got.append(isinstance(s, NonRecordingSpan)); s.end()\n"
+             "print(got)\n")
+
+    def test_a_setting_that_cannot_be_set_up_is_said_once_and_spans_are_not_recorded(self):
+        for env, words in (({"OTEL_BSP_MAX_QUEUE_SIZE": "abc"}, "OTEL_BSP_MAX_QUEUE_SIZE"),
+                           ({"OTEL_RESOURCE_ATTRIBUTES": "dl.rank=abc"}, "dl.rank='abc'"),
+                           ({"OTEL_RESOURCE_ATTRIBUTES": "dl.rank=1,dl.world_size=4,"
+                                                         "dl.pipeline_parallel.size=3"},
+                            "product is 3")):
+            with self.subTest(env=env):
+                r, spans = self.run_code(self.SPANS, env)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(r.stdout.strip(), str([True] * 6))
+                self.assertEqual(r.stderr.count("lens.otel: spans are not recorded in this "
+                                                "process"), 1, r.stderr)
+                self.assertIn(words, r.stderr)
+
+    def test_a_child_forked_while_a_thread_held_the_setup_lock_does_not_hang_and_says_so(self):
+        code = ("import os, threading, time, signal\n"
+                "import lens.otel\n"
+                "from opentelemetry import trace\n"
+                "held = threading.Event()\n"
+                "def hold():\n"
+                "    with lens.otel._setup_lock:\n"
+                "        held.set(); time.sleep(2)\n"
+                "threading.Thread(target=hold, daemon=True).start()\n"
+                "held.wait()\n"
+                "pid = os.fork()\n"
+                "if pid == 0:\n"
+                "    signal.alarm(20)\n"
+                "    with trace.get_tracer('t').start_as_current_span('child') as s:\n"
+                "        print('child recording', s.is_recording(), flush=True)\n"
+                "    os._exit(0)\n"
+                "_, status = os.waitpid(pid, 0)\n"
+                "print('child status', status)\n"
+                "with trace.get_tracer('t').start_as_current_span('parent') as s:\n"
+                "    print('parent recording', s.is_recording())\n"
+                "trace.get_tracer_provider().force_flush()\n")
+        r, spans = self.run_code(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("child recording False", r.stdout)
+        self.assertIn("child status 0", r.stdout)
+        self.assertIn("parent recording True", r.stdout)
+        self.assertIn("lens records no spans in a forked child", r.stderr)
+        self.assertIn("parent", spans)
+        self.assertNotIn("child", spans)
+
+    def test_a_generator_resumed_in_another_context_ends_its_span_and_logs_the_detach(self):
+        code = ("import contextvars, logging\n"
+                "from opentelemetry import trace\n"
+                "logging.basicConfig()\n"
+                "t = trace.get_tracer('t')\n"
+                "def work():\n"
+                "    with t.start_as_current_span('generator'):\n"
+                "        yield 1\n"
+                "        yield 2\n"
+                "g = work()\n"
+                "next(g)\n"
+                "print(contextvars.copy_context().run(lambda: list(g)))\n"
+                "trace.get_tracer_provider().force_flush()\n")
+        r, spans = self.run_code(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "[2]")
+        self.assertIn("Failed to detach context", r.stderr)
+        self.assertEqual(len(spans["generator"]), 1, "the span ended and was exported")
+
+    def test_start_span_as_a_context_manager_records_the_exception_and_error(self):
+        code = ("from opentelemetry import trace\n"
+                "t = trace.get_tracer('t')\n"
+                "try:\n"
+                "    with t.start_span('failing'):\n"
+                "        raise KeyError('k')\n"
+                "except KeyError:\n"
+                "    pass\n"
+                "with t.start_span('quiet', record_exception=False,\n"
+                "                  set_status_on_exception=False) as s:\n"
+                "    pass\n"
+                "trace.get_tracer_provider().force_flush()\n")
+        r, spans = self.run_code(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        failing = spans["failing"][0]
+        self.assertEqual([e["name"] for e in failing["events"]], ["exception"])
+        self.assertEqual(failing["status"]["code"], 2)
+        self.assertIn("KeyError", failing["status"]["message"])
+
+    def test_a_providers_shutdown_ends_that_provider_and_a_shut_telemetry_stays_shut(self):
+        code = ("from opentelemetry import trace\n"
+                "import lens.otel\n"
+                "from lens import nemo\n"
+                "t = trace.get_tracer('t')\n"
+                "other = lens.otel.TracerProvider()\n"
+                "o = other.get_tracer('o')\n"
+                "other.shutdown()\n"
+                "print(o.start_span('of the other').is_recording(),\n"
+                "      t.start_span('after the other').is_recording())\n"
+                "trace.get_tracer_provider().shutdown()\n"
+                "print(t.start_span('after').is_recording(), nemo.is_span_group_enabled('step'))\n")
+        r, spans = self.run_code(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["False", "True", "False", "False"])
+        self.assertIn("after the other", spans)
+        self.assertNotIn("after", spans)
 
 
 def run_python(code, env_extra):
