@@ -906,9 +906,11 @@ class _CurrentSpan:
     def __enter__(self):
         fast = self._fast
         self._fast_entered = False
+        rank = _rank
+        if fast is not None and rank is None:
+            fast = None  # shut down (or forked) since the span was asked for
         if fast is not None:
             name, group, attrs = fast
-            rank = _rank
             counted = False
             if rank.step is not None and name in _SCHEDULE_NAMES:
                 if _linked_receive(name, rank):

@@ -14,6 +14,7 @@ Run with the venv's python; LENS_BIN names the lens command.
 import asyncio
 import glob
 import json
+import re
 import os
 import subprocess
 import sys
@@ -568,6 +569,33 @@ class NeverHurts(unittest.TestCase):
         self.assertEqual([e["name"] for e in failing["events"]], ["exception"])
         self.assertEqual(failing["status"]["code"], 2)
         self.assertIn("KeyError", failing["status"]["message"])
+
+    def test_eight_threads_under_forks_and_a_shutdown_raise_nothing_hang_nowhere_and_add_up(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = subprocess.run([sys.executable, os.path.join(HERE, "otel_stress.py")],
+                               env=dict(os.environ, OTEL_PYTHON_TRACER_PROVIDER="lens",
+                                        LENS_TRACE_DIR=d, MEGATRON_OTEL_RUN_ID="stress"),
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            got = json.loads(r.stdout)
+            self.assertEqual(got["errors"], [])
+            self.assertEqual(got["children"], [0] * 6, "no child hung or failed")
+            self.assertFalse(got["initialized"], "shut down for good")
+            # The shutdown's account: every span recorded (and the warm-up)
+            # is exported, spooled or dropped, each counted.
+            account = re.search(r"lens: shutdown: (\d+) spans: (\d+) exported, (\d+) spooled, "
+                                r"(\d+) dropped", r.stderr)
+            self.assertIsNotNone(account, r.stderr[-2000:])
+            total, exported, spooled, dropped = map(int, account.groups())
+            self.assertEqual(total, got["recorded"] + 1)
+            self.assertEqual(exported + spooled + dropped, total)
+            lines = 0
+            for path in glob.glob(os.path.join(d, "stress", "*.otlp.jsonl")):
+                with open(path) as f:
+                    lines += sum(len(ss["spans"]) for line in f
+                                 for rs in json.loads(line)["resourceSpans"]
+                                 for ss in rs["scopeSpans"])
+            self.assertEqual(lines, exported, "the file holds every span exported")
 
     def test_a_providers_shutdown_ends_that_provider_and_a_shut_telemetry_stays_shut(self):
         code = ("from opentelemetry import trace\n"
