@@ -214,6 +214,10 @@ PyObject* otel_fast_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_TypeError, "otel_fast_start takes 7 arguments");
     return nullptr;
   }
+  // A name that is not a str, attributes that are a Mapping but no dict:
+  // the Python path converts them (otel.py).
+  if (!PyUnicode_CheckExact(args[0]) || (args[2] != Py_None && !PyDict_Check(args[2])))
+    Py_RETURN_NONE;
   PyObject* var = args[3];
   PyObject* key = args[4];
   auto* span_type = reinterpret_cast<PyTypeObject*>(args[5]);

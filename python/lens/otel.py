@@ -39,12 +39,13 @@ forked child records nothing and says so once; the provider's locks are new
 in a forked child.
 
 Thread safety: spans may be started and ended from any thread; the per-step
-counters of the schedule are taken under a lock (their order is the order the
-spans start in).
+counters of the schedule hand each caller a number of its own (their order is
+the order the spans start in).
 """
 
 import functools
 import hashlib
+import itertools
 from urllib.parse import unquote as _unquote
 import inspect
 import logging
@@ -92,6 +93,8 @@ _P2P = {
 
 def _group_of(name):
     """The lens span group a name belongs to (its on/off switch)."""
+    if type(name) is not str:
+        return "job"
     if name in _STEP_NAMES:
         return "step"
     if name.endswith("forward_backward"):
@@ -286,8 +289,12 @@ class _StepState:
     def __init__(self, carrier):
         # The source's step span, which linked receives point at.
         self.source_context = carrier.context if carrier is not None else None
-        self.counters = dict.fromkeys(("forward", "backward", "recv_forward", "send_forward",
-                                       "recv_backward", "send_backward"), 0)
+        # itertools.count: next() takes a number and moves on in one step
+        # under the GIL, so a communication thread counting beside the
+        # schedule's takes a number of its own.
+        self.counters = {name: itertools.count() for name in (
+            "forward", "backward", "recv_forward", "send_forward", "recv_backward",
+            "send_backward")}
         self.linked = 0
         # The application opens linked receives itself (the seed page's
         # integration): lens links those and adds none of its own.
@@ -709,10 +716,6 @@ class Span(_trace.Span):
 class Tracer(_trace.Tracer):
     """Starts spans in lens's core. Thread safety: any thread."""
 
-    # Set when the provider that made this tracer was shut down (a provider
-    # other than the installed one: the installed one's shutdown ends the
-    # telemetry itself).
-    _shut = False
 
     def __init__(self, name, version=None, schema_url=None, attributes=None):
         self.name, self.version, self.schema_url = name, version, schema_url
@@ -720,12 +723,25 @@ class Tracer(_trace.Tracer):
 
     def start_span(self, name, context=None, kind=SpanKind.INTERNAL, attributes=None, links=None,
                    start_time=None, record_exception=True, set_status_on_exception=True):
-        if self._shut:
-            return NonRecordingSpan(_current_span(context).get_span_context())
         span = self._start(name, context, kind, attributes, links, start_time, False)
         if type(span) is Span and not (record_exception and set_status_on_exception):
             span._on_exception = (record_exception, set_status_on_exception)
         return span
+
+    def _shut_down(self):
+        """After its provider's shutdown (a provider other than the installed
+        one: the installed one's ends the telemetry itself), every span this
+        tracer starts is non-recording: its start methods are replaced on the
+        instance, so that a live tracer's cost no test."""
+
+        def start_span(name, context=None, *args, **kwargs):
+            return NonRecordingSpan(_current_span(context).get_span_context())
+
+        def start_as_current_span(name, context=None, *args, **kwargs):
+            return _trace.use_span(start_span(name, context), end_on_exit=True)
+
+        self.start_span = start_span
+        self.start_as_current_span = start_as_current_span
 
     def _start(self, name, context, kind, attributes, links, start_time, counted):
         """start_span; `counted`: the schedule's ids are in `attributes` already."""
@@ -813,14 +829,13 @@ class Tracer(_trace.Tracer):
                               set_status_on_exception=True, end_on_exit=True):
         fast = None
         if (context is None and kind is _INTERNAL and not links and start_time is None
-                and not self._shut
                 and end_on_exit and _var is not None and _rank is not None
-                and type(name) is str and name not in _STEP_NAMES):
+                and name not in _STEP_NAMES):
+            # (a name that is not a str, attributes that are no dict: the C
+            # path declines them, the general one converts them)
             group = _groups.get(name)
             if group is None:
                 group = _group_named(name)
-            if attributes is not None and type(attributes) is not dict:
-                attributes = _clean_attributes(attributes)  # any Mapping
             fast = (name, group, attributes)
         return _CurrentSpan(self, (name, context, kind, attributes, links, start_time),
                             (record_exception, set_status_on_exception, end_on_exit), fast)
@@ -856,15 +871,11 @@ def _schedule_ids(name, attrs, rank):
     counters = rank.step.counters
     if name == _FORWARD or name == _BACKWARD:
         which = "forward" if name == _FORWARD else "backward"
-        with _counters_lock:  # a communication thread may count beside the schedule's
-            microbatch = counters[which]
-            counters[which] += 1
+        microbatch = next(counters[which])
         attrs.setdefault("dl.microbatch_id", microbatch)
         return microbatch
     direction, counter, key, offset = _P2P[name]
-    with _counters_lock:
-        microbatch = counters[counter]
-        counters[counter] += 1
+    microbatch = next(counters[counter])
     attrs.setdefault("dl.p2p.direction", direction)
     attrs.setdefault("dl.pipeline_parallel.peer_rank", rank.stage + offset)
     attrs.setdefault(key, microbatch)
@@ -873,7 +884,6 @@ def _schedule_ids(name, attrs, rank):
 
 
 _EMPTY = {}
-_counters_lock = threading.Lock()
 _start = _lens.start_otel_span
 _fast_start = _lens.otel_fast_start
 _fast_end = _lens.otel_fast_end
@@ -1008,7 +1018,7 @@ class TracerProvider(_trace.TracerProvider):
         again); another's, only its own tracers."""
         global _setup_failure, _rank
         for tracer in list(self._tracers.values()):
-            tracer._shut = True
+            tracer._shut_down()
         if _trace._TRACER_PROVIDER is not self:
             return
         with _setup_lock:
@@ -1026,10 +1036,9 @@ def _after_fork_in_child():
     that held one at the fork does not exist in the child. It records no
     spans (the parent's telemetry, its files and its export thread, do not
     cross a fork), and says so once, at its first span."""
-    global _setup_lock, _tracers_lock, _counters_lock, _rank, _setup_failure
+    global _setup_lock, _tracers_lock, _rank, _setup_failure
     _setup_lock = threading.Lock()
     _tracers_lock = threading.Lock()
-    _counters_lock = threading.Lock()
     _rank = None
     if _setup_failure is None:
         _setup_failure = (f"this process is a fork of process {os.getppid()}: lens records no "
