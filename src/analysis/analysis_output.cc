@@ -32,19 +32,30 @@ const char* path_segment_kind_name(PathSegment::Kind kind) {
 
 std::string format_verdicts(const Analysis& a) {
   std::string out;
+  const auto against = [&](const Straggler& w) {
+    return w.against == Straggler::Against::kPeers
+               ? (a.tensors > 1
+                      ? "the same stage's cost in the other pipelines (replicas and TP peers)"
+                      : "the same stage's cost in the other replicas")
+               : "its own baseline (against how the others moved)";
+  };
+  const auto who = [&](const StragglerReport& r) {
+    return fmt::format("rank {} (stage {}, replica {}{})", r.who.rank, r.who.stage, r.replica,
+                       a.tensors > 1 ? fmt::format(", tensor rank {}", r.tensor) : std::string());
+  };
+  // The evidence: how long, and the run's own noise it stands out of.
+  const auto evidence = [](const Straggler& w) {
+    return fmt::format("{} of {} steps at {:.1f}x or more; the run's other ranks vary up to "
+                       "{:.2f}x step to step",
+                       w.slow_steps, w.steps, kStragglerThreshold, w.noise);
+  };
   for (const auto& r : a.stragglers) {
     const Straggler& w = r.who;
     out += fmt::format(
-        "straggler: rank {} (stage {}, replica {}{}): {:.2f}x {} since step {}, {:.0f}% of the "
-        "critical path; at its expected cost the step would change by {:+.2f} ms ({:+.0f}%)\n",
-        w.rank, w.stage, r.replica,
-        a.tensors > 1 ? fmt::format(", tensor rank {}", r.tensor) : std::string(), w.ratio,
-        w.against == Straggler::Against::kPeers
-            ? (a.tensors > 1
-                   ? "the same stage's cost in the other pipelines (replicas and TP peers)"
-                   : "the same stage's cost in the other replicas")
-            : "its own baseline (against how the others moved)",
-        w.since_step, 100 * r.critical_share_p50, r.gain_ms, 100 * r.gain_share);
+        "straggler: {}: {:.2f}x {} since step {} ({}), {:.0f}% of the critical path; at its "
+        "expected cost the step would change by {:+.2f} ms ({:+.0f}%)\n",
+        who(r), w.ratio, against(w), w.since_step, evidence(w), 100 * r.critical_share_p50,
+        r.gain_ms, 100 * r.gain_share);
     if (r.peers_collective_wait_ms)
       out += fmt::format(
           "  its TP peers (stage {}, replica {}) wait {:.2f} ms per step (p50) for it at the "
@@ -55,11 +66,17 @@ std::string format_verdicts(const Analysis& a) {
           "  the other replicas' ranks wait {:.2f} ms per step (p50) at the gradient sync\n",
           *r.others_sync_wait_ms);
   }
+  for (const auto& r : a.not_named)
+    out += fmt::format(
+        "not named: {}: {:.2f}x {} since step {} ({}): within the run's noise (a straggler "
+        "stands {:.2f}x out of it)\n",
+        who(r), r.who.ratio, against(r.who), r.who.since_step, evidence(r.who), kNoiseMargin);
   if (a.stragglers.empty())
     out += fmt::format(
         "straggler: none (no rank {:.1f}x slower than its own baseline or its peers for {} steps "
-        "in a row)\n",
-        kStragglerThreshold, kConsecutiveSteps);
+        "in a row and {:.2f}x out of the run's noise)\n",
+        kStragglerThreshold, steps_required(a.steps > kBaselineSteps ? a.steps - kBaselineSteps : 0),
+        kNoiseMargin);
   for (const auto& r : a.imbalance) {
     std::string ranks;
     for (int rank : r.what.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank);
@@ -311,6 +328,9 @@ void straggler(JsonObjectText& o, const StragglerReport& r) {
   o.add("since_step", r.who.since_step);
   o.add("ratio", r.who.ratio);
   o.add("against", against_name(r.who.against));
+  o.add("slow_steps", r.who.slow_steps);
+  o.add("steps", r.who.steps);
+  o.add("noise", r.who.noise);
   o.add("critical_share_p50", r.critical_share_p50);
   o.add("gain_ms", r.gain_ms);
   o.add("gain_share", r.gain_share);
@@ -360,6 +380,8 @@ std::string format_json(const Analysis& a) {
   j.add("straggler_threshold", kStragglerThreshold);
   j.add("imbalance_threshold", kImbalanceThreshold);
   add_rows(j, "stragglers", a.stragglers, straggler);
+  add_rows(j, "not_named", a.not_named, straggler);
+  j.add("noise_margin", kNoiseMargin);
   add_rows(j, "imbalance", a.imbalance, imbalance);
   j.add("slowest_stage", a.slowest_stage);
   j.add("slowest_relative", a.slowest_relative);

@@ -203,6 +203,8 @@ Analysis AnalysisBuilder::finish() {
   }
   for (const Straggler& who : verdicts.stragglers)
     out.stragglers.push_back(straggler_report(who, *series_of_rank.at(who.rank)));
+  for (const Straggler& who : verdicts.not_named)
+    out.not_named.push_back(straggler_report(who, *series_of_rank.at(who.rank)));
   for (const Imbalance& what : verdicts.imbalance)
     out.imbalance.push_back(imbalance_report(what, out));
   return out;

@@ -120,6 +120,9 @@ struct Analysis {
          critical_all_reduce_p50_ms = 0;
   std::vector<StageAnalysis> stages_analysis;  // by replica, then stage
   std::vector<StragglerReport> stragglers;
+  // Ranks slow long enough but within the run's noise: not named, with
+  // their evidence (stage_verdicts.h).
+  std::vector<StragglerReport> not_named;
   std::vector<ImbalanceReport> imbalance;
   std::vector<StageStepFigures> stage_steps;  // by replica, tensor, stage, then step
   std::vector<StepRow> step_rows;             // by step

@@ -2,26 +2,68 @@
 #include "stage_verdicts.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "stats.h"
 
 namespace lens::analysis {
 namespace {
 
-// The first index from `from` that starts kConsecutiveSteps scores in a row
-// at or above the threshold, or -1.
-int first_slow_run(const std::vector<double>& score, std::size_t from) {
+// The first index from `from` that starts `required` scores in a row at or
+// above the threshold, or -1.
+int first_slow_run(const std::vector<double>& score, std::size_t from, std::size_t required) {
   std::size_t run = 0;
   for (std::size_t i = from; i < score.size(); ++i) {
     run = score[i] >= kStragglerThreshold ? run + 1 : 0;
-    if (run == kConsecutiveSteps) return static_cast<int>(i + 1 - kConsecutiveSteps);
+    if (run == required) return static_cast<int>(i + 1 - required);
   }
   return -1;
 }
 
+// One series' scores, step by step: against its own baseline (relative to
+// how the others moved) and against its peers (-1 where it has none).
+struct Scores {
+  std::vector<double> own, peers;
+  bool have_peers = false;
+};
+
+// How far a series' compute moved at index `since`: the median of its
+// steps from there over the median of its steps before (1 when either side
+// is empty). Medians over many steps: one noisy step, or a noisy baseline
+// step, moves it little.
+double shift_at(const std::vector<double>& cost, std::size_t since) {
+  if (since == 0 || since >= cost.size()) return 1.0;
+  const double before = median({cost.begin(), cost.begin() + static_cast<long>(since)});
+  const double after = median({cost.begin() + static_cast<long>(since), cost.end()});
+  return before > 0 ? after / before : 1.0;
+}
+
+// The run's step-to-step noise a series is judged against: the 90th
+// percentile, over the other series that are not themselves slow, of each
+// step's compute over that series' own median (1 when there are none).
+double noise_for(std::size_t i, const std::vector<RankSeries>& series,
+                 const std::vector<bool>& slow) {
+  std::vector<double> pooled;
+  for (std::size_t j = 0; j < series.size(); ++j) {
+    if (j == i || slow[j]) continue;
+    const std::vector<double>& c = series[j].per_microbatch_ms;
+    const double m = median(c);
+    if (m <= 0) continue;
+    for (const double x : c) pooled.push_back(x / m);
+  }
+  return pooled.empty() ? 1.0 : std::max(1.0, percentile(pooled, 0.9));
+}
+
 }  // namespace
+
+std::size_t steps_required(std::size_t judged) {
+  const auto share = static_cast<std::size_t>(
+      std::ceil(kStepsRequiredShare * static_cast<double>(judged)));
+  return std::clamp(share, kConsecutiveSteps, kMostStepsRequired);
+}
 
 const char* against_name(Straggler::Against a) {
   return a == Straggler::Against::kPeers ? "peers" : "own_baseline";
@@ -54,11 +96,12 @@ Verdicts judge_stages(const std::vector<RankSeries>& series) {
   out.expected_ms.resize(n);
   out.baseline_relative.resize(n, 0);
   std::map<int, std::vector<std::size_t>> by_stage;
+  std::vector<Scores> scores(n);
   for (std::size_t i = 0; i < n; ++i) {
     const RankSeries& s = series[i];
     by_stage[s.stage].push_back(i);
-    std::vector<double> against_own, against_peers, relative;
-    bool have_peers = false;
+    Scores& sc = scores[i];
+    std::vector<double> relative;
     for (std::size_t k = 0; k < s.steps.size(); ++k) {
       const std::int64_t step = s.steps[k];
       const double cost = s.per_microbatch_ms[k];
@@ -74,29 +117,125 @@ Verdicts judge_stages(const std::vector<RankSeries>& series) {
       }
       if (!same_replica.empty()) others = same_replica;
       const double moved = others.empty() ? 1.0 : median(others);
-      against_own.push_back(moved > 0 ? own_ratio(i, cost) / moved : 1.0);
+      sc.own.push_back(moved > 0 ? own_ratio(i, cost) / moved : 1.0);
       const double peers = peers_median(i, step);
-      have_peers = have_peers || peers > 0;
-      against_peers.push_back(peers > 0 ? cost / peers : 1.0);
+      sc.have_peers = sc.have_peers || peers > 0;
+      sc.peers.push_back(peers > 0 ? cost / peers : 1.0);
       out.expected_ms[i].push_back(peers > 0 ? std::min(out.baseline_ms[i], peers)
                                              : out.baseline_ms[i]);
       if (k < kBaselineSteps) relative.push_back(fastest > 0 ? cost / fastest : 1.0);
     }
     out.baseline_relative[i] = median(relative);
-    const int by_peers = have_peers ? first_slow_run(against_peers, 0) : -1;
-    const int by_own = first_slow_run(against_own, kBaselineSteps);
+  }
+  // Who has a run of slow steps long enough; then whether it stands out
+  // of the noise the other ranks show.
+  std::vector<Straggler> candidates(n);
+  std::vector<bool> slow(n, false);
+  std::vector<std::size_t> since_of(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const RankSeries& s = series[i];
+    const Scores& sc = scores[i];
+    const std::size_t judged = s.steps.size() > kBaselineSteps ? s.steps.size() - kBaselineSteps : 0;
+    const std::size_t required = steps_required(judged);
+    const int by_peers = sc.have_peers ? first_slow_run(sc.peers, 0, required) : -1;
+    const int by_own = first_slow_run(sc.own, kBaselineSteps, required);
     if (by_peers < 0 && by_own < 0) continue;
-    Straggler st;
+    slow[i] = true;
+    Straggler& st = candidates[i];
     st.rank = s.rank;
     st.stage = s.stage;
     st.pipeline = s.pipeline;
     const bool peers_first = by_peers >= 0 && (by_own < 0 || by_peers <= by_own);
-    const int since = peers_first ? by_peers : by_own;
-    const std::vector<double>& score = peers_first ? against_peers : against_own;
+    const auto since = static_cast<std::size_t>(peers_first ? by_peers : by_own);
+    since_of[i] = since;
+    const std::vector<double>& score = peers_first ? sc.peers : sc.own;
     st.against = peers_first ? Straggler::Against::kPeers : Straggler::Against::kOwnBaseline;
-    st.since_step = s.steps[static_cast<std::size_t>(since)];
-    st.ratio = median({score.begin() + since, score.end()});
-    out.stragglers.push_back(st);
+    st.since_step = s.steps[since];
+    st.steps = score.size() - since;
+    st.slow_steps = static_cast<std::size_t>(
+        std::count_if(score.begin() + static_cast<long>(since), score.end(),
+                      [](double x) { return x >= kStragglerThreshold; }));
+  }
+  // A rank's slowdown from `since_step` on (above), and the same figure of
+  // the ranks that are not slow: their spread is the noise it must stand
+  // out of.
+  const auto slowdown = [&](std::size_t j, const Straggler& st) -> std::optional<double> {
+    const RankSeries& s = series[j];
+    const auto at = std::find(s.steps.begin(), s.steps.end(), st.since_step);
+    if (at == s.steps.end()) return std::nullopt;
+    const auto since = static_cast<std::size_t>(at - s.steps.begin());
+    if (st.against == Straggler::Against::kPeers) {
+      if (!scores[j].have_peers) return std::nullopt;
+      const std::vector<double>& p = scores[j].peers;
+      return median({p.begin() + static_cast<long>(since), p.end()});
+    }
+    // Against its own steps before, relative to how the other ranks of its
+    // replica moved at the same step (every other rank's, when its replica
+    // has fewer than two others: one other rank is too noisy a yardstick).
+    std::vector<double> same_replica, others;
+    for (std::size_t k = 0; k < n; ++k) {
+      if (k == j) continue;
+      const auto there = std::find(series[k].steps.begin(), series[k].steps.end(), st.since_step);
+      if (there == series[k].steps.end()) continue;
+      const double moved = shift_at(series[k].per_microbatch_ms,
+                                    static_cast<std::size_t>(there - series[k].steps.begin()));
+      (series[k].pipeline == s.pipeline ? same_replica : others).push_back(moved);
+    }
+    if (same_replica.size() >= 2)
+      others = same_replica;
+    else
+      others.insert(others.end(), same_replica.begin(), same_replica.end());
+    const double moved = others.empty() ? 1.0 : median(others);
+    // Its own move counts too: a rank whose steps did not move is no
+    // straggler because the others' baseline steps were slow ones.
+    const double own = shift_at(s.per_microbatch_ms, since);
+    return std::min(own, moved > 0 ? own / moved : own);
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!slow[i]) continue;
+    Straggler& st = candidates[i];
+    const RankSeries& s = series[i];
+    // Where it changed: a run of slow steps can begin after the slowdown
+    // did (a noisy step breaks a run), so against its own baseline the
+    // step, from the baseline's end to the run's start, where its slowdown
+    // is largest. The ranks that are not slow are searched the same way, so
+    // that the search's own luck is in the noise too.
+    std::vector<std::int64_t> splits{st.since_step};
+    if (st.against == Straggler::Against::kOwnBaseline)
+      for (std::size_t t = kBaselineSteps; t < since_of[i]; ++t) splits.push_back(s.steps[t]);
+    const auto largest = [&](std::size_t j, Straggler at) -> std::optional<double> {
+      std::optional<double> best;
+      for (const std::int64_t step : splits) {
+        at.since_step = step;
+        if (const auto x = slowdown(j, at); x && (!best || *x > *best)) best = x;
+      }
+      return best;
+    };
+    std::optional<double> best;
+    for (const std::int64_t step : splits) {
+      Straggler at = st;
+      at.since_step = step;
+      if (const auto x = slowdown(i, at); x && (!best || *x > *best)) {
+        best = x;
+        st.since_step = step;
+      }
+    }
+    st.ratio = best.value_or(1.0);
+    const auto from = static_cast<std::size_t>(
+        std::find(s.steps.begin(), s.steps.end(), st.since_step) - s.steps.begin());
+    const std::vector<double>& score =
+        st.against == Straggler::Against::kPeers ? scores[i].peers : scores[i].own;
+    st.steps = score.size() - from;
+    st.slow_steps = static_cast<std::size_t>(
+        std::count_if(score.begin() + static_cast<long>(from), score.end(),
+                      [](double x) { return x >= kStragglerThreshold; }));
+    std::vector<double> theirs;
+    for (std::size_t j = 0; j < n; ++j)
+      if (j != i && !slow[j])
+        if (const auto x = largest(j, st)) theirs.push_back(*x);
+    st.noise = std::max({1.0, noise_for(i, series, slow), percentile(theirs, 0.9)});
+    const bool stands_out = st.ratio >= kStragglerThreshold && st.ratio >= kNoiseMargin * st.noise;
+    (stands_out ? out.stragglers : out.not_named).push_back(st);
   }
   for (const auto& [stage, members] : by_stage) {
     Imbalance im{stage, {}, std::numeric_limits<double>::max()};
