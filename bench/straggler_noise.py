@@ -48,6 +48,8 @@ def main():
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--busy", action="store_true", help="keep the other cores busy")
+    parser.add_argument("--slow-factor", type=float, default=5,
+                        help="the slowed runs' factor (5: the effect 5x the noise floor)")
     args = parser.parse_args()
     busy = []
     if args.busy:
@@ -64,14 +66,16 @@ def main():
                   f"not named {[(s['rank'], round(s['ratio'], 2), round(s['noise'], 2)) for s in not_named]}")
         missed = 0
         for i in range(args.runs):
-            named, _ = one_run(args.steps, ["--slow-rank", "2", "--slow-factor", "3",
+            named, not_named = one_run(args.steps, ["--slow-rank", "2", "--slow-factor",
+                                                    str(args.slow_factor),
                                             "--slow-from-step", "4"])
             ok = any(s["rank"] == 2 for s in named)
             missed += not ok
-            print(f"slowed run {i}: named {[(s['rank'], round(s['ratio'], 2)) for s in named]}")
+            print(f"slowed run {i}: named {[(s['rank'], round(s['ratio'], 2)) for s in named]}, not named {[(s['rank'], round(s['ratio'], 2), round(s['noise'], 2), s['since_step']) for s in not_named]}")
         print(f"summary: {args.runs} balanced runs of {args.steps} steps"
               f"{' with the other cores busy' if args.busy else ''}: {named_balanced} stragglers "
-              f"named; {args.runs} runs with rank 2 slowed 3x from step 4: {missed} missed")
+              f"named; {args.runs} runs with rank 2 slowed {args.slow_factor:g}x from step 4: "
+              f"{missed} missed")
     finally:
         for p in busy:
             p.terminate()

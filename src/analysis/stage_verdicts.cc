@@ -23,6 +23,8 @@ int first_slow_run(const std::vector<double>& score, std::size_t from, std::size
   return -1;
 }
 
+constexpr double kEarlierSplitMargin = 1.1;
+
 // One series' scores, step by step: against its own baseline (relative to
 // how the others moved) and against its peers (-1 where it has none).
 struct Scores {
@@ -43,16 +45,25 @@ double shift_at(const std::vector<double>& cost, std::size_t since) {
 
 // The run's step-to-step noise a series is judged against: the 90th
 // percentile, over the other series that are not themselves slow, of each
-// step's compute over that series' own median (1 when there are none).
+// step's compute over that series' median on its side of `since_step` (a
+// level that moves at that step, as the others' does when one rank's slow
+// compute leaves them the cores they shared, is not noise; 1 when there
+// are none).
 double noise_for(std::size_t i, const std::vector<RankSeries>& series,
-                 const std::vector<bool>& slow) {
+                 const std::vector<bool>& slow, std::int64_t since_step) {
   std::vector<double> pooled;
   for (std::size_t j = 0; j < series.size(); ++j) {
     if (j == i || slow[j]) continue;
-    const std::vector<double>& c = series[j].per_microbatch_ms;
-    const double m = median(c);
-    if (m <= 0) continue;
-    for (const double x : c) pooled.push_back(x / m);
+    const RankSeries& s = series[j];
+    const std::vector<double>& c = s.per_microbatch_ms;
+    const auto split = static_cast<long>(
+        std::lower_bound(s.steps.begin(), s.steps.end(), since_step) - s.steps.begin());
+    for (const auto& [from, to] : {std::pair{0L, split}, std::pair{split, static_cast<long>(c.size())}}) {
+      if (to <= from) continue;
+      const double m = median({c.begin() + from, c.begin() + to});
+      if (m <= 0) continue;
+      for (long k = from; k < to; ++k) pooled.push_back(c[static_cast<std::size_t>(k)] / m);
+    }
   }
   return pooled.empty() ? 1.0 : std::max(1.0, percentile(pooled, 0.9));
 }
@@ -211,11 +222,14 @@ Verdicts judge_stages(const std::vector<RankSeries>& series) {
       }
       return best;
     };
-    std::optional<double> best;
+    // The run's start, unless an earlier step moved clearly more (by
+    // kEarlierSplitMargin: a step or two of noise at the baseline's end do
+    // not move the slowdown's start).
+    std::optional<double> best = slowdown(i, st);
     for (const std::int64_t step : splits) {
       Straggler at = st;
       at.since_step = step;
-      if (const auto x = slowdown(i, at); x && (!best || *x > *best)) {
+      if (const auto x = slowdown(i, at); x && (!best || *x > kEarlierSplitMargin * *best)) {
         best = x;
         st.since_step = step;
       }
@@ -233,9 +247,10 @@ Verdicts judge_stages(const std::vector<RankSeries>& series) {
     for (std::size_t j = 0; j < n; ++j)
       if (j != i && !slow[j])
         if (const auto x = largest(j, st)) theirs.push_back(*x);
-    st.noise = std::max({1.0, noise_for(i, series, slow), percentile(theirs, 0.9)});
-    const bool stands_out = st.ratio >= kStragglerThreshold && st.ratio >= kNoiseMargin * st.noise;
-    (stands_out ? out.stragglers : out.not_named).push_back(st);
+    st.noise = std::max({1.0, noise_for(i, series, slow, st.since_step), percentile(theirs, 0.9)});
+    // Not slow by the figure of many steps: a few slow steps, no verdict.
+    if (st.ratio < kStragglerThreshold) continue;
+    (st.ratio >= kNoiseMargin * st.noise ? out.stragglers : out.not_named).push_back(st);
   }
   for (const auto& [stage, members] : by_stage) {
     Imbalance im{stage, {}, std::numeric_limits<double>::max()};

@@ -28,8 +28,10 @@
 //   against its peers, the median over its slow steps of its cost over
 //   theirs. The noise, the larger of: the 90th percentile, over the other
 //   ranks that are not slow themselves, of each step's compute over that
-//   rank's median; and of the same slowdown figure of those ranks, from the
-//   same step (how far a rank that is not slow moves by chance).
+//   rank's median on its side of the slowdown's first step (the level the
+//   others move to when one rank's slow compute frees the cores they
+//   shared is not noise); and of the same slowdown figure of those ranks,
+//   from the same step (how far a rank that is not slow moves by chance).
 //   The slowdown must be at least kStragglerThreshold and kNoiseMargin
 //   times the noise. Four processes sharing two cores vary 1.5-2x for a few
 //   steps; a rank that varies no more than they do is not named, and said
@@ -85,8 +87,9 @@ struct Imbalance {
 
 struct Verdicts {
   std::vector<Straggler> stragglers;
-  // Ranks slow for steps_required() steps that do not stand out of the
-  // run's noise: not named, their evidence kept for the report.
+  // Ranks slow for steps_required() steps, and by their slowdown, that do
+  // not stand out of the run's noise: not named, their evidence kept for
+  // the report.
   std::vector<Straggler> not_named;
   std::vector<Imbalance> imbalance;
   // Per series (in the order given): its baseline compute per microbatch
