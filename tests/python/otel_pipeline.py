@@ -29,38 +29,19 @@ each a combined call without a span.
 import argparse
 import contextlib
 import os
-import socket
-import subprocess
 import sys
 import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from pipeline_ranks import launch as launch_ranks
+from pipeline_ranks import BATCH, HIDDEN, schedule_1f1b, stage_model
 
 
 def launch(args):
-    port = free_port()
-    procs = []
-    for rank in range(args.world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.world), LOCAL_RANK=str(rank),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OTEL_PIPELINE_RANK="1",
-                   OTEL_RESOURCE_ATTRIBUTES=(
-                       f"dl.rank={rank},dl.world_size={args.world},dl.tensor_parallel.size=1,"
-                       f"dl.pipeline_parallel.size={args.world},dl.data_parallel.size=1"))
-        procs.append(subprocess.Popen([sys.executable, __file__] + sys.argv[1:], env=env))
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(timeout=args.timeout))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            print("otel_pipeline: ranks did not finish in time", file=sys.stderr)
-            return 3
-    return max(abs(c) for c in codes)
+    return launch_ranks(__file__, args.world, args.timeout, lambda rank: {
+        "OTEL_PIPELINE_RANK": "1",
+        "OTEL_RESOURCE_ATTRIBUTES": (
+            f"dl.rank={rank},dl.world_size={args.world},dl.tensor_parallel.size=1,"
+            f"dl.pipeline_parallel.size={args.world},dl.data_parallel.size=1")})
 
 
 def collector_file_exporter(proto_path, json_path):
@@ -105,15 +86,6 @@ def collector_file_exporter(proto_path, json_path):
     return CollectorFiles()
 
 
-def schedule_1f1b(stage, stages, microbatches):
-    warmup = min(stages - stage - 1, microbatches)
-    order = [("F", i) for i in range(warmup)]
-    for j in range(microbatches - warmup):
-        order += [("F", warmup + j), ("B", j)]
-    order += [("B", j) for j in range(microbatches - warmup, microbatches)]
-    return order
-
-
 def run_rank(args):
     import torch
     import torch.distributed as dist
@@ -142,11 +114,8 @@ def run_rank(args):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     stage, stages = rank, world
     first, last = stage == 0, stage == stages - 1
-    torch.manual_seed(7 + stage)
-    hidden, batch = 32, 8
-    model = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.Tanh())
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    inputs = [torch.randn(batch, hidden) for _ in range(args.microbatches)]
+    hidden, batch = HIDDEN, BATCH
+    model, optimizer, inputs = stage_model(stage, args.microbatches)
 
     def slow():
         if stage == args.slow_stage:

@@ -434,10 +434,7 @@ class NeverHurts(unittest.TestCase):
 
     def test_every_key_and_value_kept_as_the_sdk_keeps_it_on_every_path_and_nothing_raises(self):
         with tempfile.TemporaryDirectory() as d:
-            r = subprocess.run([sys.executable, os.path.join(HERE, "otel_attribute_table.py")],
-                               env=dict(os.environ, OTEL_PYTHON_TRACER_PROVIDER="lens",
-                                        LENS_TRACE_DIR=d, MEGATRON_OTEL_RUN_ID="table"),
-                               capture_output=True, text=True, timeout=120)
+            r = self.run_script("otel_attribute_table.py", d, "table", 120)
             self.assertEqual(r.returncode, 0, r.stderr)
             table = json.loads(r.stdout)
             self.assertEqual(table["errors"], [])
@@ -469,12 +466,21 @@ class NeverHurts(unittest.TestCase):
             self.assertIn("n\ufffd", spans)  # a lone surrogate in a name
             self.assertIn("invalid key `5`. must be non-empty string", r.stderr)
 
+    @staticmethod
+    def under_lens(argv, trace_dir, run_id, timeout, env=None):
+        """This interpreter running `argv` with lens the provider, its spans
+        in trace_dir/run_id."""
+        full = dict(os.environ, OTEL_PYTHON_TRACER_PROVIDER="lens", LENS_TRACE_DIR=trace_dir,
+                    MEGATRON_OTEL_RUN_ID=run_id, **(env or {}))
+        return subprocess.run([sys.executable, *argv], env=full, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def run_script(self, name, trace_dir, run_id, timeout):
+        return self.under_lens([os.path.join(HERE, name)], trace_dir, run_id, timeout)
+
     def run_code(self, code, env=None, timeout=60):
         with tempfile.TemporaryDirectory() as d:
-            full = dict(os.environ, OTEL_PYTHON_TRACER_PROVIDER="lens", LENS_TRACE_DIR=d,
-                        MEGATRON_OTEL_RUN_ID="hurts", **(env or {}))
-            r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
-                               text=True, timeout=timeout)
+            r = self.under_lens(["-c", code], d, "hurts", timeout, env)
             spans = self.lens_spans(os.path.join(d, "hurts"))
         return r, spans
 
@@ -572,10 +578,7 @@ class NeverHurts(unittest.TestCase):
 
     def test_eight_threads_under_forks_and_a_shutdown_raise_nothing_hang_nowhere_and_add_up(self):
         with tempfile.TemporaryDirectory() as d:
-            r = subprocess.run([sys.executable, os.path.join(HERE, "otel_stress.py")],
-                               env=dict(os.environ, OTEL_PYTHON_TRACER_PROVIDER="lens",
-                                        LENS_TRACE_DIR=d, MEGATRON_OTEL_RUN_ID="stress"),
-                               capture_output=True, text=True, timeout=300)
+            r = self.run_script("otel_stress.py", d, "stress", 300)
             self.assertEqual(r.returncode, 0, r.stderr[-2000:])
             got = json.loads(r.stdout)
             self.assertEqual(got["errors"], [])
