@@ -361,6 +361,13 @@ def _set_up():
                            coordinates=(layout["pp"], layout["dp"], layout["tp"]))
         resource = {k: v for k, v in attributes.items()
                     if isinstance(v, (str, bool, int, float))}
+        if _took_over_from_nemo_lens:
+            # nemo-lens's export strategy, which records no span on the
+            # ranks it leaves out: lens check names it beside them.
+            resource[_EXPORT_STRATEGY_ATTRIBUTE] = next(
+                (os.environ[v].strip() for v in ("MEGATRON_OTEL_EXPORT_STRATEGY",
+                                                 "NEMO_LENS_EXPORT_STRATEGY")
+                 if os.environ.get(v, "").strip()), "single_rank")
         if resource:
             options["resource_attributes"] = resource
         run_id, run_id_from = _shared_run_id(attributes)
@@ -1059,8 +1066,11 @@ def _refuse(provider):
     """A provider set after lens's (nemo-lens's setup_telemetry sets the SDK's
     own): the API refuses it; lens takes its resource (Megatron's layout and
     run ids) into its own, and says so once."""
+    global _took_over_from_nemo_lens
     attributes = _attributes_of(getattr(provider, "resource", None))
     name = _provider_name(provider)
+    if "dl.rank" in attributes or "nemo.run.id" in attributes:
+        _took_over_from_nemo_lens = True  # Megatron's resource, as nemo-lens builds it
     if attributes:
         late = _rank is not None
         if not late:
@@ -1089,6 +1099,8 @@ def _refuse(provider):
 
 
 _api_set_tracer_provider = _trace.set_tracer_provider
+_took_over_from_nemo_lens = False
+_EXPORT_STRATEGY_ATTRIBUTE = "lens.nemo_lens.export_strategy"
 
 
 def _set_tracer_provider(tracer_provider):

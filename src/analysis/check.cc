@@ -10,6 +10,13 @@
 namespace lens::analysis {
 namespace {
 
+// The resource attribute lens.otel writes where it took over from
+// nemo-lens's provider: nemo-lens's export strategy (python/lens/otel.py).
+constexpr const char* kUpstreamExportStrategy = "lens.nemo_lens.export_strategy";
+
+}  // namespace
+namespace {
+
 std::string span_label(const SpanRow& s) { return s.name + " " + s.span_id; }
 
 // The warmup forwards of Megatron's 1F1B schedules on stage s of P with M
@@ -480,17 +487,29 @@ std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& fin
   std::map<int, std::vector<std::string>> paths_of;
   std::string filter;
   std::set<std::string> run_ids;
+  // nemo-lens's export strategy, where lens.otel took over from its provider
+  // (it records no span on a rank the strategy leaves out).
+  std::string upstream_strategy;
   for (const auto& f : files.files) {
     paths_of[f.rank].push_back(f.path.filename().string());
     if (!f.export_filter.empty()) filter = f.export_filter;
     if (!f.run_id.empty()) run_ids.insert(f.run_id);
+    if (auto it = f.resource.find(kUpstreamExportStrategy); it != f.resource.end())
+      upstream_strategy = it->second;
   }
   if (world > 0 && filter.empty()) {
+    const std::string why =
+        upstream_strategy.empty() || upstream_strategy == "all_ranks"
+            ? std::string()
+            : "; nemo-lens's export strategy " + upstream_strategy +
+                  " leaves ranks out (the default, single_rank, records the last rank only): "
+                  "set MEGATRON_OTEL_EXPORT_STRATEGY=all_ranks";
     for (int r = 0; r < world; ++r)
       if (!paths_of.count(r))
-        out.push_back(
-            {-1, r, "no trace file for this rank (the run has " + std::to_string(world) + " ranks)",
-             ""});
+        out.push_back({-1, r,
+                       "no trace file for this rank (the run has " + std::to_string(world) +
+                           " ranks)" + why,
+                       ""});
   }
   for (const auto& [rank, paths] : paths_of) {
     if (rank < 0 || paths.size() < 2) continue;

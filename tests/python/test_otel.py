@@ -576,6 +576,33 @@ class NeverHurts(unittest.TestCase):
         self.assertEqual(failing["status"]["code"], 2)
         self.assertIn("KeyError", failing["status"]["message"])
 
+    def test_the_name_cache_is_bounded_resource_values_decoded_and_counters_shared_by_threads(self):
+        code = ("import threading\n"
+                "from opentelemetry import trace\n"
+                "import lens.otel\n"
+                "t = trace.get_tracer('t')\n"
+                "for i in range(10000):\n"
+                "    with t.start_as_current_span(f'name.{i}'):\n"
+                "        pass\n"
+                "print('cache', len(lens.otel._groups))\n"
+                "print('service', lens.otel._resource_attributes()['service.name'])\n"
+                "step = t.start_span('megatron.train.iteration',\n"
+                "                    attributes={'megatron.iteration': 0})\n"
+                "def forwards():\n"
+                "    for _ in range(500):\n"
+                "        t.start_span('megatron.microbatch.forward').end()\n"
+                "threads = [threading.Thread(target=forwards) for _ in range(2)]\n"
+                "for th in threads: th.start()\n"
+                "for th in threads: th.join()\n"
+                "step.end()\n"
+                "trace.get_tracer_provider().force_flush()\n")
+        r, spans = self.run_code(code, {"OTEL_RESOURCE_ATTRIBUTES": "service.name=a%20b%2Cc"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("cache 4096", r.stdout)
+        self.assertIn("service a b,c", r.stdout)
+        ids = sorted(s["attrs"]["dl.microbatch_id"] for s in spans["megatron.microbatch.forward"])
+        self.assertEqual(ids, list(range(1000)), "each thread's span a number of its own")
+
     def test_eight_threads_under_forks_and_a_shutdown_raise_nothing_hang_nowhere_and_add_up(self):
         with tempfile.TemporaryDirectory() as d:
             r = self.run_script("otel_stress.py", d, "stress", 300)
@@ -767,6 +794,13 @@ class NemoLensPipeline(unittest.TestCase):
                                             "export strategy leaves this rank out"), 3, r.stderr)
             self.assertIn("set MEGATRON_OTEL_EXPORT_STRATEGY=all_ranks to record every rank",
                           r.stderr)
+            # Only the last rank recorded: lens check names the others, and why.
+            check = self.lens("check", self.run_folder(d))
+            self.assertEqual(check.returncode, 1, check.stdout + check.stderr)
+            self.assertEqual(check.stdout.count(
+                "no trace file for this rank (the run has 4 ranks); nemo-lens's export strategy "
+                "single_rank leaves ranks out (the default, single_rank, records the last rank "
+                "only): set MEGATRON_OTEL_EXPORT_STRATEGY=all_ranks"), 3, check.stdout)
 
     def test_under_nemo_lenss_sdk_provider_a_run_id_per_rank_is_read_as_one_run_inferred(self):
         with tempfile.TemporaryDirectory() as d:
