@@ -3,9 +3,14 @@
 Code instrumented with the OpenTelemetry API (``opentelemetry.trace``), as
 Megatron-LM's is, records its spans through lens's C++ core, unchanged:
 
-    OTEL_PYTHON_TRACER_PROVIDER=lens python train.py     # the entry point
-    # or, in code, before the first tracer is taken:
+    OTEL_PYTHON_TRACER_PROVIDER=lens python train.py
+    # or, in code, before anything sets a provider:
     import lens.otel; lens.otel.install()
+
+With the variable set, the package's start-up hook (lens-otel.pth, in
+site-packages beside it) installs lens before user code runs, so that a
+provider set later (nemo-lens's setup_telemetry sets the SDK's) is refused by
+the API, its resource taken into lens's and said once on stderr (_refuse).
 
 Spans are current through ``opentelemetry.context``, so ``get_current_span``,
 ``use_span`` and the W3C propagator work with them; a span that is not
@@ -23,13 +28,15 @@ the source's step span, each wrapped in a ``megatron.pp.recv_forward.linked``
 span as lens's own receives are; microbatch and p2p spans get the microbatch
 ids and peers the schedule implies (1F1B is FIFO per direction).
 
-The layout comes from ``lens.distributed.init`` when it was called, else from
-Megatron's resource attributes (``dl.rank``, ``dl.world_size``,
-``dl.{tensor,context,expert,data,pipeline}_parallel.size``, from
-``OTEL_RESOURCE_ATTRIBUTES`` or ``TracerProvider(resource=...)``) in
-Megatron's default rank order tp-cp-ep-dp-pp (tp fastest). The run key is the
-one ``lens.distributed.init`` agreed, else one derived from a run id every
-rank is given (MEGATRON_OTEL_RUN_ID, NEMO_LENS_RUN_ID, SLURM_JOB_ID).
+The layout, first found: Megatron's resource attributes (``dl.rank``,
+``dl.world_size``, ``dl.{tensor,context,expert,data,pipeline}_parallel.size``,
+from a refused provider's resource, ``OTEL_RESOURCE_ATTRIBUTES`` or
+``TracerProvider(resource=...)``) in Megatron's default rank order
+tp-cp-ep-dp-pp (tp fastest); ``megatron.core.parallel_state`` when loaded;
+``lens.distributed.init``'s, which wins when it was called. The run key is
+the one ``lens.distributed.init`` agreed, else one derived from a run id
+every rank holds (MEGATRON_OTEL_RUN_ID, NEMO_LENS_RUN_ID, SLURM_JOB_ID,
+TORCHELASTIC_RUN_ID, or nemo.lens.run_uuid on the resource).
 
 No call of the API raises into the caller or blocks it: a configuration
 that cannot be set up is said once on stderr and leaves every span
