@@ -68,6 +68,13 @@ inline constexpr const char* kRunId = "nemo.run.id";
 // Megatron's run id, one for every rank of the job (nemo.run.id is a random
 // one a process where no run id is set).
 inline constexpr const char* kRunUuid = "nemo.lens.run_uuid";
+// What names a file's run, the first found: Megatron's, then NeMo's. The
+// importer groups traces by it; check tells runs apart by it.
+inline constexpr const char* kRunIdAttributes[2] = {kRunUuid, kRunId};
+// nemo-lens's export strategy, on the resource where lens.otel took over from
+// nemo-lens's provider (python/lens/otel.py writes it): lens check names it
+// beside the ranks it left out.
+inline constexpr const char* kNemoLensExportStrategy = "lens.nemo_lens.export_strategy";
 // How the step context reached the rank: "broadcast" (or absent), "derived".
 inline constexpr const char* kStepContext = "lens.step_context";
 inline constexpr const char* kStepPrefetch = "lens.step_prefetch";

@@ -488,6 +488,12 @@ def _text(text):
         return _SURROGATE.sub("\ufffd", text)
 
 
+def _has_own_str(x):
+    """Whether str(x) says more than object's default (the API's test for a
+    key or value of a type it does not know)."""
+    return type(x).__str__ is not object.__str__ or type(x).__repr__ is not object.__repr__
+
+
 def _clean_value(value):
     """A value the core takes, or None when the SDK would drop it."""
     if type(value) in _PLAIN:
@@ -505,8 +511,7 @@ def _clean_value(value):
                 "Invalid type for attribute value: a sequence of mixed types; dropped")
             return None
         return items
-    if not isinstance(value, (bytes, bytearray, dict)) and (
-            type(value).__str__ is not object.__str__ or type(value).__repr__ is not object.__repr__):
+    if not isinstance(value, (bytes, bytearray, dict)) and _has_own_str(value):
         # As the API: a type it does not know, through its own str().
         _attributes_logger.warning("Invalid type %s for attribute value; its str() is kept",
                                    type(value).__name__)
@@ -552,8 +557,7 @@ def _start_pair(key, value):
     if value is None:
         return None
     if not isinstance(key, str):
-        if not key or (type(key).__str__ is object.__str__
-                       and type(key).__repr__ is object.__repr__):
+        if not key or not _has_own_str(key):
             _attributes_logger.warning("invalid attribute key `%s`. must be non-empty string. "
                                        "Dropping key from attributes.", key)
             return None
@@ -569,11 +573,6 @@ def _start_pair(key, value):
 
 _lens.set_attribute_cleaner(_start_pair)
 
-
-def _plain_attributes(attributes):
-    """`attributes` itself when it is a dict (the C path converts what it
-    holds: _start_pair), else any Mapping's cleaned copy."""
-    return attributes if type(attributes) is dict else _clean_attributes(attributes)
 
 
 def _set_attribute(native, key, value):
@@ -773,7 +772,10 @@ class Tracer(_trace.Tracer):
         else:
             sc = parent_span.get_span_context()
             parent = _native_context(sc) if sc.is_valid else None
-        attrs = _plain_attributes(attributes) if attributes else _EMPTY
+        # A dict as it is (the C path converts what it holds: _start_pair);
+        # any other Mapping as a cleaned copy.
+        attrs = (attributes if type(attributes) is dict else _clean_attributes(attributes)) \
+            if attributes else _EMPTY
         join = None
         on_end = None
         native_links = None
@@ -1107,6 +1109,7 @@ def _refuse(provider):
 
 _api_set_tracer_provider = _trace.set_tracer_provider
 _took_over_from_nemo_lens = False
+# semconv::kNemoLensExportStrategy, which lens check reads.
 _EXPORT_STRATEGY_ATTRIBUTE = "lens.nemo_lens.export_strategy"
 
 

@@ -10,13 +10,6 @@
 namespace lens::analysis {
 namespace {
 
-// The resource attribute lens.otel writes where it took over from
-// nemo-lens's provider: nemo-lens's export strategy (python/lens/otel.py).
-constexpr const char* kUpstreamExportStrategy = "lens.nemo_lens.export_strategy";
-
-}  // namespace
-namespace {
-
 std::string span_label(const SpanRow& s) { return s.name + " " + s.span_id; }
 
 // The warmup forwards of Megatron's 1F1B schedules on stage s of P with M
@@ -494,7 +487,7 @@ std::vector<Violation> RunChecker::finish(const Run& files, const FindSpans& fin
     paths_of[f.rank].push_back(f.path.filename().string());
     if (!f.export_filter.empty()) filter = f.export_filter;
     if (!f.run_id.empty()) run_ids.insert(f.run_id);
-    if (auto it = f.resource.find(kUpstreamExportStrategy); it != f.resource.end())
+    if (auto it = f.resource.find(semconv::kNemoLensExportStrategy); it != f.resource.end())
       upstream_strategy = it->second;
   }
   if (world > 0 && filter.empty()) {

@@ -157,15 +157,9 @@ Verdicts judge_stages(const std::vector<RankSeries>& series) {
     st.stage = s.stage;
     st.pipeline = s.pipeline;
     const bool peers_first = by_peers >= 0 && (by_own < 0 || by_peers <= by_own);
-    const auto since = static_cast<std::size_t>(peers_first ? by_peers : by_own);
-    since_of[i] = since;
-    const std::vector<double>& score = peers_first ? sc.peers : sc.own;
+    since_of[i] = static_cast<std::size_t>(peers_first ? by_peers : by_own);
     st.against = peers_first ? Straggler::Against::kPeers : Straggler::Against::kOwnBaseline;
-    st.since_step = s.steps[since];
-    st.steps = score.size() - since;
-    st.slow_steps = static_cast<std::size_t>(
-        std::count_if(score.begin() + static_cast<long>(since), score.end(),
-                      [](double x) { return x >= kStragglerThreshold; }));
+    st.since_step = s.steps[since_of[i]];
   }
   // A rank's slowdown from `since_step` on (above), and the same figure of
   // the ranks that are not slow: their spread is the noise it must stand
@@ -211,12 +205,12 @@ Verdicts judge_stages(const std::vector<RankSeries>& series) {
     // step, from the baseline's end to the run's start, where its slowdown
     // is largest. The ranks that are not slow are searched the same way, so
     // that the search's own luck is in the noise too.
-    std::vector<std::int64_t> splits{st.since_step};
+    std::vector<std::int64_t> earlier;
     if (st.against == Straggler::Against::kOwnBaseline)
-      for (std::size_t t = kBaselineSteps; t < since_of[i]; ++t) splits.push_back(s.steps[t]);
+      for (std::size_t t = kBaselineSteps; t < since_of[i]; ++t) earlier.push_back(s.steps[t]);
     const auto largest = [&](std::size_t j, Straggler at) -> std::optional<double> {
-      std::optional<double> best;
-      for (const std::int64_t step : splits) {
+      std::optional<double> best = slowdown(j, at);
+      for (const std::int64_t step : earlier) {
         at.since_step = step;
         if (const auto x = slowdown(j, at); x && (!best || *x > *best)) best = x;
       }
@@ -226,7 +220,7 @@ Verdicts judge_stages(const std::vector<RankSeries>& series) {
     // kEarlierSplitMargin: a step or two of noise at the baseline's end do
     // not move the slowdown's start).
     std::optional<double> best = slowdown(i, st);
-    for (const std::int64_t step : splits) {
+    for (const std::int64_t step : earlier) {
       Straggler at = st;
       at.since_step = step;
       if (const auto x = slowdown(i, at); x && (!best || *x > kEarlierSplitMargin * *best)) {

@@ -49,9 +49,9 @@
 
 namespace lens::analysis {
 
-// The resource attributes that name a run (nemo-lens's, then NeMo's): traces
-// holding several runs are read for the one LENS_RUN names.
-inline constexpr const char* kRunIdAttributes[2] = {semconv::kRunUuid, semconv::kRunId};
+// Traces holding several runs (semconv::kRunIdAttributes) are read for the
+// one LENS_RUN names.
+using semconv::kRunIdAttributes;
 
 struct ImportStats {
   std::size_t files = 0, records = 0, batches = 0, spans = 0;

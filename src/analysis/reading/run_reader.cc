@@ -135,9 +135,12 @@ int take_resource(RankFile& file, const std::map<std::string, std::string>& reso
   if (int w = resource_int(resource, semconv::kWorldSize); w >= 0) file.world_size = w;
   // The run's id: Megatron's run uuid where the resource says one (its
   // nemo.run.id is random a process unless a run id was set), else
-  // nemo.run.id; the importer groups files by the same rule (run_import.h).
-  text(semconv::kRunId, file.run_id);
-  text(semconv::kRunUuid, file.run_id);
+  // nemo.run.id: the importer's rule.
+  for (const char* key : semconv::kRunIdAttributes)
+    if (auto it = resource.find(key); it != resource.end()) {
+      file.run_id = it->second;
+      break;
+    }
   text("service.name", file.service_name);
   text(semconv::kTraceScope, file.trace_scope);
   text(semconv::kExportFilter, file.export_filter);
