@@ -57,6 +57,11 @@ class SpanTiming final : public detail::DeviceTiming {
   // processor shuts down.
   void shutdown(std::chrono::milliseconds timeout);
 
+  // fork(): the telemetry's prepare handler holds the start lock across it,
+  // so that a child never inherits it held.
+  void lock_for_fork() { start_mu_.lock(); }
+  void unlock_after_fork() { start_mu_.unlock(); }
+
   // Nullopt while no span has asked for a device.
   std::optional<DeviceStats> stats() const;
 

@@ -1,5 +1,6 @@
 #include "lens/telemetry.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <deque>
 #include <mutex>
+#include <vector>
 
 #include "lens/error.h"
 #include "lens/file_exporter.h"
@@ -78,6 +80,100 @@ Resource build_resource(const Config& c) {
   return r;
 }
 
+// fork() and the telemetry's own mutexes. A thread of the parent may hold
+// one of them when another forks (an init, a shutdown, a scope being named,
+// a device's start): the child would inherit it locked with no thread to
+// unlock it, and its first call there would wait forever. The prepare
+// handler takes them all, so the fork waits until each is free (each is
+// held for a bounded time); the parent and child handlers release them.
+// Installed after the core's handlers (fork_safety.h), so that this prepare
+// runs first: these locks come before the core's on every path (a shutdown
+// takes the open-span lock while it holds its own).
+std::mutex g_global_mu;
+
+// One telemetry's mutexes, known to the fork handlers while it lives.
+class TelemetryLocks {
+ public:
+  TelemetryLocks();
+  ~TelemetryLocks();
+  TelemetryLocks(const TelemetryLocks&) = delete;
+  TelemetryLocks& operator=(const TelemetryLocks&) = delete;
+
+  void set_device(device::SpanTiming* device);
+  void lock_for_fork();
+  void unlock_after_fork();
+
+  std::mutex scopes_mu;
+  std::mutex shutdown_mu;
+
+ private:
+  device::SpanTiming* device_ = nullptr;  // its start lock
+};
+
+struct LiveTelemetries {
+  std::mutex mu;
+  std::vector<TelemetryLocks*> all;
+};
+
+// Never destroyed: a telemetry may be destroyed during static destruction.
+LiveTelemetries& live_telemetries() {
+  static auto* l = new LiveTelemetries;
+  return *l;
+}
+
+void before_fork() {
+  g_global_mu.lock();
+  LiveTelemetries& l = live_telemetries();
+  l.mu.lock();
+  for (TelemetryLocks* t : l.all) t->lock_for_fork();
+}
+
+void after_fork() {
+  LiveTelemetries& l = live_telemetries();
+  for (auto it = l.all.rbegin(); it != l.all.rend(); ++it) (*it)->unlock_after_fork();
+  l.mu.unlock();
+  g_global_mu.unlock();
+}
+
+TelemetryLocks::TelemetryLocks() {
+  LiveTelemetries& l = live_telemetries();
+  std::lock_guard<std::mutex> lock(l.mu);
+  l.all.push_back(this);
+}
+
+TelemetryLocks::~TelemetryLocks() {
+  LiveTelemetries& l = live_telemetries();
+  std::lock_guard<std::mutex> lock(l.mu);
+  l.all.erase(std::find(l.all.begin(), l.all.end(), this));
+}
+
+void TelemetryLocks::set_device(device::SpanTiming* device) {
+  std::lock_guard<std::mutex> lock(live_telemetries().mu);
+  device_ = device;
+}
+
+void TelemetryLocks::lock_for_fork() {
+  shutdown_mu.lock();  // a shutdown holds it while it takes the device's
+  scopes_mu.lock();
+  if (device_ != nullptr) device_->lock_for_fork();
+}
+
+void TelemetryLocks::unlock_after_fork() {
+  if (device_ != nullptr) device_->unlock_after_fork();
+  scopes_mu.unlock();
+  shutdown_mu.unlock();
+}
+
+// Once a process, after the core's handlers (made with the first batch
+// processor, so after the first telemetry's processor).
+void install_fork_handlers() {
+  static const bool installed = [] {
+    ::pthread_atfork(&before_fork, &after_fork, &after_fork);
+    return true;
+  }();
+  static_cast<void>(installed);
+}
+
 }  // namespace
 
 struct Telemetry::Impl {
@@ -101,13 +197,13 @@ struct Telemetry::Impl {
   detail::TelemetryCore core;
   // Device-timed spans; idle until a span asks for a device.
   std::unique_ptr<device::SpanTiming> device_timing;
-  std::mutex scopes_mu;
   // Stable addresses; shared with the processor, whose thread may outlive
   // this object if an exporter hangs past the shutdown timeout.
   std::shared_ptr<std::deque<InstrumentationScope>> scopes =
       std::make_shared<std::deque<InstrumentationScope>>();
   bool shut_down = false;
-  std::mutex shutdown_mu;
+  // Destroyed before the device timing it names.
+  TelemetryLocks locks;
 };
 
 std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
@@ -158,6 +254,8 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
       impl->core, device::SpanTimingOptions{c.device_max_pending, std::chrono::microseconds(500),
                                             std::chrono::milliseconds(c.device_anchor_ms)});
   impl->core.device = impl->device_timing.get();
+  impl->locks.set_device(impl->device_timing.get());
+  install_fork_handlers();
   return std::unique_ptr<Telemetry>(new Telemetry(std::move(impl)));
 }
 
@@ -166,7 +264,7 @@ Telemetry::Telemetry(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Telemetry::~Telemetry() { shutdown(); }
 
 Tracer Telemetry::tracer(std::string_view name, std::string_view version) {
-  std::lock_guard<std::mutex> lock(impl_->scopes_mu);
+  std::lock_guard<std::mutex> lock(impl_->locks.scopes_mu);
   auto& scopes = *impl_->scopes;
   for (const auto& s : scopes)
     if (s.name == name && s.version == version)
@@ -201,7 +299,7 @@ bool Telemetry::flush(std::chrono::milliseconds timeout) {
 }
 
 bool Telemetry::shutdown(std::chrono::milliseconds timeout) {
-  std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
+  std::lock_guard<std::mutex> lock(impl_->locks.shutdown_mu);
   if (impl_->shut_down) return true;
   impl_->shut_down = true;
   // New spans from here on are not recorded.
@@ -334,7 +432,6 @@ void Telemetry::settle_steps(const std::vector<std::uint64_t>& keep,
 }
 
 namespace {
-std::mutex g_global_mu;
 std::unique_ptr<Telemetry> g_global;
 std::atomic<Telemetry*> g_global_ptr{nullptr};
 }  // namespace

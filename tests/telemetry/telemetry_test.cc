@@ -2,8 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <thread>
 
 #include "lens/error.h"
 #include "memory_telemetry.h"
@@ -218,6 +225,85 @@ TEST(Telemetry, UnwritableTraceDirFailsAtStartup) {
     EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
   }
   std::filesystem::remove(file);
+}
+
+// Forks 20 times while `busy` runs in another thread; each child runs
+// `in_child` and exits 0. Returns how many children did not exit within
+// 5 s (killed) and how many exited otherwise.
+struct ForkOutcome {
+  int stuck = 0, failed = 0;
+};
+ForkOutcome fork_while(const std::function<void(const std::atomic<bool>&)>& busy,
+                       const std::function<bool()>& in_child) {
+  std::atomic<bool> stop{false};
+  std::thread other([&] { busy(stop); });
+  ForkOutcome outcome;
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const pid_t child = ::fork();
+    if (child == 0) ::_exit(in_child() ? 0 : 1);
+    if (child < 0) {
+      ++outcome.failed;
+      continue;
+    }
+    int status = 0;
+    pid_t done = 0;
+    for (int waited_ms = 0; waited_ms < 5000 && done == 0; waited_ms += 5) {
+      done = ::waitpid(child, &status, WNOHANG);
+      if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (done == 0) {
+      ++outcome.stuck;
+      ::kill(child, SIGKILL);
+      ::waitpid(child, &status, 0);
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ++outcome.failed;
+    }
+  }
+  stop = true;
+  other.join();
+  return outcome;
+}
+
+// Another thread sets the process's telemetry up and shuts it down all the
+// time (so its lock, and each telemetry's shutdown lock, are often held at
+// the fork): every child can still shut it down and set up its own.
+TEST(TelemetryFork, AChildOfAThreadInInitOrShutdownIsNeverStuck) {
+  TelemetryOptions opts;
+  opts.enabled = true;
+  opts.exporter = "none";
+  const ForkOutcome o = fork_while(
+      [&](const std::atomic<bool>& stop) {
+        while (!stop.load()) {
+          init(opts);
+          shutdown_telemetry(1s);
+        }
+      },
+      [&] {
+        shutdown_telemetry(100ms);
+        Telemetry* t = init(opts);
+        if (t == nullptr) return false;
+        t->tracer("in-child").start_span(SpanGroup::kJob, "child").end();
+        return shutdown_telemetry(1s);
+      });
+  EXPECT_EQ(o.stuck, 0) << "children that did not exit within 5 s";
+  EXPECT_EQ(o.failed, 0);
+  shutdown_telemetry(1s);
+}
+
+// Another thread names scopes all the time: a child can name its own.
+TEST(TelemetryFork, AChildOfAThreadNamingScopesIsNeverStuck) {
+  MemoryTelemetry mt;
+  const ForkOutcome o = fork_while(
+      [&](const std::atomic<bool>& stop) {
+        for (int i = 0; !stop.load(); ++i) mt.telemetry->tracer("scope-" + std::to_string(i % 64));
+      },
+      [&] {
+        mt.telemetry->tracer("in-child").start_span(SpanGroup::kJob, "child").end();
+        return mt.telemetry->shutdown(1s);
+      });
+  EXPECT_EQ(o.stuck, 0) << "children that did not exit within 5 s";
+  EXPECT_EQ(o.failed, 0);
 }
 
 }  // namespace
