@@ -18,6 +18,7 @@
 #include "lens/carrier.h"
 #include "lens/clock_schedule.h"
 #include "lens/communicator.h"
+#include "lens/semconv.h"
 #include "lens/span.h"
 #include "lens/span_groups.h"
 #include "lens/step_budget.h"
@@ -66,6 +67,15 @@ class PySpan {
   explicit PySpan(lens::Span span) : span_(std::move(span)) {
     if (span_.recording()) context_ = span_.context();
   }
+  // Collected without end() (the API's spans end only when asked to): ended
+  // here, marked truncated, so that no reader takes this for its end.
+  ~PySpan() {
+    if (!span_.recording()) return;
+    span_.set_attribute(lens::semconv::kTruncated, true);
+    span_.set_attribute(lens::semconv::kEndedBy, std::string(lens::semconv::kEndedByCollection));
+  }
+  PySpan(const PySpan&) = delete;
+  PySpan& operator=(const PySpan&) = delete;
 
   bool recording() const { return span_.recording(); }
   bool sampled() const { return context_ && context_->sampled(); }

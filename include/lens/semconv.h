@@ -50,6 +50,10 @@ inline constexpr const char* kPipelinePeerRank = "dl.pipeline_parallel.peer_rank
 // Spans ended by the signal that stopped the process carry its name.
 inline constexpr const char* kStoppedBy = "lens.stopped_by";
 inline constexpr const char* kTruncated = "nemo.span.truncated";
+// A span from Python collected as garbage without an end: ended there,
+// truncated, and said so (the collection's time is not its end).
+inline constexpr const char* kEndedBy = "lens.ended_by";
+inline constexpr const char* kEndedByCollection = "garbage collection";
 
 // ---- attributes of the resource (and, where a span says them, of spans) -------
 

@@ -166,7 +166,14 @@ void RunChecker::check_spans(const Run& part, const PipelineView& view,
       if (const auto by = s.attributes.text(semconv::kStoppedBy); truncated && by) {
         ++stopped_spans_;
         stopped_by_ = *by;
-      } else if (truncated)
+      } else if (truncated &&
+                 s.attributes.text(semconv::kEndedBy) == semconv::kEndedByCollection)
+        found_.push_back({-1, s.rank,
+                          s.name + " was never ended: its Python object was collected as "
+                                   "garbage (nemo.span.truncated; its end is the collection's "
+                                   "time)",
+                          span_label(s)});
+      else if (truncated)
         found_.push_back({-1, s.rank,
                           s.name + " was still open when its process shut down "
                                    "(nemo.span.truncated)",

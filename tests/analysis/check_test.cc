@@ -105,6 +105,36 @@ TEST(Check, ChildStartingBeforeItsParentOnOneRankFails) {
       << found[0];
 }
 
+// A span marked truncated is a finding that says why it was cut; one the
+// stopping signal ended is counted, not found.
+TEST(Check, ATruncatedSpanIsFoundSayingWhatEndedIt) {
+  struct Row {
+    std::vector<std::pair<std::string, std::string>> marks;
+    std::string said;  // empty: no finding
+  };
+  const std::vector<Row> rows = {
+      {{{"nemo.span.truncated", "true"}}, "was still open when its process shut down"},
+      {{{"nemo.span.truncated", "true"}, {"lens.ended_by", "garbage collection"}},
+       "was never ended: its Python object was collected as garbage"},
+      {{{"nemo.span.truncated", "true"}, {"lens.stopped_by", "SIGTERM"}}, ""},
+  };
+  for (const Row& row : rows) {
+    lens::analysis::Run run = tensor_parallel_run(1);
+    for (auto& s : run.files[2].spans)
+      if (s.name == "megatron.pp.recv_forward.linked")
+        for (const auto& [key, value] : row.marks)
+          s.attributes.set(key, value, key == "nemo.span.truncated" ? 'b' : 's');
+    const auto found = violations(run);
+    if (row.said.empty()) {
+      EXPECT_EQ(found, std::vector<std::string>{}) << row.marks.size();
+      continue;
+    }
+    ASSERT_EQ(found.size(), 1u) << ::testing::PrintToString(found);
+    EXPECT_NE(found[0].find("megatron.pp.recv_forward.linked " + row.said), std::string::npos)
+        << found[0];
+  }
+}
+
 // World scope, pp = 2, two microbatches, as the trainer writes it: each
 // rank's job span in one trace (rank 1's linking to rank 0's), each step
 // span linking to its rank's job span, the schedule inside

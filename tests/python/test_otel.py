@@ -12,6 +12,7 @@ Run with the venv's python; LENS_BIN names the lens command.
 """
 
 import asyncio
+import gc
 import glob
 import json
 import re
@@ -215,6 +216,21 @@ class Contract(unittest.TestCase):
         self.assertTrue(span.is_recording())
         span.end()
         self.assertFalse(span.is_recording())
+
+    def test_a_span_never_ended_is_exported_when_collected_marked_as_never_ended(self):
+        span = self.tracer.start_span("contract.never_ended")
+        self.assertTrue(span.is_recording())
+        del span
+        gc.collect()
+        (never,) = self.exported()["contract.never_ended"]
+        self.assertEqual(never["attrs"]["nemo.span.truncated"], True)
+        self.assertEqual(never["attrs"]["lens.ended_by"], "garbage collection")
+        ended = self.tracer.start_span("contract.ended")
+        ended.end()
+        del ended
+        gc.collect()
+        (ended,) = self.exported()["contract.ended"]
+        self.assertNotIn("nemo.span.truncated", ended["attrs"])
 
     def test_use_span_and_the_w3c_propagator_carry_lens_spans(self):
         span = self.tracer.start_span("contract.used")
