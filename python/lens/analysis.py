@@ -120,7 +120,7 @@ class RunAnalysis:
             document["stragglers"],
             columns=["rank", "stage", "replica", "tensor", "since_step", "ratio", "against",
                      "critical_share_p50", "gain_ms", "gain_share", "others_sync_wait_ms",
-                     "peers_collective_wait_ms"])
+                     "others_sync_wait_at", "peers_collective_wait_ms"])
         self.imbalance = pd.DataFrame(
             document["imbalance"], columns=["stage", "ranks", "ratio", "gain_ms", "gain_share"])
         tables = {"set_by", "what_if", "stages", "critical_path", "stragglers", "imbalance"}

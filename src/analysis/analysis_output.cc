@@ -2,6 +2,7 @@
 // the JSON and the diff of two analyses, apart from the arithmetic that
 // makes an Analysis (analyze.cc).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,6 +30,23 @@ const char* path_segment_kind_name(PathSegment::Kind kind) {
   }
   return "unknown";
 }
+
+namespace {
+
+// ", in megatron.grads.all_reduce (stages 1, 2) and untraced (stage 3)":
+// where the other replicas waited for a straggler; empty when unknown.
+std::string waited_at(const std::vector<std::pair<std::string, std::vector<int>>>& places) {
+  std::string out;
+  for (std::size_t i = 0; i < places.size(); ++i) {
+    const auto& [place, stages] = places[i];
+    out += i == 0 ? ", in " : i + 1 == places.size() ? " and " : ", ";
+    out += fmt::format("{} ({} {})", place, stages.size() == 1 ? "stage" : "stages",
+                       fmt::join(stages, ", "));
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string format_verdicts(const Analysis& a) {
   std::string out;
@@ -63,8 +81,8 @@ std::string format_verdicts(const Analysis& a) {
           w.stage, r.replica, *r.peers_collective_wait_ms);
     if (r.others_sync_wait_ms)
       out += fmt::format(
-          "  the other replicas' ranks wait {:.2f} ms per step (p50) at the gradient sync\n",
-          *r.others_sync_wait_ms);
+          "  the other replicas' ranks wait {:.2f} ms per step (p50) at the gradient sync{}\n",
+          *r.others_sync_wait_ms, waited_at(r.others_sync_wait_at));
   }
   for (const auto& r : a.not_named)
     out += fmt::format(
@@ -257,6 +275,7 @@ void what_if(JsonObjectText& o, const StageStepFigures& w) {
   o.add("gain_at_baseline_ms", w.gain_at_baseline_ms);
   o.add("gain_at_median_ms", w.gain_at_median_ms);
   o.add("sync_last_replica", w.sync_last_replica);
+  o.add("sync_wait_at", w.sync_wait_at);
   o.add("collective_last_peer", w.collective_last_peer);
   o.add("microbatches", w.microbatches);
   o.add("compute_per_microbatch_ms", w.compute_per_microbatch_ms);
@@ -335,6 +354,10 @@ void straggler(JsonObjectText& o, const StragglerReport& r) {
   o.add("gain_ms", r.gain_ms);
   o.add("gain_share", r.gain_share);
   o.add("others_sync_wait_ms", r.others_sync_wait_ms);
+  nlohmann::json at = nlohmann::json::array();
+  for (const auto& [place, stages] : r.others_sync_wait_at)
+    at.push_back({{"at", place}, {"stages", stages}});
+  o.add("others_sync_wait_at", at);
   o.add("peers_collective_wait_ms", r.peers_collective_wait_ms);
 }
 

@@ -130,6 +130,7 @@ void AnalysisBuilder::add_record(const StepRecord& a) {
     s.late_receiver.push_back(f.late_receiver_ms);
     s.sync_wait.push_back(f.sync_wait_ms);
     s.sync_last_replica.push_back(f.sync_last_replica);
+    s.sync_wait_at.push_back(f.sync_wait_at);
     s.collective_wait.push_back(f.collective_wait_ms);
     s.collective_waited_for.push_back(f.collective_waited_for_ms);
     s.rest.push_back(f.rest_ms);
@@ -274,6 +275,7 @@ void AnalysisBuilder::add_stage_steps(const Series& s, const StageAnalysis& st,
                     .gain_at_median_ms = s.gain_at_median[i],
                     .sync_wait_ms = s.sync_wait[i],
                     .sync_last_replica = s.sync_last_replica[i],
+                    .sync_wait_at = s.sync_wait_at[i],
                     .collective_wait_ms = s.collective_wait[i],
                     .collective_last_peer = longest_waited_for(s.collective_waited_for[i]),
                     .microbatches = s.microbatches[i],
@@ -342,6 +344,20 @@ StragglerReport AnalysisBuilder::straggler_report(const Straggler& who, const Se
           series_, who.since_step, [&](const auto&, const Series& o) { return o.replica != r.replica; },
           [](const Series& o, std::size_t i) { return std::optional<double>(o.sync_wait[i]); }))
     r.others_sync_wait_ms = *w;
+  // Where they waited: per stage, the place its ranks named most often.
+  std::map<int, std::map<std::string, int>> named;  // stage -> place -> steps
+  for (const auto& [key, o] : series_)
+    if (o.replica != r.replica)
+      for (std::size_t i = 0; i < o.steps.size(); ++i)
+        if (o.steps[i] >= who.since_step && !o.sync_wait_at[i].empty())
+          ++named[std::get<2>(key)][o.sync_wait_at[i]];
+  std::map<std::string, std::vector<int>> stages_at;
+  for (const auto& [stage, places] : named)
+    stages_at[std::max_element(places.begin(), places.end(), [](const auto& x, const auto& y) {
+                return x.second < y.second;
+              })->first]
+        .push_back(stage);
+  r.others_sync_wait_at.assign(stages_at.begin(), stages_at.end());
   // Its cost to its TP peers (the same stage and replica): per slow step,
   // the mean of their waits for it at the TP collectives.
   if (const auto w = p50_of_step_means(

@@ -60,6 +60,9 @@ struct StragglerReport {
   // What it costs the other replicas: the mean of their ranks' waits at
   // the gradient sync, p50 over its slow steps (none with one replica).
   std::optional<double> others_sync_wait_ms;
+  // Where they waited (StageFigures::sync_wait_at): each place and the
+  // stages whose ranks waited there most often over its slow steps.
+  std::vector<std::pair<std::string, std::vector<int>>> others_sync_wait_at;
   // What it costs its TP peers: the mean of their waits for it at the TP
   // collectives, p50 over its slow steps (none without TP collectives).
   std::optional<double> peers_collective_wait_ms;
@@ -79,6 +82,7 @@ struct StageStepFigures {
   double slack_ms = 0, gain_at_baseline_ms = 0, gain_at_median_ms = 0;
   double sync_wait_ms = 0;        // at the gradient sync, for the last replica to arrive
   int sync_last_replica = -1;     // that replica (-1: no sync)
+  std::string sync_wait_at;       // the span it waited in, or "untraced" (empty: no wait)
   double collective_wait_ms = 0;  // at the TP collectives, for the last peer
   int collective_last_peer = -1;  // the peer it waited for longest (-1: none)
   // The stage's own columns (StageFigures): its step span's time is
@@ -193,6 +197,7 @@ class AnalysisBuilder {
         late_receiver, sync_wait, rest, idle, warmup, cooldown, imbalance, transfer_idle,
         schedule_idle, slack, gain_at_baseline, gain_at_median;
     std::vector<int> sync_last_replica, microbatches;
+    std::vector<std::string> sync_wait_at;
     std::vector<double> collective_wait;
     std::vector<std::map<int, double>> collective_waited_for;  // TP rank -> wait, per step
     std::vector<double> step_time;  // the step's time (the longest step span), for shares

@@ -143,7 +143,7 @@ class Reader {
   std::size_t at_ = 0;
 };
 
-constexpr std::uint32_t kPartMagic = 0x6c6e7031;  // "lnp1"
+constexpr std::uint32_t kPartMagic = 0x6c6e7032;  // "lnp2": figures with sync_wait_at
 
 void put_figures(Writer& w, const StageFigures& f) {
   for (int v : {f.rank, f.stage, f.replica, f.tensor, f.microbatches, f.sync_last_replica,
@@ -156,6 +156,7 @@ void put_figures(Writer& w, const StageFigures& f) {
                    f.cooldown_idle_ms, f.imbalance_idle_ms, f.transfer_idle_ms,
                    f.schedule_idle_ms, f.slack_ms, f.gain_at_median_ms})
     w.put<double>(v);
+  w.put(f.sync_wait_at);
   w.put<std::uint64_t>(f.collective_waited_for_ms.size());
   for (const auto& [rank, ms] : f.collective_waited_for_ms) {
     w.put<std::int32_t>(rank);
@@ -175,6 +176,7 @@ StageFigures get_figures(Reader& r) {
                     &f.warmup_idle_ms, &f.cooldown_idle_ms, &f.imbalance_idle_ms,
                     &f.transfer_idle_ms, &f.schedule_idle_ms, &f.slack_ms, &f.gain_at_median_ms})
     *v = r.get<double>();
+  f.sync_wait_at = r.text();
   for (std::size_t n = r.count(); n > 0; --n) {
     const int rank = r.get<std::int32_t>();
     f.collective_waited_for_ms[rank] = r.get<double>();

@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "replica_waits.h"
 #include "stats.h"
 #include "step_replay.h"
 
@@ -248,33 +249,20 @@ StepAnalysis analyze_step(const StepView& step, int stages,
     f.rest_ms -= ms(c->second.collective_ns - c->second.in_compute_ns);
     f.transfer_ms += f.collective_ms - f.collective_wait_ms;
   }
-  // Waits at the gradient sync: the replicas of a stage and tensor rank
-  // meet there; each waits from its own arrival (its first sync span's
-  // start) to the last one's. An asynchronous collective (NCCL's, or an
-  // overlapped grad reduce) returns at once and the wait surfaces in
-  // whatever synchronises next (the optimizer, the loss's read), so the
-  // wait is bounded by the end of the rank's step, not of its sync span.
-  std::map<std::pair<int, int>, std::pair<std::int64_t, int>> last_arrival;
-  // (stage, tensor) -> (time, replica)
-  for (const auto& [pipeline, rg] : out.graphs)
-    for (const auto& [stage, sync] : rg.sync) {
-      const auto [it, first] =
-          last_arrival.try_emplace({stage, pipeline.tensor}, sync.first, pipeline.replica);
-      if (!first && sync.first > it->second.first) it->second = {sync.first, pipeline.replica};
-    }
+  // Waits for the last replica at the gradient sync, wherever they surfaced
+  // (replica_waits.h): a rank with no other replica waits only where it
+  // has a sync.
+  const std::map<int, ReplicaWait> replica = replica_waits(peers);
   for (auto& f : out.stages_figures) {
+    const auto w = replica.find(f.rank);
+    if (w == replica.end()) continue;
     const auto rg = out.graphs.find(f.pipeline());
-    const auto last = last_arrival.find({f.stage, f.tensor});
-    if (rg == out.graphs.end() || last == last_arrival.end()) continue;
-    const auto own = rg->second.sync.find(f.stage);
-    if (own == rg->second.sync.end()) continue;
-    const auto [arrived, left] = own->second;
-    const auto step_end = rg->second.step_end.find(f.stage);
-    const std::int64_t bound =
-        step_end == rg->second.step_end.end() ? left : std::max(left, step_end->second);
-    f.sync_wait_ms =
-        ms(std::clamp<std::int64_t>(last->second.first - arrived, 0, bound - arrived));
-    f.sync_last_replica = last->second.second;
+    const bool synced = rg != out.graphs.end() && rg->second.sync.count(f.stage) > 0;
+    if (w->second.replicas < 2 && !synced) continue;
+    f.sync_last_replica = w->second.last_replica;
+    // Out of the rest, where it was counted (the columns add up).
+    f.sync_wait_ms = std::min(ms(w->second.wait_ns), std::max(0.0, f.rest_ms));
+    if (f.sync_wait_ms > 0) f.sync_wait_at = w->second.where;
     f.rest_ms -= f.sync_wait_ms;
   }
   for (const auto& [pipeline, rg] : out.graphs) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "collective_waits.h"
@@ -58,12 +59,13 @@ struct StageFigures {
   double collective_wait_ms = 0;
   std::map<int, double> collective_waited_for_ms;  // TP rank -> the wait for it
   int collective_last_peer() const { return longest_waited_for(collective_waited_for_ms); }
-  // At the data-parallel gradient sync: from its arrival (its first
-  // all-reduce's start) to the arrival of the last replica of its stage and
-  // tensor rank, at most its sync's length; and that last replica (-1: no
-  // sync).
+  // For the last replica of its stage and tensor rank at the data-parallel
+  // gradient sync, wherever it surfaced (replica_waits.h); that replica
+  // (-1: no other replica and no sync); and the span it waited in (or
+  // "untraced"; empty: no wait).
   double sync_wait_ms = 0;
   int sync_last_replica = -1;
+  std::string sync_wait_at;
   double rest_ms = 0;           // the rest of the step (optimizer, the sync itself, framework)
   int unmatched_transfers = 0;  // receives or sends without their other half
   // This stage's compute (and optimizer) on its replica's path (the step's

@@ -17,6 +17,7 @@
 
 #include "analyze.h"
 #include "microbatch_variability.h"
+#include "replica_waits.h"
 #include "step_replay.h"
 
 namespace lens::analysis {
@@ -563,6 +564,123 @@ TEST(StepAnalysis, AnAsynchronousSyncsWaitIsMeasuredToTheLastReplicasArrivalNotT
                 f.step_ms, 1e-9);
     EXPECT_GE(f.rest_ms, 0) << "replica " << f.replica << " stage " << f.stage;
   }
+}
+
+// The wait for the last replica wherever it surfaces (replica_waits.h), in
+// the three shapes of a real DP x PP Megatron-LM job with one replica
+// slowed, and behind an asynchronous sync: stage 0 waits inside the
+// embedding gradients' all-reduce before its gradient sync; stages 1 and 2
+// inside the gradient sync (or, asynchronous, in the optimizer after a
+// 0.1 ms launch); the last stage in an untraced gap before its layer-norm
+// and embedding all-reduces. Each seed: 3 replicas of P = 4, M = 3 (GPipe
+// order), per-rank pass costs with noise of 1x-2x, one replica's random
+// stage 1.5x-3x slower. A rank's true wait is the last replica's arrival
+// (its last backward's end) less its own.
+TEST(ReplicaWaits, EachRanksWaitIsItsTrueWaitInEveryShapeAndNamedWhereItSurfaced) {
+  constexpr int P = 4, M = 3, R = 3;
+  constexpr double emb = 0.3, norm = 0.2, grads = 0.5, opt = 0.5, launch = 0.1;
+  int checked = 0, off = 0, misnamed = 0;
+  for (unsigned seed = 1; seed <= 300; ++seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> noise(1.0, 2.0), slowdown(1.5, 3.0);
+    const int slow_replica = static_cast<int>(rng() % R), slow_stage = static_cast<int>(rng() % P);
+    const bool async = rng() % 2 == 1;
+    // Per replica: its schedule, and each stage's arrival (last backward's end).
+    std::vector<std::vector<Compute>> computes(R);
+    std::vector<std::vector<double>> ready(R, std::vector<double>(P));
+    for (int r = 0; r < R; ++r) {
+      std::vector<double> cost(P);
+      for (int st = 0; st < P; ++st)
+        cost[st] = noise(rng) * (r == slow_replica && st == slow_stage ? slowdown(rng) : 1.0);
+      std::vector<std::vector<double>> fend(M, std::vector<double>(P)), bend = fend;
+      for (int m = 0; m < M; ++m)
+        for (int st = 0; st < P; ++st) {
+          const double t = std::max(st > 0 ? fend[m][st - 1] : 0.0, m > 0 ? fend[m - 1][st] : 0.0);
+          fend[m][st] = t + cost[st];
+          computes[r].push_back({st, F, m, t, fend[m][st]});
+        }
+      for (int m = 0; m < M; ++m)
+        for (int st = P - 1; st >= 0; --st) {
+          const double t = std::max({st + 1 < P ? bend[m][st + 1] : 0.0,
+                                     m > 0 ? bend[m - 1][st] : 0.0, fend[M - 1][st]});
+          bend[m][st] = t + cost[st];
+          computes[r].push_back({st, B, m, t, bend[m][st]});
+        }
+      for (int st = 0; st < P; ++st) ready[r][st] = bend[M - 1][st];
+    }
+    std::vector<double> last(P, 0);
+    for (int st = 0; st < P; ++st)
+      for (int r = 0; r < R; ++r) last[st] = std::max(last[st], ready[r][st]);
+    analysis::Run run;
+    for (int r = 0; r < R; ++r) {
+      // Each stage's tail: the spans after its arrival, to its step's end.
+      struct Tail {
+        std::vector<std::tuple<const char*, double, double>> spans;
+        double end;
+      };
+      std::vector<Tail> tails(P);
+      for (int st = 0; st < P; ++st) {
+        const double a = ready[r][st], w = last[st];
+        Tail& t = tails[st];
+        if (st == 0) {
+          t.spans = {{"megatron.embedding_grads.all_reduce", a, w + emb},
+                     {"megatron.grads.all_reduce", w + emb, w + emb + grads},
+                     {"megatron.optimizer.step", w + emb + grads, w + emb + grads + opt}};
+        } else if (st == P - 1) {
+          t.spans = {{"megatron.layernorm_grads.all_reduce", w, w + norm},
+                     {"megatron.embedding_grads.all_reduce", w + norm, w + norm + emb},
+                     {"megatron.grads.all_reduce", w + norm + emb, w + norm + emb + grads},
+                     {"megatron.optimizer.step", w + norm + emb + grads,
+                      w + norm + emb + grads + opt}};
+        } else if (async) {
+          t.spans = {{"megatron.grads.all_reduce", a, a + launch},
+                     {"megatron.optimizer.step", a + launch, w + grads + opt}};
+        } else {
+          t.spans = {{"megatron.grads.all_reduce", a, w + grads},
+                     {"megatron.optimizer.step", w + grads, w + grads + opt}};
+        }
+        t.end = std::get<2>(t.spans.back());
+      }
+      std::vector<std::pair<double, double>> windows;
+      for (int st = 0; st < P; ++st) windows.push_back({0, tails[st].end});
+      analysis::Run one = make_step(P, windows, computes[r], 7, r);
+      for (int st = 0; st < P; ++st)
+        for (const auto& [name, a, b] : tails[st].spans) add_span(one, st, name, a, b);
+      for (auto& f : one.files) run.files.push_back(std::move(f));
+    }
+    const StepAnalysis a = analyze(run, P);
+    ASSERT_TRUE(a.complete) << "seed " << seed;
+    for (const auto& f : a.stages_figures) {
+      const double truth = last[f.stage] - ready[f.replica][f.stage];
+      EXPECT_NEAR(f.compute_ms + f.late_sender_ms + f.late_receiver_ms + f.transfer_ms +
+                      f.sync_wait_ms + f.rest_ms,
+                  f.step_ms, 1e-9);
+      EXPECT_GE(f.rest_ms, -1e-9) << "seed " << seed;
+      if (truth < 1e-9) {
+        EXPECT_EQ(f.sync_wait_ms, 0) << "seed " << seed << " the last replica waits for none";
+        continue;
+      }
+      ++checked;
+      if (std::abs(f.sync_wait_ms - truth) > 0.05 * truth) {
+        ++off;
+        ADD_FAILURE() << "seed " << seed << " replica " << f.replica << " stage " << f.stage
+                      << ": sync " << f.sync_wait_ms << " ms, true wait " << truth << " ms";
+      }
+      const char* where = f.stage == 0       ? "megatron.embedding_grads.all_reduce"
+                          : f.stage == P - 1 ? kUntraced
+                          : async            ? "megatron.optimizer.step"
+                                             : "megatron.grads.all_reduce";
+      if (f.sync_wait_at != where) ++misnamed;
+      EXPECT_EQ(f.sync_wait_at, where) << "seed " << seed << " stage " << f.stage;
+      int last_replica = 0;
+      for (int r = 1; r < R; ++r)
+        if (ready[r][f.stage] > ready[last_replica][f.stage]) last_replica = r;
+      EXPECT_EQ(f.sync_last_replica, last_replica) << "seed " << seed;
+    }
+  }
+  std::printf("replica waits: %d waits checked, %d off by more than 5%%, %d misnamed\n", checked,
+              off, misnamed);
+  EXPECT_GT(checked, 300 * (R - 1) * P / 2);
 }
 
 TEST(MicrobatchVariability, TheCostsOrderDoesNotMatterButWithinAMicrobatchOfAStage) {

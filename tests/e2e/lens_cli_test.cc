@@ -1341,6 +1341,14 @@ TEST_F(AnalyzeCli, ARankSlowerThanItsPeerInTheOtherReplicaIsTheStraggler) {
   }
   ASSERT_TRUE(s["others_sync_wait_ms"].is_number()) << s.dump();
   EXPECT_GT(s["others_sync_wait_ms"].get<double>(), 0.25 * step);
+  // Where they waited: the trainer's sync is a blocking all-reduce, so on
+  // both stages inside it.
+  std::vector<int> waited_stages;
+  for (const auto& at : s["others_sync_wait_at"]) {
+    EXPECT_EQ(at["at"], "megatron.grads.all_reduce") << s.dump();
+    for (const auto& st : at["stages"]) waited_stages.push_back(st.get<int>());
+  }
+  EXPECT_EQ(waited_stages, (std::vector<int>{0, 1})) << s.dump();
   int set_by_1 = 0;
   for (const auto& st : a["set_by"]) set_by_1 += st["replica"] == 1 ? 1 : 0;
   EXPECT_GE(set_by_1, 4) << a["set_by"].dump();
