@@ -51,12 +51,16 @@ void in_child() {
 
 }  // namespace
 
-void register_fork_participant(const ForkParticipant& p) {
+void install_fork_handlers() {
   static const bool installed = [] {
     pthread_atfork(&prepare, &release, &in_child);
     return true;
   }();
-  (void)installed;
+  static_cast<void>(installed);
+}
+
+void register_fork_participant(const ForkParticipant& p) {
+  install_fork_handlers();
   std::lock_guard<std::mutex> lock(registry().mu);
   registry().participants.push_back(p);
 }

@@ -23,7 +23,12 @@ struct ForkParticipant {
   void* self;
 };
 
-// Installs the handlers (once per process) and adds / removes a processor.
+// Installs the handlers, once per process. A part whose own locks come
+// before these on every path installs its handlers after calling this, so
+// that its prepare handler runs first (pthread_atfork runs them in reverse).
+void install_fork_handlers();
+
+// Installs the handlers and adds / removes a processor.
 void register_fork_participant(const ForkParticipant& p);
 void unregister_fork_participant(void* self);
 

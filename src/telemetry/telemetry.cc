@@ -17,6 +17,7 @@
 #include "lens/termination.h"
 #include "span_clock.h"
 #include "span_timing.h"
+#include "fork_safety.h"
 #include "spin_lock.h"
 #include "telemetry_core.h"
 #include "lens/semconv.h"
@@ -88,7 +89,8 @@ Resource build_resource(const Config& c) {
 // held for a bounded time); the parent and child handlers release them.
 // Installed after the core's handlers (fork_safety.h), so that this prepare
 // runs first: these locks come before the core's on every path (a shutdown
-// takes the open-span lock while it holds its own).
+// takes the open-span lock while it holds its own). Installed before any of
+// them is first taken: at the start of init() and of create().
 std::mutex g_global_mu;
 
 // One telemetry's mutexes, known to the fork handlers while it lives.
@@ -164,10 +166,10 @@ void TelemetryLocks::unlock_after_fork() {
   shutdown_mu.unlock();
 }
 
-// Once a process, after the core's handlers (made with the first batch
-// processor, so after the first telemetry's processor).
+// Once a process, after the core's.
 void install_fork_handlers() {
   static const bool installed = [] {
+    detail::install_fork_handlers();
     ::pthread_atfork(&before_fork, &after_fork, &after_fork);
     return true;
   }();
@@ -210,6 +212,7 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
                                              const EnvLookup& env) {
   Config config = resolve_config(options, env);
   if (!config.enabled) return nullptr;
+  install_fork_handlers();
 
   auto impl = std::make_unique<Impl>();
   impl->config = std::move(config);
@@ -255,7 +258,6 @@ std::unique_ptr<Telemetry> Telemetry::create(const TelemetryOptions& options,
                                             std::chrono::milliseconds(c.device_anchor_ms)});
   impl->core.device = impl->device_timing.get();
   impl->locks.set_device(impl->device_timing.get());
-  install_fork_handlers();
   return std::unique_ptr<Telemetry>(new Telemetry(std::move(impl)));
 }
 
@@ -437,6 +439,7 @@ std::atomic<Telemetry*> g_global_ptr{nullptr};
 }  // namespace
 
 Telemetry* init(const TelemetryOptions& options) {
+  install_fork_handlers();
   std::lock_guard<std::mutex> lock(g_global_mu);
   if (g_global) {
     g_global_ptr.store(nullptr);
