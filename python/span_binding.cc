@@ -200,6 +200,14 @@ void join_step_trace(lens::StartOptions& start, const PyCarrier& join) {
   }
 }
 
+// A CUDA stream's handle given as an int >= 0 (what torch.cuda.Stream's
+// cuda_stream is); ValueError otherwise.
+void* stream_of(const py::handle& stream) {
+  if (!py::isinstance<py::int_>(stream) || stream.cast<py::int_>() < py::int_(0))
+    throw py::value_error("lens: stream must be a CUDA stream's handle (an int >= 0)");
+  return reinterpret_cast<void*>(stream.cast<std::uintptr_t>());
+}
+
 // lens.otel's common start and end in C (otel.py, _CurrentSpan): a span
 // of `group` named `name`, child of the API's current span when that is a
 // lens.otel.Span (a root when there is none), its attributes set, made the
@@ -208,10 +216,11 @@ void join_step_trace(lens::StartOptions& start, const PyCarrier& join) {
 // a foreign or unsampled parent, a span sampled out). The span is a
 // `span_type` made without __init__: its class defaults, and _native.
 // args: name, group, attributes (dict), the ContextVar, the span key, the
-// Span type, the Context type.
+// Span type, the Context type, and the CUDA stream to time it on (its handle
+// as an int >= 0) or None.
 PyObject* otel_fast_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 7) {
-    PyErr_SetString(PyExc_TypeError, "otel_fast_start takes 7 arguments");
+  if (nargs != 8) {
+    PyErr_SetString(PyExc_TypeError, "otel_fast_start takes 8 arguments");
     return nullptr;
   }
   // A name that is not a str, attributes that are a Mapping but no dict:
@@ -230,6 +239,7 @@ PyObject* otel_fast_start(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     py::object current_ctx = py::reinterpret_steal<py::object>(current);
     if (current == nullptr || !PyDict_Check(current)) Py_RETURN_NONE;
     lens::StartOptions start;
+    if (args[7] != Py_None) start.device_stream = stream_of(py::reinterpret_borrow<py::object>(args[7]));
     PyObject* parent = PyDict_GetItemWithError(current, key);  // borrowed
     if (parent == nullptr && PyErr_Occurred()) return nullptr;
     if (parent == nullptr) {
@@ -311,11 +321,7 @@ std::unique_ptr<PySpan> start_span(std::string_view name, std::string_view group
   if (!tracer.enabled(g)) return std::make_unique<PySpan>(lens::Span());
   lens::StartOptions start;
   if (!figure.is_none()) start.figure = figure_from_name(figure.cast<std::string>());
-  if (!stream.is_none()) {
-    if (!py::isinstance<py::int_>(stream) || stream.cast<py::int_>() < py::int_(0))
-      throw py::value_error("lens: stream must be a CUDA stream's handle (an int >= 0)");
-    start.device_stream = reinterpret_cast<void*>(stream.cast<std::uintptr_t>());
-  }
+  if (!stream.is_none()) start.device_stream = stream_of(stream);
   if (g == lens::SpanGroup::kStep && state.job)
     start.links.push_back({*state.job, {{"lens.link", std::string("job")}}});
   if (join) join_step_trace(start, *join);
@@ -324,13 +330,15 @@ std::unique_ptr<PySpan> start_span(std::string_view name, std::string_view group
 
 // A span of the OpenTelemetry API provider (lens.otel): its parent given
 // (the API's context decides it, not this thread's current lens span), or
-// none for a root; its kind, links and start time as the API passes them.
+// none for a root; its kind, links and start time as the API passes them;
+// timed on the device when `stream` is a CUDA stream's handle (lens.otel
+// passes the current stream for the compute spans of a process using CUDA).
 // Group off or no telemetry: a span that is not recorded.
 std::unique_ptr<PySpan> start_otel_span(std::string_view name, std::string_view group,
                                         const py::handle& parent, int kind,
                                         const py::dict& attributes, const py::handle& links,
                                         const py::handle& start_time_unix_ns,
-                                        const py::handle& join_arg) {
+                                        const py::handle& join_arg, const py::handle& stream) {
   const lens::SpanGroup g = group_from_name(group);
   PerTelemetry& state = per_telemetry();
   lens::Tracer& tracer = state.tracer;
@@ -353,6 +361,7 @@ std::unique_ptr<PySpan> start_otel_span(std::string_view name, std::string_view 
                                                : to_attributes(pair[1].cast<py::dict>())});
     }
   if (!start_time_unix_ns.is_none()) start.start_time_unix_ns = start_time_unix_ns.cast<std::int64_t>();
+  if (!stream.is_none()) start.device_stream = stream_of(stream);
   return started(tracer, g, name, start, attributes);
 }
 
@@ -402,7 +411,7 @@ void bind_spans(py::module_& m) {
   });
   m.def("start_otel_span", &start_otel_span, py::arg("name"), py::arg("group"),
         py::arg("parent"), py::arg("kind"), py::arg("attributes"), py::arg("links"),
-        py::arg("start_time_unix_ns"), py::arg("join"));
+        py::arg("start_time_unix_ns"), py::arg("join"), py::arg("stream") = py::none());
   m.def("start_span", &start_span, py::arg("name"), py::arg("group"),
         py::arg("attributes") = py::dict(), py::arg("join") = py::none(),
         py::arg("stream") = py::none(), py::arg("figure") = py::none());

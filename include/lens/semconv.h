@@ -79,6 +79,12 @@ inline constexpr const char* kRunIdAttributes[2] = {kRunUuid, kRunId};
 // nemo-lens's provider (python/lens/otel.py writes it): lens check names it
 // beside the ranks it left out.
 inline constexpr const char* kNemoLensExportStrategy = "lens.nemo_lens.export_strategy";
+// The GPUs a process saw: nemo-lens 0.1.0's resource detection writes
+// host.gpu.count (resources/local.py); its documentation says dl.gpu.count.
+inline constexpr const char* kGpuCountAttributes[2] = {"host.gpu.count", "dl.gpu.count"};
+// A span timed on the device keeps its host times in these (span_timing.cc).
+inline constexpr const char* kHostStart = "lens.host.start_unix_ns";
+inline constexpr const char* kHostEnd = "lens.host.end_unix_ns";
 // How the step context reached the rank: "broadcast" (or absent), "derived".
 inline constexpr const char* kStepContext = "lens.step_context";
 inline constexpr const char* kStepPrefetch = "lens.step_prefetch";

@@ -58,6 +58,7 @@ import inspect
 import logging
 import os
 import re
+import sys
 import threading
 
 from opentelemetry import context as _context
@@ -119,13 +120,50 @@ _groups = {}  # name -> group, filled as names are met, up to _GROUPS_KEPT names
 _GROUPS_KEPT = 4096
 
 
+def _device_names(spec):
+    """LENS_DEVICE_SPANS: comma-separated span names, a name ending in ``*``
+    a prefix; empty: none. As (names, prefixes)."""
+    entries = [e.strip() for e in spec.split(",") if e.strip()]
+    return (frozenset(e for e in entries if not e.endswith("*")),
+            tuple(e[:-1] for e in entries if e.endswith("*")))
+
+
+# The spans timed on the device when the process uses CUDA: Megatron's
+# compute (its p2p spans stay on the host: they wait for the device).
+_DEVICE_SPANS_DEFAULT = "megatron.microbatch.forward,megatron.microbatch.backward,megatron.layer.*"
+_DEVICE_NAMES, _DEVICE_PREFIXES = _device_names(
+    os.environ.get("LENS_DEVICE_SPANS", _DEVICE_SPANS_DEFAULT))
+_device_timed = set()  # of the names met, those in LENS_DEVICE_SPANS
+
+
 def _group_named(name):
     """_group_of, kept for the first _GROUPS_KEPT names met (a program that
-    makes a name per call does not grow the cache without bound)."""
+    makes a name per call does not grow the cache without bound); a name
+    LENS_DEVICE_SPANS takes is noted in _device_timed."""
     group = _group_of(name)
     if len(_groups) < _GROUPS_KEPT:
         _groups[name] = group
+        if type(name) is str and (name in _DEVICE_NAMES or name.startswith(_DEVICE_PREFIXES)):
+            _device_timed.add(name)
     return group
+
+
+def _device_stream(name):
+    """The stream a span of `name` is timed on: the current CUDA stream's
+    handle when the name is one LENS_DEVICE_SPANS takes and the process uses
+    CUDA (torch.cuda initialised); else None (timed on the host). Callers
+    test ``name in _device_timed`` first (no call for the other spans)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        cuda = torch.cuda
+        if not cuda.is_initialized():
+            return None
+        handle = cuda.current_stream().cuda_stream
+    except Exception:  # a torch without CUDA, a stream that cannot be read
+        return None
+    return handle if type(handle) is int and handle >= 0 else None
 
 
 # ---------------------------------------------------------------- the layout
@@ -824,11 +862,13 @@ class Tracer(_trace.Tracer):
         if start_time is not None and type(start_time) is not int:
             start_time = int(start_time)  # the API's is ns as an int; a float is taken too
         kind_ = 1 if kind is _INTERNAL else _KINDS[kind]
+        stream = _device_stream(name) if name in _device_timed else None
         try:
-            native = _start(name, group, parent, kind_, attrs, native_links, start_time, join)
+            native = _start(name, group, parent, kind_, attrs, native_links, start_time, join,
+                            stream)
         except (TypeError, ValueError):  # a name the core cannot take (a lone surrogate)
             native = _start(_text(name), group, parent, kind_, attrs, native_links, start_time,
-                            join)
+                            join, stream)
         if not native.sampled:
             context_ = native.context
             if native.recording:
@@ -947,7 +987,8 @@ class _CurrentSpan:
                     counted = True
             if fast is not None:
                 try:
-                    got = _fast_start(name, group, attrs, _var, _SPAN_KEY, Span, _Context)
+                    got = _fast_start(name, group, attrs, _var, _SPAN_KEY, Span, _Context,
+                                      _device_stream(name) if name in _device_timed else None)
                 except Exception:  # what the C path cannot take (a lone surrogate)
                     got = None
                 if got is not None:

@@ -917,7 +917,10 @@ class StreamMerge {
       for (PartFile& pf : part.files) {
         File& f = files_[pf.name];
         if (pf.meta) f.meta = std::move(*pf.meta);
-        for (auto& w : pf.warnings) f.warnings.push_back(std::move(w));
+        // A run-wide warning each part found once.
+        for (auto& w : pf.warnings)
+          if (std::find(f.warnings.begin(), f.warnings.end(), w) == f.warnings.end())
+            f.warnings.push_back(std::move(w));
         for (OpenRow& row : pf.open) {
           SpanRow& s = row.span;
           const auto handed = handed_.find(s.trace_id.str());

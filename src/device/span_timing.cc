@@ -139,8 +139,8 @@ bool SpanTiming::submit(detail::LiveSpan* s) noexcept {
 
 void SpanTiming::deliver(detail::LiveSpan* s, std::optional<Resolver::Times> times) {
   if (times) {
-    mark(s, "lens.host.start_unix_ns", s->start_time_unix_ns);
-    mark(s, "lens.host.end_unix_ns", s->end_time_unix_ns);
+    mark(s, semconv::kHostStart, s->start_time_unix_ns);
+    mark(s, semconv::kHostEnd, s->end_time_unix_ns);
     mark(s, "lens.device.uncertainty_ns", clock_->uncertainty_ns());
     s->start_time_unix_ns = core_.clock_skew.unix_ns(times->start_ns);
     s->end_time_unix_ns = core_.clock_skew.unix_ns(times->end_ns);

@@ -435,7 +435,9 @@ def otlp_value(value):
 class NeverHurts(unittest.TestCase):
     """No call of lens.otel raises into the caller or blocks it (#72)."""
 
-    def lens_spans(self, folder):
+    @staticmethod
+    def lens_spans(folder):
+        """name -> [span dicts] of the lens files in `folder`, attributes as Python."""
         spans = {}
         for path in glob.glob(os.path.join(folder, "*.otlp.jsonl")):
             with open(path) as f:
@@ -665,6 +667,47 @@ class NeverHurts(unittest.TestCase):
         self.assertEqual(r.stdout.split(), ["False", "True", "False", "False"])
         self.assertIn("after the other", spans)
         self.assertNotIn("after", spans)
+
+
+class DeviceTimed(unittest.TestCase):
+    """Megatron's compute spans on the device's clock when the process uses
+    CUDA, with no call-site change (otel_device_spans.py)."""
+
+    DEVICE = {"megatron.microbatch.forward": 4_000_000, "megatron.microbatch.backward": 6_000_000,
+              "megatron.layer.attention": 1_000_000, "megatron.other": 2_000_000}
+
+    def spans(self, mode, env=None):
+        with tempfile.TemporaryDirectory() as d:
+            r = NeverHurts.under_lens([os.path.join(HERE, "otel_device_spans.py"), mode], d,
+                                      "device", 60, env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return NeverHurts.lens_spans(os.path.join(d, "device"))
+
+    def timed(self, spans):
+        """name -> the device's duration, of the spans timed on the device;
+        each keeps its host times, which enclose nothing of the device's."""
+        out = {}
+        for name, (span,) in spans.items():
+            if "lens.host.start_unix_ns" not in span["attrs"]:
+                continue
+            start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
+            host_start = int(span["attrs"]["lens.host.start_unix_ns"])
+            self.assertGreater(start - host_start, 15_000_000, name)  # 20 ms behind its launch
+            out[name] = end - start
+        return out
+
+    def test_compute_spans_are_device_timed_under_cuda_and_the_rest_stay_on_the_host(self):
+        got = self.timed(self.spans("cuda"))
+        self.assertEqual(sorted(got), ["megatron.layer.attention", "megatron.microbatch.backward",
+                                       "megatron.microbatch.forward"])
+        for name, ns in got.items():
+            self.assertAlmostEqual(ns, self.DEVICE[name], delta=1_000, msg=name)
+
+    def test_the_set_is_a_setting_and_without_cuda_nothing_is_device_timed(self):
+        self.assertEqual(self.timed(self.spans("cuda", {"LENS_DEVICE_SPANS": ""})), {})
+        got = self.timed(self.spans("cuda", {"LENS_DEVICE_SPANS": "megatron.other, megatron.l*"}))
+        self.assertEqual(sorted(got), ["megatron.layer.attention", "megatron.other"])
+        self.assertEqual(self.timed(self.spans("host")), {})
 
 
 def run_python(code, env_extra):

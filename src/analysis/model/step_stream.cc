@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "clock_alignment.h"
+#include "device_drain.h"
 #include "id_set.h"
 #include "lines_ahead.h"
 #include "pipeline_view.h"
@@ -221,6 +222,7 @@ Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>&
   const std::filesystem::path& dir = opened.input();
   const auto& paths = opened.files();
   std::vector<Cursor> cursors(paths.size());
+  std::map<int, ComputeClocks> clocks;  // by rank: its compute's clocks (device_drain.h)
   std::vector<std::unique_ptr<RankFileReader>> readers;
   std::uintmax_t total_bytes = 0;
   for (std::size_t i = 0; i < paths.size(); ++i) {
@@ -276,6 +278,7 @@ Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>&
                        [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
       handed_over = step;
       if (step < options.first_step) continue;  // before this part's steps
+      for (auto& f : window.run.files) settle_device_drain(f, clocks[f.rank]);
       if (options.clock)
         for (auto& f : window.run.files)
           if (!options.clock->align(f) && options.clock_report)
@@ -340,6 +343,11 @@ Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>&
     const std::vector<std::string>& imported = opened.import_warnings();
     rest.files.front().warnings.insert(rest.files.front().warnings.begin(), imported.begin(),
                                        imported.end());
+    std::map<int, std::pair<const RankFile*, ComputeClocks>> seen;
+    for (const RankFile& f : rest.files)
+      if (const auto c = clocks.find(f.rank); c != clocks.end()) seen[f.rank] = {&f, c->second};
+    if (auto warning = host_timed_compute_warning(seen))
+      rest.files.front().warnings.push_back(std::move(*warning));
   }
   return rest;
 }
