@@ -148,20 +148,32 @@ def _group_named(name):
     return group
 
 
-def _device_stream(name):
-    """The stream a span of `name` is timed on: the current CUDA stream's
-    handle when the name is one LENS_DEVICE_SPANS takes and the process uses
-    CUDA (torch.cuda initialised); else None (timed on the host). Callers
-    test ``name in _device_timed`` first (no call for the other spans)."""
+_cuda = None  # torch.cuda once the process is seen using CUDA (_note_cuda), else None
+
+
+def _note_cuda():
+    """Notes whether the process uses CUDA (torch.cuda initialised), until it
+    does: at the provider's set-up and at every step span's start (Megatron
+    initialises CUDA before its first step), so that a span outside a step
+    pays nothing for it."""
+    global _cuda
+    if _cuda is not None or not (_DEVICE_NAMES or _DEVICE_PREFIXES):
+        return
     torch = sys.modules.get("torch")
-    if torch is None:
-        return None
     try:
-        cuda = torch.cuda
-        if not cuda.is_initialized():
-            return None
-        handle = cuda.current_stream().cuda_stream
-    except Exception:  # a torch without CUDA, a stream that cannot be read
+        if torch is not None and torch.cuda.is_initialized():
+            _cuda = torch.cuda
+    except Exception:  # a torch without CUDA
+        pass
+
+
+def _device_stream():
+    """The current CUDA stream's handle, to time a span on; None when it
+    cannot be read. Callers test ``_cuda is not None and name in
+    _device_timed`` first."""
+    try:
+        handle = _cuda.current_stream().cuda_stream
+    except Exception:
         return None
     return handle if type(handle) is int and handle >= 0 else None
 
@@ -368,6 +380,7 @@ def _setup():
         if _setup_failure is not None:
             return None
         try:
+            _note_cuda()
             return _set_up()
         except Exception as error:
             # Found once, said once; then every span is non-recording (the
@@ -824,6 +837,7 @@ class Tracer(_trace.Tracer):
         if group == "step" or schedule:
             attrs = dict(attrs)  # the provider's attributes added to a copy
         if group == "step":
+            _note_cuda()
             step = _step_number(next((attrs[k] for k in _ITERATION_KEYS if k in attrs), None))
             step = rank.steps_started if step is None else step
             rank.steps_started += 1
@@ -862,7 +876,7 @@ class Tracer(_trace.Tracer):
         if start_time is not None and type(start_time) is not int:
             start_time = int(start_time)  # the API's is ns as an int; a float is taken too
         kind_ = 1 if kind is _INTERNAL else _KINDS[kind]
-        stream = _device_stream(name) if name in _device_timed else None
+        stream = _device_stream() if _cuda is not None and name in _device_timed else None
         try:
             native = _start(name, group, parent, kind_, attrs, native_links, start_time, join,
                             stream)
@@ -988,7 +1002,8 @@ class _CurrentSpan:
             if fast is not None:
                 try:
                     got = _fast_start(name, group, attrs, _var, _SPAN_KEY, Span, _Context,
-                                      _device_stream(name) if name in _device_timed else None)
+                                      _device_stream() if _cuda is not None
+                                      and name in _device_timed else None)
                 except Exception:  # what the C path cannot take (a lone surrogate)
                     got = None
                 if got is not None:
