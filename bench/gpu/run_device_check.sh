@@ -20,6 +20,15 @@ cmake --build build-gpu -j"$(nproc)" --target lens_python lens-cli > "$out/build
   || { tail -30 "$out/build.log"; exit 1; }
 export PYTHONPATH=$PWD/build-gpu/python
 python3 bench/gpu/device_time_check.py --out "$out/products" 2>&1 | tee "$out/products.txt"
+# Megatron's spans through the OpenTelemetry API, device-timed with no
+# call-site change, beside the same spans host-timed (needs opentelemetry-api).
+if python3 -c 'import opentelemetry.trace' 2>/dev/null; then
+  LENS_BIN=$PWD/build-gpu/bin/lens python3 bench/gpu/megatron_device_spans.py \
+    --out "$out/megatron" 2>&1 | tee "$out/megatron.txt"
+else
+  echo "megatron_device_spans: skipped: no opentelemetry-api for $(command -v python3)" \
+    | tee "$out/megatron.txt"
+fi
 python3 python/examples/pp_train.py --world 2 --steps 5 --device cuda \
   --trace-dir "$out/pp" 2>&1 | tee "$out/pp_train.txt"
 build-gpu/bin/lens check "$out"/pp/* 2>&1 | tee "$out/check.txt"
