@@ -49,7 +49,7 @@ def _nullable(frame, columns):
     return frame
 
 
-def read_run(run_dir, raw_clock=False):
+def read_run(run_dir, raw_clock=False, attributes=()):
     """Every span of the run, one row each.
 
     Columns: rank, replica, tensor, stage (the rank's pipeline stage; <NA>
@@ -57,12 +57,30 @@ def read_run(run_dir, raw_clock=False):
     chunk; <NA> where none), name, kind (step, forward, backward, p2p,
     linked, collective, optimizer, ...), start_ns, end_ns, duration_ms,
     aligned (on the reference clock), trace_id, span_id, parent_span_id
-    (empty for a root), links (how many), status_code.
+    (empty for a root), links (how many), status_code; then a column per
+    span attribute named in `attributes` (its value as an int, float, bool or
+    str; None where a span has none).
+
+    Built from the reader's columns (numbers as arrays, each name and kind
+    once), not from an object per span.
     """
     pd = _pandas()
-    columns, messages = _analysis.read_span_table(str(run_dir), raw_clock)
+    import numpy as np
+
+    columns, attribute_columns, messages = _analysis.read_span_table(
+        str(run_dir), raw_clock, [str(a) for a in attributes])
     _warn(messages)
-    frame = pd.DataFrame(columns)
+    data = {}
+    for key, value in columns.items():
+        if type(value) is tuple:  # codes into a dictionary of texts
+            codes, texts = value
+            data[key] = np.array(texts + [""], dtype=object)[codes]
+        else:
+            data[key] = value
+    data["aligned"] = data["aligned"].astype(bool)
+    for key, codes, values in attribute_columns:
+        data[key] = np.array(values + [None], dtype=object)[codes]  # -1: the None
+    frame = pd.DataFrame(data, copy=False)
     frame.insert(frame.columns.get_loc("end_ns") + 1, "duration_ms",
                  (frame["end_ns"] - frame["start_ns"]) / 1e6)
     return _nullable(frame, ["stage", "step", "microbatch", "chunk"])

@@ -20,9 +20,18 @@ bool container(SpanKind k) { return k == SpanKind::kStep || k == SpanKind::kForw
 }  // namespace
 
 std::optional<StepTail> step_tail(const StepOnRank& rank) {
+  // Each span's kind once: the spans that are neither own work nor a
+  // container, for the sweep below.
+  thread_local std::vector<const SpanRow*> others;
+  others.clear();
   std::optional<std::int64_t> last_work;
-  for (const SpanRow* s : rank.spans)
-    if (own_work(kind_of(*s))) last_work = std::max(last_work.value_or(s->end_ns), s->end_ns);
+  for (const SpanRow* s : rank.spans) {
+    const SpanKind k = kind_of(*s);
+    if (own_work(k))
+      last_work = std::max(last_work.value_or(s->end_ns), s->end_ns);
+    else if (!container(k) && s != rank.step_span)
+      others.push_back(s);
+  }
   if (!last_work || rank.step_span == nullptr) return std::nullopt;
   const std::int64_t ready = *last_work;
   StepTail t;
@@ -38,8 +47,7 @@ std::optional<StepTail> step_tail(const StepOnRank& rank) {
     const std::string* name;
   };
   std::vector<Piece> pieces;
-  for (const SpanRow* s : rank.spans) {
-    if (s == rank.step_span || container(kind_of(*s))) continue;
+  for (const SpanRow* s : others) {
     const std::int64_t a = std::max(s->start_ns, ready), b = std::min(s->end_ns, end);
     if (a < b) pieces.push_back({a, b, &s->name});
   }

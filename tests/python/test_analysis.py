@@ -142,5 +142,67 @@ class TrainerRunAsDataFrames(unittest.TestCase):
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
+RUNS = pathlib.Path(__file__).resolve().parents[1] / "data" / "runs"
+
+# read_run's columns and their dtypes (the DataFrame a notebook gets).
+DTYPES = {"rank": "int64", "replica": "int64", "tensor": "int64", "stage": "Int64",
+          "step": "Int64", "microbatch": "Int64", "chunk": "Int64", "name": "object",
+          "kind": "object", "start_ns": "int64", "end_ns": "int64", "duration_ms": "float64",
+          "aligned": "bool", "trace_id": "object", "span_id": "object",
+          "parent_span_id": "object", "links": "int64", "status_code": "int64"}
+
+
+def otlp_rows(run_dir):
+    """span id -> (rank, the span as its file says it, attributes as Python)."""
+    def value(v):
+        (kind, x), = v.items()
+        return {"intValue": int, "doubleValue": float}.get(kind, lambda y: y)(x)
+
+    rows = {}
+    for path in sorted(glob.glob(os.path.join(run_dir, "*.otlp.jsonl"))):
+        with open(path) as f:
+            for line in f:
+                for rs in json.loads(line)["resourceSpans"]:
+                    res = {a["key"]: value(a["value"]) for a in rs["resource"]["attributes"]}
+                    for ss in rs["scopeSpans"]:
+                        for s in ss["spans"]:
+                            attrs = {a["key"]: value(a["value"]) for a in s.get("attributes", [])}
+                            rows[s["spanId"]] = (res["dl.rank"], s, attrs)
+    return rows
+
+
+class ReadRunColumns(unittest.TestCase):
+    """read_run built from the reader's columns: every recorded run of the
+    suite (tests/data/runs) read raw, each row against its span as the file
+    has it, and the attributes asked for."""
+
+    def test_each_row_is_its_span_and_the_attributes_asked_for_are_columns(self):
+        lens_runs = [d for d in sorted(RUNS.iterdir()) if d.name.startswith("run-")]
+        self.assertGreaterEqual(len(lens_runs), 3)
+        for run_dir in lens_runs:
+            with self.subTest(run=run_dir.name):
+                keys = ["dl.microbatch_id", "dl.pipeline_parallel.rank", "no.such.key"]
+                frame = la.read_run(run_dir, raw_clock=True, attributes=keys)
+                self.assertEqual({c: str(t) for c, t in frame.dtypes.items()},
+                                 {**DTYPES, **{k: "object" for k in keys}})
+                rows = otlp_rows(run_dir)
+                self.assertEqual(sorted(frame.span_id), sorted(rows))
+                for r in frame.to_dict("records"):
+                    rank, s, attrs = rows[r["span_id"]]
+                    self.assertEqual(r["rank"], rank)
+                    self.assertEqual(r["name"], s["name"])
+                    self.assertEqual(r["trace_id"], s["traceId"])
+                    self.assertEqual(r["parent_span_id"], s.get("parentSpanId", ""))
+                    self.assertEqual(r["start_ns"], int(s["startTimeUnixNano"]))
+                    self.assertEqual(r["end_ns"], int(s["endTimeUnixNano"]))
+                    self.assertEqual(r["links"], len(s.get("links", [])))
+                    self.assertEqual(r["status_code"], s.get("status", {}).get("code", 0))
+                    for k in keys:
+                        self.assertEqual(r[k], attrs.get(k), k)
+                        self.assertIs(type(r[k]), type(attrs.get(k)), k)
+                self.assertTrue(frame["dl.microbatch_id"].notna().any())
+                self.assertTrue(frame["no.such.key"].isna().all())
+
+
 if __name__ == "__main__":
     unittest.main()
