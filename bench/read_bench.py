@@ -3,7 +3,7 @@
 (bench/README.md, "Reading a run").
 
     bench/read_bench.py [--build build] [--mb 1024] [--ranks 4 64] [--read-run-mb 200]
-                        [--compare OTHER_LENS]
+                        [--compare OTHER_LENS] [--compare-python OTHER_BUILD/python]
     bench/read_bench.py --count [--check bench/read_budgets.json]
 
 For each rank count: a short run of the trainer (3 steps of PP4, x DP16 for
@@ -16,8 +16,12 @@ script, from the page cache:
               ceiling the reader's parser allows
   check       lens check RUN
   analyze     lens analyze --json RUN
+  analyze-1t  lens analyze --json --threads 1 RUN
   read_run    lens.analysis.read_run (the whole run in DataFrames; on the
-              first --read-run-mb of the run, since it holds every span)
+              first --read-run-mb of the run, since it holds every span): the
+              whole process, and "(call)" the call alone, after the
+              interpreter's start and pandas's import; --compare-python
+              times another build's beside (read_run-was)
 each as MB/s, its ratio to the floor, and the process's peak resident
 memory.
 
@@ -76,7 +80,13 @@ def trainer_template(build, ranks, where):
     return os.path.join(out, os.listdir(out)[0])
 
 
-def measure(build, run, read_run_mb, where, compare=None):
+READ_RUN = "import sys, lens.analysis as a; a.read_run(sys.argv[1])"
+# The call alone, after the interpreter's start and pandas's import.
+READ_RUN_IN = ("import sys, time, pandas, lens.analysis as a; t = time.perf_counter(); "
+               "a.read_run(sys.argv[1]); print(time.perf_counter() - t)")
+
+
+def measure(build, run, read_run_mb, where, compare=None, compare_python=None):
     lens = os.path.join(build, "bin", "lens")
     floor_bin = os.path.join(build, "bin", "lens-json-floor")
     files = sorted(os.path.join(run, f) for f in os.listdir(run) if f.endswith(".otlp.jsonl"))
@@ -93,6 +103,8 @@ def measure(build, run, read_run_mb, where, compare=None):
     rows.append(("check", s, rss, size))
     s, rss, _ = timed([lens, "analyze", "--json", run])
     rows.append(("analyze", s, rss, size))
+    s, rss, _ = timed([lens, "analyze", "--json", "--threads", "1", run])
+    rows.append(("analyze-1t", s, rss, size))
     if compare:  # another build's lens (before a change), on the same bytes
         s, rss, _ = timed([compare, "check", run])
         rows.append(("check-was", s, rss, size))
@@ -114,10 +126,14 @@ def measure(build, run, read_run_mb, where, compare=None):
                     budget -= len(line)
                     if budget <= 0:
                         break
-        env = dict(os.environ, PYTHONPATH=package)
-        s, rss, _ = timed([python, "-c", "import sys, lens.analysis as a; a.read_run(sys.argv[1])",
-                           part], env=env)
-        rows.append(("read_run", s, rss, part_size))
+        for label, where_package in (("read_run", package), ("read_run-was", compare_python)):
+            if where_package is None:
+                continue
+            env = dict(os.environ, PYTHONPATH=where_package)
+            s, rss, _ = timed([python, "-c", READ_RUN, part], env=env)
+            rows.append((label, s, rss, part_size))
+            _, rss, out = timed([python, "-c", READ_RUN_IN, part], env=env)
+            rows.append((label + " (call)", float(out.decode().split()[-1]), rss, part_size))
     return rows, check_out.decode().strip().splitlines()[-1]
 
 
@@ -129,14 +145,15 @@ def bench(args):
             template = trainer_template(args.build, ranks, where)
             run = os.path.join(where, f"run-{ranks}")
             steps, written = make_run(template, run, args.mb, quiet=True)
-            rows, verdict = measure(args.build, run, args.read_run_mb, where, args.compare)
+            rows, verdict = measure(args.build, run, args.read_run_mb, where, args.compare,
+                                    args.compare_python)
             floor = next(r for r in rows if r[0] == "floor")
             floor_mbs = floor[3] / 1e6 / floor[1]
             print(f"\n## {ranks} ranks, {steps} steps, {written / 1e6:.0f} MB ({verdict})")
-            print(f"{'what':<10} {'MB':>7} {'s':>8} {'MB/s':>8} {'x floor':>8} {'peak RSS':>10}")
+            print(f"{'what':<19} {'MB':>7} {'s':>8} {'MB/s':>8} {'x floor':>8} {'peak RSS':>10}")
             for name, s, rss, size in rows:
                 mbs = size / 1e6 / s
-                print(f"{name:<10} {size / 1e6:7.0f} {s:8.2f} {mbs:8.1f} {floor_mbs / mbs:8.1f}"
+                print(f"{name:<19} {size / 1e6:7.0f} {s:8.2f} {mbs:8.1f} {floor_mbs / mbs:8.1f}"
                       f" {rss / 1024:8.1f} MB")
             shutil.rmtree(run)
     finally:
@@ -221,6 +238,8 @@ def main():
     parser.add_argument("--build", default="build")
     parser.add_argument("--compare", help="another lens binary timed beside (check-was, "
                         "analyze-was): the one before a change")
+    parser.add_argument("--compare-python", help="another build's python folder (its "
+                        "lens.analysis) timed beside: read_run-was")
     parser.add_argument("--mb", type=float, default=1024)
     parser.add_argument("--ranks", type=int, nargs="+", default=[4, 64])
     parser.add_argument("--read-run-mb", type=float, default=200)

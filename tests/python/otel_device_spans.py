@@ -3,8 +3,10 @@ simulated CUDA runtime (tests/device/simulated_cuda_runtime.cc) named in
 LENS_CUDA_RUNTIME, and torch.cuda's state as a CUDA process has it (the
 argument "cuda": initialised, the current stream a handle of the simulated
 runtime's) or as torch without a GPU leaves it ("host"). The device runs
-20 ms behind the host; the forward's work takes 4 ms of it, the backward's
-6 ms, a layer's 1 ms and another span's 2 ms."""
+200 ms behind the host (so that every span's start is queued behind work,
+and its device times are exact, whatever the host's pauses under load);
+the forward's work takes 4 ms of it, the backward's 6 ms, a layer's 1 ms
+and another span's 2 ms."""
 
 import ctypes
 import os
@@ -35,7 +37,7 @@ from opentelemetry import trace  # noqa: E402
 t = trace.get_tracer("megatron")
 with t.start_as_current_span("megatron.train.iteration", attributes={"megatron.iteration": 0}):
     with t.start_as_current_span("megatron.train.iteration.forward_backward"):
-        launch(20_000_000)
+        launch(200_000_000)
         with t.start_as_current_span("megatron.microbatch.forward"):  # the C start
             launch(4_000_000)
         with t.start_as_current_span("megatron.p2p.send_forward"):
