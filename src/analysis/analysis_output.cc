@@ -100,14 +100,17 @@ std::string format_verdicts(const Analysis& a) {
     for (int rank : r.what.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank);
     out += fmt::format(
         "imbalance: stage {} (rank{} {}): {:.2f}x the fastest stage's compute per microbatch from "
-        "the first steps, in every replica: it does more work (move a layer off it); at the "
+        "the first steps and in 80% of the steps, in every replica: it does more work (move a "
+        "layer off it); at the "
         "median stage's cost the step would change by {:+.2f} ms ({:+.0f}%)\n",
         r.what.stage, r.what.ranks.size() > 1 ? "s" : "", ranks, r.what.ratio, r.gain_ms,
         100 * r.gain_share);
   }
   if (a.imbalance.empty())
-    out += fmt::format("imbalance: none (no stage {:.2f}x the fastest from the first steps)\n",
-                       kImbalanceThreshold);
+    out += fmt::format(
+        "imbalance: none (no stage {:.2f}x the fastest from the first steps and in 80% of the "
+        "steps)\n",
+        kImbalanceThreshold);
   const Variability& v = a.variability;
   const std::string setter =
       a.replicas > 1 ? fmt::format(

@@ -246,10 +246,35 @@ Verdicts judge_stages(const std::vector<RankSeries>& series) {
     if (st.ratio < kStragglerThreshold) continue;
     (st.ratio >= kNoiseMargin * st.noise ? out.stragglers : out.not_named).push_back(st);
   }
+  // Imbalance, a figure of the whole run: in each step, a rank's cost over
+  // that of its replica's cheapest stage (the one of least median cost),
+  // and of those the 20th percentile over the steps: a stage that does more
+  // work costs more than the cheapest in (nearly) every step, where the
+  // noise of balanced stages puts either above the other half the time. No
+  // more than over its first steps (a stage that grew later is a
+  // straggler's, not its work's).
+  std::map<int, std::size_t> cheapest;  // pipeline -> its rank of least median cost
+  std::vector<double> run_median(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    run_median[i] = median(series[i].per_microbatch_ms);
+    const auto [it, first] = cheapest.try_emplace(series[i].pipeline, i);
+    if (!first && run_median[i] < run_median[it->second]) it->second = i;
+  }
+  const auto over_cheapest = [&](std::size_t i) {
+    const RankSeries& least = series[cheapest[series[i].pipeline]];
+    std::map<std::int64_t, double> cost_of;
+    for (std::size_t k = 0; k < least.steps.size(); ++k)
+      cost_of[least.steps[k]] = least.per_microbatch_ms[k];
+    std::vector<double> ratios;
+    for (std::size_t k = 0; k < series[i].steps.size(); ++k)
+      if (const auto c = cost_of.find(series[i].steps[k]); c != cost_of.end() && c->second > 0)
+        ratios.push_back(series[i].per_microbatch_ms[k] / c->second);
+    return ratios.empty() ? 1.0 : percentile(ratios, 0.2);
+  };
   for (const auto& [stage, members] : by_stage) {
     Imbalance im{stage, {}, std::numeric_limits<double>::max()};
     for (const std::size_t i : members) {
-      im.ratio = std::min(im.ratio, out.baseline_relative[i]);
+      im.ratio = std::min({im.ratio, out.baseline_relative[i], over_cheapest(i)});
       im.ranks.push_back(series[i].rank);
     }
     if (im.ratio >= kImbalanceThreshold) out.imbalance.push_back(im);

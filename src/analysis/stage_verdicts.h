@@ -5,9 +5,11 @@
 // are told apart:
 // - imbalance: a stage whose compute per microbatch is at least
 //   kImbalanceThreshold times its replica's fastest stage's from the first
-//   steps on (the median over the first kBaselineSteps steps), in every
-//   replica. It is the stage's: its model part does more work, or a cause
-//   every replica shares.
+//   steps on (the median over the first kBaselineSteps steps) and over the
+//   run (the 20th percentile over the steps of its cost over the cheapest
+//   stage's in the same step: balanced stages' noise puts either above the
+//   other half the time), in every replica. It is the stage's: its model
+//   part does more work, or a cause every replica shares.
 // - straggler: a rank at least kStragglerThreshold times slower than what
 //   it should cost, for steps_required() steps in a row (half the steps
 //   judged, at least 3, at most 10: 5 of a 12-step run's 9), either

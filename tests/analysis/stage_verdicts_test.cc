@@ -12,6 +12,7 @@
 // the noise margin times the noise's 90th percentile, and more).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -23,6 +24,8 @@ namespace {
 
 struct RunShape {
   int stages = 4, replicas = 1, steps = 12;
+  int heavy_stage = -1;  // a stage whose work is `heavy` times the others' in every replica
+  double heavy = 1;
   double noise = 1.5;      // a: a step's factor is log-uniform in [1, a]
   bool bursts = false;     // 1-3 steps of one rank 1.5-2x slower, now and then
   int slowed_rank = -1;    // slowed m times from step slow_from on
@@ -34,6 +37,7 @@ std::vector<RankSeries> make_run(const RunShape& shape, std::mt19937_64& random)
   std::uniform_real_distribution<double> unit(0, 1);
   std::vector<double> stage_cost(static_cast<std::size_t>(shape.stages));
   for (double& c : stage_cost) c = 1.0 + 0.15 * unit(random);  // balanced: within 1.15x
+  if (shape.heavy_stage >= 0) stage_cost[static_cast<std::size_t>(shape.heavy_stage)] *= shape.heavy;
   std::vector<RankSeries> series;
   for (int replica = 0; replica < shape.replicas; ++replica)
     for (int stage = 0; stage < shape.stages; ++stage) {
@@ -185,6 +189,57 @@ TEST(StageVerdicts, AShortBurstIsNotNamedAndSaysItsEvidence) {
   ASSERT_EQ(v.not_named.size(), 1u);
   EXPECT_EQ(v.not_named[0].rank, 3);
   EXPECT_GE(v.not_named[0].noise, 1.5);
+}
+
+// Imbalance (a stage heavier in every replica from the first steps on) is
+// a figure of the whole run, not of its first steps: in balanced runs with
+// the same noise and bursts, no stage is called imbalanced; a stage whose
+// work is 1.6a-3x the others' (a: the noise) is, in runs without bursts.
+TEST(StageVerdicts, NoImbalanceOutOfNoiseAndEveryHeavyStageNamed) {
+  constexpr std::uint64_t kSeeds = 4000;
+  std::size_t balanced = 0, false_named = 0, heavy = 0, missed = 0;
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    std::mt19937_64 random(seed * 7919);
+    std::uniform_real_distribution<double> unit(0, 1);
+    RunShape shape;
+    shape.stages = 2 + static_cast<int>(unit(random) * 3);
+    shape.replicas = unit(random) < 0.5 ? 1 : 2;
+    shape.steps = 12 + static_cast<int>(unit(random) * 19);
+    shape.noise = 1.2 + 0.8 * unit(random);
+    shape.bursts = unit(random) < 0.5;
+    if (seed % 2 == 0) {
+      shape.heavy_stage = static_cast<int>(unit(random) * shape.stages);
+      shape.heavy = std::max(1.6 * shape.noise, 1.6) + (3.0 - 1.6) * unit(random);
+    }
+    const Verdicts v = judge_stages(make_run(shape, random));
+    if (shape.heavy_stage < 0) {
+      ++balanced;
+      for (const Imbalance& im : v.imbalance) {
+        ++false_named;
+        ADD_FAILURE() << "seed " << seed << ": stage " << im.stage << " called imbalanced ("
+                      << im.ratio << "x) in a balanced run, noise " << shape.noise
+                      << (shape.bursts ? " with bursts" : "");
+      }
+      continue;
+    }
+    // Bursts of 1.5-2x on the cheaper stages are the run's noise too (as
+    // for stragglers): those runs are held to no false verdict only.
+    if (shape.bursts) continue;
+    ++heavy;
+    const bool named = std::any_of(v.imbalance.begin(), v.imbalance.end(), [&](const auto& im) {
+      return im.stage == shape.heavy_stage;
+    });
+    if (!named) {
+      ++missed;
+      ADD_FAILURE() << "seed " << seed << ": stage " << shape.heavy_stage << " " << shape.heavy
+                    << "x heavier, noise " << shape.noise << ", not called imbalanced";
+    }
+  }
+  std::printf("imbalance verdicts over %zu seeded runs: %zu balanced (noise 1.2-2x, half with "
+              "bursts), %zu false; %zu without bursts with a stage 1.6a-3x heavier, %zu missed\n",
+              static_cast<std::size_t>(kSeeds), balanced, false_named, heavy, missed);
+  EXPECT_EQ(false_named, 0u);
+  EXPECT_EQ(missed, 0u);
 }
 
 }  // namespace
