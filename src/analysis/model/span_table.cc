@@ -6,6 +6,7 @@
 
 #include "clock_alignment.h"
 #include "pipeline_view.h"
+#include "span_kind.h"
 #include "step_stream.h"
 #include "lens/semconv.h"
 
@@ -78,14 +79,15 @@ SpanTable read_span_table(const OpenedRun& run, bool raw_clock,
   Run rest = stream_steps(
       run,
       [&](StepWindow& w) {
-        const PipelineView view = build_view(w.run);
-        std::map<int, int> stage_of;
-        for (const auto& sv : view.steps)
-          for (const auto& [rank, sr] : sv.ranks) stage_of[rank] = sr.stage;
+        // Each rank's stage in the window's step, as the pipeline view puts
+        // it (pipeline_view.h): its step span's dl.pipeline_parallel.rank,
+        // else its rank; without a step span, none.
         for (const auto& f : w.run.files) {
-          const auto st = stage_of.find(f.rank);
+          int stage = -1;
           for (const auto& s : f.spans)
-            add_row(t, f, s, st == stage_of.end() ? -1 : st->second, w.step, aligned(f, s));
+            if (is_step_span(s))
+              stage = static_cast<int>(s.int_attr(semconv::kPipelineRank, s.rank));
+          for (const auto& s : f.spans) add_row(t, f, s, stage, w.step, aligned(f, s));
         }
       },
       so);
