@@ -6,6 +6,10 @@
 
 namespace lens::analysis {
 
+int stage_of_step_span(const SpanRow& step_span) {
+  return static_cast<int>(step_span.int_attr(semconv::kPipelineRank, step_span.rank));
+}
+
 PipelineView build_view(const Run& run) {
   PipelineView view;
   std::map<std::int64_t, StepView> steps;
@@ -30,7 +34,7 @@ PipelineView build_view(const Run& run) {
       StepOnRank& sr = steps[step].ranks[s.rank];
       steps[step].step = step;
       sr.rank = s.rank;
-      sr.stage = static_cast<int>(s.int_attr(semconv::kPipelineRank, s.rank));
+      sr.stage = stage_of_step_span(s);
       sr.step_span = &s;
       max_stage = std::max(max_stage, sr.stage);
       step_of_trace[{s.rank, s.trace_id.view()}] = step;

@@ -90,6 +90,9 @@ struct PipelineView {
 
 PipelineView build_view(const Run& run);
 
+// A step span's stage: its dl.pipeline_parallel.rank, else its rank.
+int stage_of_step_span(const SpanRow& step_span);
+
 // The schedule's idle share of the forward-backward window: (P-1) slots of
 // one chunk's forward + backward against V M of them busy (Megatron's
 // (P-1)/(VM) of the ideal time); -1 when P or M is unknown. And its formula

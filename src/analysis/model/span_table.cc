@@ -80,13 +80,12 @@ SpanTable read_span_table(const OpenedRun& run, bool raw_clock,
       run,
       [&](StepWindow& w) {
         // Each rank's stage in the window's step, as the pipeline view puts
-        // it (pipeline_view.h): its step span's dl.pipeline_parallel.rank,
-        // else its rank; without a step span, none.
+        // it; without a step span, none.
         for (const auto& f : w.run.files) {
           int stage = -1;
           for (const auto& s : f.spans)
             if (is_step_span(s))
-              stage = static_cast<int>(s.int_attr(semconv::kPipelineRank, s.rank));
+              stage = stage_of_step_span(s);
           for (const auto& s : f.spans) add_row(t, f, s, stage, w.step, aligned(f, s));
         }
       },
