@@ -1,8 +1,8 @@
 // LinesAhead: files taken a line at a time in a seeded random order, their
 // lines parsed ahead by 0 to 3 workers, give what each file's
-// RankFileReader gives alone: the same rows, resource fields, line numbers,
-// bytes and end, and a malformed line's ReadError at that line; and a
-// caller that stops early stops the workers. per_file: the files read side
+// RankFileReader gives alone: the same rows, resource fields (as they change
+// and change back), line numbers, bytes and end, and a malformed line's
+// ReadError at that line; and a caller that stops early stops the workers. per_file: the files read side
 // by side give what reading them in turn gives.
 #include "lines_ahead.h"
 #include "per_file.h"
@@ -61,8 +61,9 @@ class LinesAheadTest : public ::testing::Test {
       const int lines = 5 + static_cast<int>(rng() % 40);
       for (int l = 0; l < lines; ++l) {
         if (rng() % 9 == 0) text += "\n";  // an empty line
-        // A restart half-way: the resource changes.
-        const int pid = l < lines / 2 ? 100 : 200;
+        // Restarts: the resource changes, and back (a line whose resource
+        // is the line before's carries no fields of its own).
+        const int pid = l < lines / 3 ? 100 : l < 2 * lines / 3 ? 200 : 100;
         text += line(rank, pid, l * 50, 1 + static_cast<int>(rng() % 12)) + "\n";
       }
       if (rank == 3) text += "{\"resourceSpans\": [ x\n" + line(rank, 200, 9999, 2) + "\n";
@@ -85,7 +86,9 @@ class LinesAheadTest : public ::testing::Test {
     out += std::to_string(lines.line_number(i)) + " " + std::to_string(lines.bytes_read(i)) +
            (lines.done(i) ? " done" : "") + " rank " + std::to_string(f.rank) + " process " +
            std::to_string(f.process) + " lines " + std::to_string(f.lines) + " warnings " +
-           std::to_string(f.warnings.size()) + ":";
+           std::to_string(f.warnings.size()) + " resource";
+    for (const auto& [key, text] : f.resource) out += " " + key + "=" + text;
+    out += ":";
     for (const SpanRow& s : f.spans)
       out += " " + s.span_id + "/" + s.name + "/" + std::string(*s.attributes.text("dl.step"));
     f.spans.clear();  // as the stream moves them out

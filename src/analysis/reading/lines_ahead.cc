@@ -11,7 +11,12 @@ LinesAhead::LinesAhead(std::vector<std::unique_ptr<RankFileReader>> readers, int
     lanes_[i].line = lanes_[i].reader->line_number();
     lanes_[i].bytes = lanes_[i].reader->bytes_read();
     lanes_[i].done = lanes_[i].reader->done();
-    if (workers > 0) lanes_[i].current = lanes_[i].reader->file().without_spans();
+    if (workers > 0) {
+      const RankFile& f = lanes_[i].reader->file();
+      lanes_[i].current = f.without_spans();
+      lanes_[i].resource_parsed = f.resource_seen;
+      lanes_[i].warnings_parsed = f.warnings.size();
+    }
   }
   if (lanes_.empty() || workers <= 0) return;
   budget_ = kBytesAheadPerWorker * static_cast<std::uintmax_t>(workers);
@@ -29,7 +34,7 @@ LinesAhead::~LinesAhead() {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
-  changed_.notify_all();
+  room_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
@@ -44,7 +49,21 @@ LinesAhead::Parsed LinesAhead::parse_next(Lane& lane) {
   }
   try {
     RankFile& f = reader.file();
-    p.file = f.without_spans();
+    // Most lines carry the resource the line before carried, which the
+    // reader does not apply again: their fields are the taker's already,
+    // and are not copied (a map's nodes a line, allocated here and freed
+    // on the taker's thread).
+    const RankFile::ResourceSeen& seen = f.resource_seen;
+    p.fields = !(seen.applied && lane.resource_parsed.applied &&
+                 seen.rank == lane.resource_parsed.rank &&
+                 seen.flat == lane.resource_parsed.flat &&
+                 f.warnings.size() == lane.warnings_parsed);
+    if (p.fields) {
+      p.file = f.without_spans();
+      lane.resource_parsed = seen;
+      lane.warnings_parsed = f.warnings.size();
+    }
+    p.file.lines = f.lines;
     p.file.spans = std::move(f.spans);
     f.spans.clear();
   } catch (...) {  // memory ran out copying the resource fields
@@ -75,33 +94,40 @@ void LinesAhead::work() {
   while (!stop_) {
     Lane* lane = pick();
     if (lane == nullptr) {
-      changed_.wait(lock);
+      ++idle_workers_;
+      room_.wait(lock);
+      --idle_workers_;
       continue;
     }
-    lane->busy = true;
-    lock.unlock();
-    Parsed p = parse_next(*lane);
-    lock.lock();
-    lane->busy = false;
-    lane->finished = !p.got || p.error != nullptr;
-    const std::uintmax_t length = p.length;
-    try {
-      lane->ready.push_back(std::move(p));
-      ahead_bytes_ += length;
-    } catch (...) {
-      // No memory to queue the line: it is lost, so the read cannot go
-      // on; the taker gets the error at its next line, of any file.
-      failed_ = std::current_exception();
-      stop_ = true;
-    }
-    changed_.notify_all();
+    parse_ahead(*lane, lock);
   }
+}
+
+void LinesAhead::parse_ahead(Lane& lane, std::unique_lock<std::mutex>& lock) {
+  lane.busy = true;
+  lock.unlock();
+  Parsed p = parse_next(lane);
+  lock.lock();
+  lane.busy = false;
+  lane.finished = !p.got || p.error != nullptr;
+  const std::uintmax_t length = p.length;
+  try {
+    lane.ready.push_back(std::move(p));
+    ahead_bytes_ += length;
+  } catch (...) {
+    // No memory to queue the line: it is lost, so the read cannot go on;
+    // the taker gets the error at its next line, of any file.
+    failed_ = std::current_exception();
+    stop_ = true;
+  }
+  if (taker_waiting_) parsed_.notify_one();
 }
 
 bool LinesAhead::next_line(std::size_t i) {
   Lane& lane = lanes_[i];
   if (workers_.empty()) return lane.reader->next_line();
   Parsed p;
+  bool wake_worker = false;  // woken after the lock is let go
   {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
@@ -110,7 +136,10 @@ bool LinesAhead::next_line(std::size_t i) {
         p = std::move(lane.ready.front());
         lane.ready.pop_front();
         ahead_bytes_ -= p.length;
-        changed_.notify_all();  // room for more
+        // A worker waiting for room is woken once there is room for a few
+        // lines, not for each line taken.
+        wake_worker = idle_workers_ > 0 && (lane.ready.size() <= kLinesAhead / 2 ||
+                                            ahead_bytes_ <= budget_ / 2);
         break;
       }
       if (lane.finished) return false;  // its last line was taken
@@ -122,13 +151,27 @@ bool LinesAhead::next_line(std::size_t i) {
         lock.lock();
         lane.busy = false;
         lane.finished = !p.got || p.error != nullptr;
-        changed_.notify_all();
+        wake_worker = idle_workers_ > 0;
         break;
       }
-      changed_.wait(lock);
+      // Its line is being parsed: another file's next line is parsed
+      // here meanwhile, rather than waited idle.
+      if (Lane* other = pick()) {
+        parse_ahead(*other, lock);
+        continue;
+      }
+      taker_waiting_ = true;
+      parsed_.wait(lock);
+      taker_waiting_ = false;
     }
   }
-  lane.current = std::move(p.file);
+  if (wake_worker) room_.notify_one();
+  if (p.fields) {
+    lane.current = std::move(p.file);
+  } else {
+    lane.current.spans = std::move(p.file.spans);
+    lane.current.lines = p.file.lines;
+  }
   lane.line = p.line;
   lane.bytes = p.bytes;
   lane.done = p.done;

@@ -35,7 +35,7 @@ namespace lens::analysis {
 
 class LinesAhead {
  public:
-  static constexpr std::size_t kLinesAhead = 2;
+  static constexpr std::size_t kLinesAhead = 8;
   static constexpr std::uintmax_t kBytesAheadPerWorker = std::uintmax_t{4} << 20;
 
   // Takes the readers, positioned where they start (start_at); `workers`
@@ -57,7 +57,10 @@ class LinesAhead {
  private:
   // One line's outcome, as the reader left it.
   struct Parsed {
-    RankFile file;  // the resource fields after the line, and its rows
+    // The line's rows and the file's line count; the other fields after the
+    // line only when the line changed them (fields).
+    RankFile file;
+    bool fields = true;
     std::size_t line = 0;
     std::uintmax_t bytes = 0;   // read by then
     std::uintmax_t length = 0;  // this line's bytes
@@ -67,6 +70,10 @@ class LinesAhead {
   };
   struct Lane {
     std::unique_ptr<RankFileReader> reader;  // used by one thread at a time (busy)
+    // With the reader: the resource and the warnings count as of the last
+    // line parsed, to tell whether a line changed the file's fields.
+    RankFile::ResourceSeen resource_parsed;
+    std::size_t warnings_parsed = 0;
     // What the caller sees: the line taken last.
     RankFile current;
     std::size_t line = 0;
@@ -80,11 +87,17 @@ class LinesAhead {
 
   static Parsed parse_next(Lane& lane);
   void work();
+  // Under `lock` (of mutex_): the lane's next line parsed, unlocked
+  // meanwhile, and queued.
+  void parse_ahead(Lane& lane, std::unique_lock<std::mutex>& lock);
   Lane* pick();  // under mutex_: a lane a worker may parse ahead, or null
 
   std::vector<Lane> lanes_;
   std::mutex mutex_;
-  std::condition_variable changed_;
+  std::condition_variable room_;    // workers wait here for room to parse ahead
+  std::condition_variable parsed_;  // the taker waits here for a line being parsed
+  int idle_workers_ = 0;            // workers waiting on room_
+  bool taker_waiting_ = false;      // the taker waits on parsed_
   std::uintmax_t ahead_bytes_ = 0;  // input bytes of the lines waiting
   std::uintmax_t budget_ = 0;
   std::size_t next_ = 0;  // where pick() looks first
