@@ -353,14 +353,78 @@ Run stream_here(const OpenedRun& opened, const std::function<void(StepWindow&)>&
 }
 
 // Windows from the reading thread to the caller's, at most kAhead waiting.
-struct WindowPipe {
+// Each side wakes the other only when it waits, and after letting go of the
+// lock (a thread woken while the lock is held would only wait again on it).
+class WindowPipe {
+ public:
   static constexpr std::size_t kAhead = 2;
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::deque<StepWindow> windows;
-  bool finished = false;  // the reading thread has returned (or failed)
-  bool abandoned = false;  // the caller stopped taking windows
-  std::exception_ptr error;
+
+  // The reading thread's: false once the caller stopped taking windows.
+  bool put(StepWindow& w) {
+    bool wake = false;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (!abandoned_ && windows_.size() >= kAhead) {
+        reader_waits_ = true;
+        room_.wait(lock);
+        reader_waits_ = false;
+      }
+      if (abandoned_) return false;
+      windows_.push_back(std::move(w));
+      wake = taker_waits_;
+    }
+    if (wake) filled_.notify_one();
+    return true;
+  }
+  // The reading thread's, once it has returned (with its error, if any).
+  void finish(std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished_ = true;
+      if (!error_) error_ = error;
+    }
+    filled_.notify_one();
+  }
+  // The caller's: false when the reading thread has finished and every
+  // window was taken.
+  bool take(StepWindow& w) {
+    bool wake = false;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (!finished_ && windows_.empty()) {
+        taker_waits_ = true;
+        filled_.wait(lock);
+        taker_waits_ = false;
+      }
+      if (windows_.empty()) return false;
+      w = std::move(windows_.front());
+      windows_.pop_front();
+      wake = reader_waits_;
+    }
+    if (wake) room_.notify_one();
+    return true;
+  }
+  // The caller's, when it stops taking windows before the end.
+  void abandon() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      abandoned_ = true;
+    }
+    room_.notify_one();
+  }
+  std::exception_ptr error() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable filled_, room_;
+  std::deque<StepWindow> windows_;
+  bool taker_waits_ = false, reader_waits_ = false;
+  bool finished_ = false;   // the reading thread has returned (or failed)
+  bool abandoned_ = false;  // the caller stopped taking windows
+  std::exception_ptr error_;
 };
 struct Abandoned {};
 
@@ -381,52 +445,33 @@ Run stream_steps(const OpenedRun& run, const std::function<void(StepWindow&)>& o
   WindowPipe pipe;
   Run rest;
   std::thread reader([&] {
+    std::exception_ptr error;
     try {
       rest = stream_here(
           run,
           [&](StepWindow& w) {
-            std::unique_lock<std::mutex> lock(pipe.mutex);
-            pipe.changed.wait(lock, [&] {
-              return pipe.abandoned || pipe.windows.size() < WindowPipe::kAhead;
-            });
-            if (pipe.abandoned) throw Abandoned{};
-            pipe.windows.push_back(std::move(w));
-            pipe.changed.notify_all();
+            if (!pipe.put(w)) throw Abandoned{};
           },
           options, options.threads - 1);
     } catch (const Abandoned&) {
     } catch (...) {
-      std::lock_guard<std::mutex> lock(pipe.mutex);
-      pipe.error = std::current_exception();
+      error = std::current_exception();
     }
-    std::lock_guard<std::mutex> lock(pipe.mutex);
-    pipe.finished = true;
-    pipe.changed.notify_all();
+    pipe.finish(error);
   });
   try {
     for (;;) {
-      StepWindow window;
-      {
-        std::unique_lock<std::mutex> lock(pipe.mutex);
-        pipe.changed.wait(lock, [&] { return pipe.finished || !pipe.windows.empty(); });
-        if (pipe.windows.empty()) break;  // finished, every window taken
-        window = std::move(pipe.windows.front());
-        pipe.windows.pop_front();
-        pipe.changed.notify_all();
-      }
+      StepWindow window;  // let go of (its rows freed) after the call, not under the pipe's lock
+      if (!pipe.take(window)) break;
       on_step(window);
     }
   } catch (...) {
-    {
-      std::lock_guard<std::mutex> lock(pipe.mutex);
-      pipe.abandoned = true;
-      pipe.changed.notify_all();
-    }
+    pipe.abandon();
     reader.join();
     throw;
   }
   reader.join();
-  if (pipe.error) std::rethrow_exception(pipe.error);
+  if (const auto error = pipe.error()) std::rethrow_exception(error);
   return rest;
 }
 
