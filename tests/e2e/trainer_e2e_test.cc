@@ -26,6 +26,23 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// This process's runs, under the temporary directory.
+fs::path process_dir() {
+  return fs::temp_directory_path() / ("lens-e2e-" + std::to_string(getpid()));
+}
+
+// A process whose tests passed leaves nothing behind; a failure's runs stay,
+// to be read.
+class ProcessDirRemovedWhenPassed : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    if (::testing::UnitTest::GetInstance()->Passed()) fs::remove_all(process_dir(), ec);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kProcessDir =
+    ::testing::AddGlobalTestEnvironment(new ProcessDirRemovedWhenPassed);
+
 struct TrainerRun {
   int pp = 2, dp = 1, microbatches = 2, steps = 3, layers = 4;
   int tp = 1;
@@ -50,7 +67,7 @@ int expected_linked(int pp, int stage, int microbatches) {
 
 RunOutput run_trainer(const TrainerRun& r, const std::string& name) {
   RunOutput out;
-  const fs::path base = fs::temp_directory_path() / ("lens-e2e-" + std::to_string(getpid())) / name;
+  const fs::path base = process_dir() / name;
   fs::remove_all(base);
   fs::create_directories(base / "reports");
   out.trace_dir = base / "traces";
@@ -571,8 +588,7 @@ int free_port() {
 // stages), or a store the "agent" (here a Python TCPStore) already serves
 // (agent = true, as 2 stages x 2 TP ranks).
 void launch_four_ranks_by_hand(bool agent) {
-  const fs::path base = fs::temp_directory_path() / ("lens-e2e-" + std::to_string(getpid())) /
-                        (agent ? "by-hand-agent" : "by-hand");
+  const fs::path base = process_dir() / (agent ? "by-hand-agent" : "by-hand");
   fs::remove_all(base);
   fs::create_directories(base);
   const int port = free_port();
@@ -1011,7 +1027,7 @@ TEST(TrainerFailures, UnwritableTraceDirectoryIsAStartupError) {
 // warned about, and every trace file holds whole lines only.
 TEST(TrainerFailures, FullDiskMidRunLosesSpansNotTraining) {
   const std::string name = "fulldisk";
-  const fs::path base = fs::temp_directory_path() / ("lens-e2e-" + std::to_string(getpid())) / name;
+  const fs::path base = process_dir() / name;
   const fs::path copy =
       fs::temp_directory_path() / ("lens-e2e-fulldisk-copy-" + std::to_string(getpid()));
   fs::remove_all(copy);

@@ -12,7 +12,8 @@
 // and no new line started while the lines waiting add up to more than
 // kBytesAheadPerWorker of input per worker. A line the caller asks for that
 // nobody has started is parsed on the caller's thread, so the caller never
-// waits on a bound.
+// waits on a bound; while the line it asks for is being parsed, the caller
+// parses another file's next line rather than wait idle.
 //
 // Thread safety: one caller thread; the workers are the object's own and
 // are stopped by its destructor (a line being parsed is finished first).
