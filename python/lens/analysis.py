@@ -41,12 +41,9 @@ def _warn(messages):
         _warnings.warn(m, stacklevel=3)
 
 
-def _nullable(frame, columns):
-    """-1 (none) as <NA> in integer columns."""
-    pd = _pandas()
-    for c in columns:
-        frame[c] = frame[c].astype("Int64").mask(frame[c] < 0, pd.NA)
-    return frame
+def _nullable(values):
+    """An int64 array with -1 (none) as <NA>: pandas's Int64, on the same array."""
+    return _pandas().arrays.IntegerArray(values, values < 0)
 
 
 def read_run(run_dir, raw_clock=False, attributes=()):
@@ -78,12 +75,14 @@ def read_run(run_dir, raw_clock=False, attributes=()):
         else:
             data[key] = value
     data["aligned"] = data["aligned"].astype(bool)
+    for key in ("stage", "step", "microbatch", "chunk"):
+        data[key] = _nullable(data[key])
     for key, codes, values in attribute_columns:
         data[key] = np.array(values + [None], dtype=object)[codes]  # -1: the None
     frame = pd.DataFrame(data, copy=False)
     frame.insert(frame.columns.get_loc("end_ns") + 1, "duration_ms",
                  (frame["end_ns"] - frame["start_ns"]) / 1e6)
-    return _nullable(frame, ["stage", "step", "microbatch", "chunk"])
+    return frame
 
 
 def _leading(frame, first):
