@@ -277,7 +277,7 @@ std::map<std::string, json> jaeger_traces(const Run& part, ExportCounts& counts,
     }
     json process_tags = json::array();
     for (const auto& [k, v] : f.resource)
-      process_tags.push_back(jaeger_tag(k, v, type_of(f.resource_types, k)));
+      process_tags.push_back(jaeger_tag(k, v, type_of(f.resource_types.map(), k)));
     if (!f.resource.count(semconv::kRank))
       process_tags.push_back({{"key", semconv::kRank}, {"type", "int64"}, {"value", f.rank}});
     const json process_json = {{"serviceName", service}, {"tags", process_tags}};

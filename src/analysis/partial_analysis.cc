@@ -723,8 +723,8 @@ void put_file(Writer& w, const RankFile& f) {
     w.put(*t);
   w.put<std::uint64_t>(f.process);
   w.put<std::uint64_t>(f.lines);
-  w.put_map(f.resource);
-  w.put_map(f.resource_types);
+  w.put_map(f.resource.map());
+  w.put_map(f.resource_types.map());
 }
 
 RankFile get_file(Reader& r) {
@@ -735,8 +735,8 @@ RankFile get_file(Reader& r) {
     *t = r.text();
   f.process = r.get<std::uint64_t>();
   f.lines = r.get<std::uint64_t>();
-  r.get_map(f.resource);
-  r.get_map(f.resource_types);
+  r.get_map(f.resource.own());
+  r.get_map(f.resource_types.own());
   return f;
 }
 

@@ -31,6 +31,7 @@
 #include "line_reader.h"
 
 #include "opened_run.h"
+#include "shared_map.h"
 #include "span_attributes.h"
 
 namespace lens::analysis {
@@ -71,8 +72,10 @@ struct RankFile {
   int replica = -1;           // dl.data_parallel.rank
   int tensor_rank = -1;       // dl.tensor_parallel.rank
   std::uint64_t process = 0;  // process_key of the latest line's resource
-  std::map<std::string, std::string> resource;  // every resource attribute, as text
-  std::map<std::string, char> resource_types;   // their types, as Attributes::type
+  // Every resource attribute, as text, and their types, as Attributes::type;
+  // shared by the copies of the file's fields (one in each step window).
+  SharedMap<std::string> resource;
+  SharedMap<char> resource_types;
   std::vector<SpanRow> spans;
   std::size_t lines = 0;
   std::vector<std::string> warnings;
