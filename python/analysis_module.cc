@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "rank_order.h"
 #include "run_reader.h"
 #include "span_table.h"
+#include "split_threads.h"
 #include "step_stream.h"
 
 namespace py = pybind11;
@@ -161,10 +163,19 @@ PYBIND11_MODULE(_analysis, m) {
         std::vector<std::string> warnings;
         {
           py::gil_scoped_release release;
-          lens::analysis::AnalyzeOptions o;
-          o.raw_clock = raw_clock;
-          o.keep_critical_path = critical_path;
-          text = lens::analysis::format_json(lens::analysis::analyze_run(dir, o, &warnings));
+          // As `lens analyze` reads: the steps split over the threads
+          // (split_threads.h) where the run allows, else one stream.
+          const lens::analysis::OpenedRun run(dir);
+          std::optional<lens::analysis::Analysis> a = lens::analysis::analyze_on_threads(
+              run, raw_clock, lens::analysis::default_read_threads(), &warnings, {},
+              critical_path);
+          if (!a) {
+            lens::analysis::AnalyzeOptions o;
+            o.raw_clock = raw_clock;
+            o.keep_critical_path = critical_path;
+            a = lens::analysis::analyze_run(run, o, &warnings);
+          }
+          text = lens::analysis::format_json(*a);
         }
         return py::make_tuple(text, warnings);
       },

@@ -143,14 +143,17 @@ std::optional<Result> split_and_merge(const OpenedRun& run, bool raw_clock, int 
 
 std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock, int threads,
                                            std::vector<std::string>* warnings,
-                                           const ReadProgress& progress) {
+                                           const ReadProgress& progress,
+                                           bool keep_critical_path) {
   return split_and_merge<Analysis>(
       run, raw_clock, threads, warnings, progress,
       [&](const Split& s, StepRange range, const ReadProgress& read) {
-        return analyze_part(run, s.index, range, s.clock, false, read);
+        return analyze_part(run, s.index, range, s.clock, keep_critical_path, read);
       },
       [&](const Split& s, const std::vector<std::string>& parts, std::vector<std::string>* said,
-          bool* repeats) { return merge_parts(parts, s.clock, raw_clock, false, said, repeats); });
+          bool* repeats) {
+        return merge_parts(parts, s.clock, raw_clock, keep_critical_path, said, repeats);
+      });
 }
 
 std::optional<Summary> summary_on_threads(const OpenedRun& run, bool raw_clock, int threads,

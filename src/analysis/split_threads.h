@@ -40,10 +40,12 @@ namespace lens::analysis {
 // says. ReadError as the one stream would raise it: of the earliest range
 // that fails.
 // `progress`: the ranges' reading as one line (the bytes all have read),
-// from one thread.
+// from one thread. `keep_critical_path`: every step's critical path kept, as
+// AnalyzeOptions::keep_critical_path keeps it.
 std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock, int threads,
                                            std::vector<std::string>* warnings,
-                                           const ReadProgress& progress = {});
+                                           const ReadProgress& progress = {},
+                                           bool keep_critical_path = false);
 std::optional<Summary> summary_on_threads(const OpenedRun& run, bool raw_clock, int threads,
                                           std::vector<std::string>* warnings,
                                           const ReadProgress& progress = {});

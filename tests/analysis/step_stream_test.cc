@@ -487,6 +487,11 @@ TEST_F(StepStream, SplitOverThreadsSaysWhatOneStreamSaysAndTellsItsProgress) {
   std::vector<std::string> one_warnings;
   const std::string one_check = said(check_dir(dir_));
   const std::string one_analysis = format_json(analyze_run(dir_, {}, &one_warnings));
+  AnalyzeOptions with_path;
+  with_path.keep_critical_path = true;
+  std::vector<std::string> unused;
+  const Analysis one_with_path = analyze_run(dir_, with_path, &unused);
+  ASSERT_FALSE(one_with_path.critical_paths.empty());
   std::vector<std::string> one_summary_warnings;
   const std::string one_summary =
       format_json(one_stream_summary(dir_, read_clock_alignment(dir_), &one_summary_warnings));
@@ -515,6 +520,11 @@ TEST_F(StepStream, SplitOverThreadsSaysWhatOneStreamSaysAndTellsItsProgress) {
     ASSERT_TRUE(analysis.has_value());
     EXPECT_EQ(format_json(*analysis), one_analysis);
     EXPECT_EQ(warnings, one_warnings);
+    // With every step's critical path (lens.analysis.analyze's).
+    const std::optional<Analysis> with_path_split =
+        analyze_on_threads(dir_, false, threads, &unused, {}, true);
+    ASSERT_TRUE(with_path_split.has_value());
+    EXPECT_EQ(format_json(*with_path_split), format_json(one_with_path));
     warnings.clear();
     const std::optional<Summary> summary_split = summary_on_threads(dir_, false, threads, &warnings);
     ASSERT_TRUE(summary_split.has_value());
