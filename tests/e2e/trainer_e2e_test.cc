@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "check.h"
+#include "clock_alignment.h"
 #include "pipeline_view.h"
 #include "run_reader.h"
 #include "trace_files.h"
@@ -729,7 +730,11 @@ TEST(TrainerErrors, VirtualStagesNeedAPipelineAndMicrobatchesAMultipleOfIt) {
 // step's first span on any rank (it opens before its broadcast), every
 // linked span starts after the span it links to, the schedule's spans
 // nest in megatron.forward_backward, inside the step, and the job is one
-// trace that every step links to.
+// trace that every step links to. Times across ranks are compared on rank
+// 0's clock as lens aligns them, within the alignment's uncertainty: the
+// ranks' unix times are not one clock even on one host (each process maps
+// its monotonic clock to unix time when it starts, and on some machines,
+// this VM's among them, the two drift apart by milliseconds a second).
 TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
   TrainerRun r;
   r.pp = 3;
@@ -738,8 +743,14 @@ TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
   r.flags = "--otel-enabled=true --otel-span-groups all";
   RunOutput out = run_trainer(r, "readability");
   ASSERT_EQ(out.exit_code, 0) << out.output;
-  const lens::analysis::Run run = lens::analysis::read_run(out.trace_dir / out.run_id);
+  lens::analysis::Run run = lens::analysis::read_run(out.trace_dir / out.run_id);
   expect_lens_check_passes(run);
+  const lens::analysis::ClockAlignment clock =
+      lens::analysis::read_clock_alignment(out.trace_dir / out.run_id);
+  ASSERT_FALSE(clock.empty()) << "the run has clock samples";
+  for (auto& f : run.files) ASSERT_TRUE(clock.align(f)) << "rank " << f.rank;
+  const std::int64_t slack_ns = clock.max_uncertainty_ns();
+  ASSERT_LT(slack_ns, 5'000'000) << "samples of one host";
   std::map<std::string_view, const lens::analysis::SpanRow*> by_id;
   for (const auto& f : run.files)
     for (const auto& s : f.spans) by_id[s.span_id] = &s;
@@ -750,7 +761,7 @@ TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
     for (const auto& f : run.files)
       for (const auto& s : f.spans)
         if (s.trace_id == source->trace_id) {
-          EXPECT_LE(source->start_ns, s.start_ns)
+          EXPECT_LE(source->start_ns, s.start_ns + slack_ns)
               << s.name << " on rank " << f.rank << " starts before the source's step span";
         }
   }
@@ -759,7 +770,7 @@ TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
     for (const auto& s : f.spans) {
       for (const auto& [trace, target] : s.links)
         if (by_id.count(target) && s.name == "megatron.pp.recv_forward.linked") {
-          EXPECT_GE(s.start_ns, by_id.at(target)->start_ns) << "rank " << f.rank;
+          EXPECT_GE(s.start_ns + slack_ns, by_id.at(target)->start_ns) << "rank " << f.rank;
         }
       const bool schedule = s.name.rfind("megatron.microbatch.", 0) == 0 ||
                             s.name.rfind("megatron.p2p.", 0) == 0 ||
