@@ -21,9 +21,19 @@ import warnings as _warnings
 
 from . import _analysis
 
-__all__ = ["ReadError", "RunAnalysis", "analyze", "read_run"]
+__all__ = ["ReadError", "RunAnalysis", "analyze", "read_run", "set_threads"]
 
 ReadError = _analysis.ReadError
+
+
+def set_threads(threads):
+    """The threads read_run and analyze read with, as ``lens --threads N``:
+    0 (the default) the machine's cores, 1 everything on the caller's
+    thread. The results are the same for any number."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise ValueError(f"lens.analysis.set_threads: {threads!r} is not a number of threads "
+                         "(0: the machine's cores, or 1 or more)")
+    _analysis.set_read_threads(threads)
 
 
 def _pandas():
