@@ -733,8 +733,9 @@ TEST(TrainerErrors, VirtualStagesNeedAPipelineAndMicrobatchesAMultipleOfIt) {
 // trace that every step links to. Times across ranks are compared on rank
 // 0's clock as lens aligns them, within the alignment's uncertainty: the
 // ranks' unix times are not one clock even on one host (each process maps
-// its monotonic clock to unix time when it starts, and on some machines,
-// this VM's among them, the two drift apart by milliseconds a second).
+// its monotonic clock to unix time when it starts, and a system clock
+// stepped in between, as this VM's was by 5 ms each second for a while,
+// puts processes started a few ms apart microseconds apart).
 TEST(TrainerReadability, SourceStepFirstLinksBackInTimeScheduleNested) {
   TrainerRun r;
   r.pp = 3;

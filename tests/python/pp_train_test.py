@@ -128,11 +128,13 @@ class PythonPipelineTrace(unittest.TestCase):
     def test_the_source_step_span_is_first_and_the_job_is_one_trace(self):
         # Rank 0's step span opens before its broadcast, so on one clock it
         # starts no later than any span of its step on any rank. The ranks'
-        # unix times are not one clock, even on one host (each process maps
-        # its monotonic clock to unix time once, and the two drift apart on
-        # some machines: this VM's by 5 ms a second): the spans are read on
-        # rank 0's clock as lens aligns them, by the run's lens.clock_sync
-        # samples, within the alignment's uncertainty.
+        # unix times are not one clock, even on one host: each process maps
+        # its monotonic clock to unix time when it starts, and a system
+        # clock stepped in between (this VM's was moved 5 ms each second for
+        # a while) puts processes started a few ms apart tens of
+        # microseconds apart. The spans are read on rank 0's clock as lens
+        # aligns them, by the run's lens.clock_sync samples, within the
+        # alignment's uncertainty.
         import lens.analysis as la
         (run,) = os.listdir(self.dir)
         run_dir = os.path.join(self.dir, run)
