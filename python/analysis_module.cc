@@ -8,7 +8,6 @@
 
 #include <array>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -163,19 +162,12 @@ PYBIND11_MODULE(_analysis, m) {
         std::vector<std::string> warnings;
         {
           py::gil_scoped_release release;
-          // As `lens analyze` reads: the steps split over the threads
-          // (split_threads.h) where the run allows, else one stream.
-          const lens::analysis::OpenedRun run(dir);
-          std::optional<lens::analysis::Analysis> a = lens::analysis::analyze_on_threads(
-              run, raw_clock, lens::analysis::default_read_threads(), &warnings, {},
-              critical_path);
-          if (!a) {
-            lens::analysis::AnalyzeOptions o;
-            o.raw_clock = raw_clock;
-            o.keep_critical_path = critical_path;
-            a = lens::analysis::analyze_run(run, o, &warnings);
-          }
-          text = lens::analysis::format_json(*a);
+          // As `lens analyze` reads (split_threads.h).
+          lens::analysis::AnalyzeOptions o;
+          o.raw_clock = raw_clock;
+          o.keep_critical_path = critical_path;
+          text = lens::analysis::format_json(lens::analysis::analyze_on_threads_or_one_stream(
+              dir, o, lens::analysis::default_read_threads(), &warnings));
         }
         return py::make_tuple(text, warnings);
       },

@@ -156,6 +156,14 @@ std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock,
       });
 }
 
+Analysis analyze_on_threads_or_one_stream(const OpenedRun& run, const AnalyzeOptions& options,
+                                          int threads, std::vector<std::string>* warnings) {
+  if (std::optional<Analysis> a = analyze_on_threads(run, options.raw_clock, threads, warnings,
+                                                     options.progress, options.keep_critical_path))
+    return std::move(*a);
+  return analyze_run(run, options, warnings);
+}
+
 std::optional<Summary> summary_on_threads(const OpenedRun& run, bool raw_clock, int threads,
                                           std::vector<std::string>* warnings,
                                           const ReadProgress& progress) {

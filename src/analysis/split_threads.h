@@ -46,6 +46,11 @@ std::optional<Analysis> analyze_on_threads(const OpenedRun& run, bool raw_clock,
                                            std::vector<std::string>* warnings,
                                            const ReadProgress& progress = {},
                                            bool keep_critical_path = false);
+// `lens analyze RUN` as the command reads it: split over `threads` where
+// analyze_on_threads applies, else one stream (analyze_run); the options'
+// clock alignment is not used by the split, which reads its own.
+Analysis analyze_on_threads_or_one_stream(const OpenedRun& run, const AnalyzeOptions& options,
+                                          int threads, std::vector<std::string>* warnings);
 std::optional<Summary> summary_on_threads(const OpenedRun& run, bool raw_clock, int threads,
                                           std::vector<std::string>* warnings,
                                           const ReadProgress& progress = {});

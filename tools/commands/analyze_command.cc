@@ -2,7 +2,6 @@
 // cause, stragglers.
 #include <cstdio>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "analyze.h"
@@ -50,11 +49,9 @@ Command add_analyze(CLI::App& lens) {
             if (split_over_mpi(o->use_mpi)) return mpi_analyze(o->dir, o->raw_clock, print);
             std::vector<std::string> warnings;
             const OpenedRun run(o->dir);
-            const AnalyzeOptions options = analyze_options(o->raw_clock);
-            std::optional<Analysis> a = analyze_on_threads(run, o->raw_clock, default_read_threads(),
-                                                           &warnings, options.progress);
-            if (!a) a = analyze_run(run, options, &warnings);
-            print(*a, warnings);
+            const Analysis a = analyze_on_threads_or_one_stream(
+                run, analyze_options(o->raw_clock), default_read_threads(), &warnings);
+            print(a, warnings);
             return kOk;
           }};
 }

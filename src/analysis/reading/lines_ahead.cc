@@ -51,8 +51,8 @@ LinesAhead::Parsed LinesAhead::parse_next(Lane& lane) {
     RankFile& f = reader.file();
     // Most lines carry the resource the line before carried, which the
     // reader does not apply again: their fields are the taker's already,
-    // and are not copied (a map's nodes a line, allocated here and freed
-    // on the taker's thread).
+    // and are not copied (the path and texts, allocated here and freed on
+    // the taker's thread).
     const RankFile::ResourceSeen& seen = f.resource_seen;
     p.fields = !(seen.applied && lane.resource_parsed.applied &&
                  seen.rank == lane.resource_parsed.rank &&
